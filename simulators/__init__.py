@@ -1,0 +1,1 @@
+"""One widget simulator per lesson: a pure model plus an ipywidgets view."""
