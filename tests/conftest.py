@@ -1,0 +1,30 @@
+"""Shared fixtures: offline, two threads, the real model loaded once per session."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+torch.set_num_threads(min(2, os.cpu_count() or 1))
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs CUDA")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def real_model():
+    """(hf_model, tokenizer) for SmolLM2-135M-Instruct in float32 on the CPU."""
+    from kvcourse.models import load_model
+
+    return load_model("smollm2-135m", dtype=torch.float32, device="cpu")
