@@ -1,0 +1,1 @@
+"""Speed and memory measurements against peers; each module runs with `python -m benchmarks.NAME`."""
