@@ -1,0 +1,60 @@
+"""Structured engine events that simulators can replay (lessons 08-13).
+
+Every bookkeeping decision the engine takes (a block allocated, shared, copied, evicted, a
+sequence preempted) is recorded as one ``Event`` with the step it happened in. A simulator can
+replay a real run from this list instead of inventing its own trace.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class EventKind(Enum):
+    """What happened (lessons 08-13)."""
+
+    ADMIT = "admit"  # a waiting sequence got its blocks and joined the running batch
+    REFUSE = "refuse"  # a request that can never fit was turned away
+    ALLOCATE = "allocate"  # a free block was handed to a sequence
+    FREE = "free"  # a sequence dropped its hold on a block (the block may stay in use by others)
+    FORK = "fork"  # a child sequence now shares its parent's blocks
+    COPY_ON_WRITE = "copy_on_write"  # a shared block was copied before a write
+    PREFIX_HIT = "prefix_hit"  # a cached block was reused instead of recomputed
+    CACHE_INSERT = "cache_insert"  # a full, computed block was registered in the prefix cache
+    EVICT = "evict"  # an unreferenced cached block was reclaimed (least recently used first)
+    PREEMPT = "preempt"  # a running sequence lost its blocks and went back to waiting
+    FINISH = "finish"  # a sequence ended (stop token or length)
+
+
+@dataclass(frozen=True)
+class Event:
+    """One engine event: the step it happened in, what, which sequence and which block."""
+
+    step: int
+    kind: EventKind
+    seq_id: int | None = None
+    block_id: int | None = None
+    detail: str = ""
+
+
+@dataclass
+class EventLog:
+    """An append-only list of events; ``step`` is the engine step events are stamped with."""
+
+    step: int = 0
+    events: list[Event] = field(default_factory=list)
+
+    def record(self, kind: EventKind, seq_id: int | None = None, block_id: int | None = None,
+               detail: str = "") -> None:
+        """Append one event stamped with the current step."""
+        self.events.append(Event(self.step, kind, seq_id, block_id, detail))
+
+    def of_kind(self, kind: EventKind) -> list[Event]:
+        """The events of one kind, in order."""
+        return [e for e in self.events if e.kind == kind]
+
+    def counts(self) -> dict[str, int]:
+        """How many events of each kind were recorded."""
+        return dict(Counter(e.kind.value for e in self.events))
