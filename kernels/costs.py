@@ -1,0 +1,170 @@
+"""The analytic cost model that lessons, simulators and the engine share (lessons 01, 03, 06, 07, 15, 16).
+
+Conventions, used everywhere in the course:
+
+* FLOPs count 2 per multiply-add. A forward pass counts the matmuls (q/k/v/o projections,
+  the SwiGLU MLP, the lm_head for the positions whose logits are needed) plus attention's
+  two grid products (scores = q.k and the weighted sum of v), each 2 x head_dim per score
+  cell. Norms, RoPE, softmax and activations are left out: they are a rounding error.
+* A "score cell" is one (query, key) pair of one head in one layer. With a causal mask,
+  the query at absolute position p sees keys 0..p (or the last ``window`` of them).
+* ``context_len`` is the number of tokens in the sequence after this pass, including the
+  ``num_new_tokens`` being processed now; the new tokens are its last positions.
+* Weight bytes "read per forward pass" count every weight matrix and norm vector once
+  (a matmul with M rows still reads each weight once) and the lm_head; the embedding
+  table is only gathered row by row, so an untied embedding table is not counted.
+
+``config`` is duck-typed: anything with the named attributes (a ``ModelConfig`` or a
+look-alike) works. Every count is validated: zero, negative, NaN or non-integer -> ValueError.
+"""
+
+from __future__ import annotations
+
+import math
+from numbers import Integral, Real
+from typing import Any
+
+
+def _count(name: str, value: Any, *, allow_zero: bool = False) -> int:
+    if isinstance(value, bool):
+        raise ValueError(f"{name} must be a whole number, got {value!r}")
+    if not isinstance(value, Integral):
+        if isinstance(value, Real) and math.isfinite(value) and float(value).is_integer():
+            value = int(value)
+        else:
+            raise ValueError(f"{name} must be a whole number, got {value!r}")
+    value = int(value)
+    if value < 0 or (value == 0 and not allow_zero):
+        kind = "non-negative" if allow_zero else "positive"
+        raise ValueError(f"{name} must be {kind}, got {value}")
+    return value
+
+
+def _attr(config: Any, name: str) -> int:
+    if not hasattr(config, name):
+        raise ValueError(f"config has no attribute {name!r}; pass a ModelConfig or a look-alike")
+    return _count(f"config.{name}", getattr(config, name))
+
+
+def kv_bytes_per_token(config: Any, bytes_per_value: int = 2) -> int:
+    """K and V for one token across all layers: 2 x layers x kv_heads x head_dim x bytes (lesson 07)."""
+    bpv = _count("bytes_per_value", bytes_per_value)
+    return 2 * _attr(config, "num_layers") * _attr(config, "num_kv_heads") * _attr(config, "head_dim") * bpv
+
+
+def kv_cache_bytes(config: Any, num_tokens: int, num_users: int = 1, bytes_per_value: int = 2) -> int:
+    """The cache for num_users sequences of num_tokens each (lesson 07: 13B, 4,000 tokens -> ~3.2 GB)."""
+    tokens = _count("num_tokens", num_tokens, allow_zero=True)
+    users = _count("num_users", num_users, allow_zero=True)
+    return kv_bytes_per_token(config, bytes_per_value) * tokens * users
+
+
+def quantized_kv_bytes_per_token(config: Any, bytes_per_value: int = 1, scale_bytes: int = 4) -> int:
+    """An int8 KV cache with one scale per token, per KV head, for K and for V (lesson 16)."""
+    bpv = _count("bytes_per_value", bytes_per_value)
+    sb = _count("scale_bytes", scale_bytes)
+    per_head = _attr(config, "head_dim") * bpv + sb
+    return 2 * _attr(config, "num_layers") * _attr(config, "num_kv_heads") * per_head
+
+
+def max_cached_tokens(config: Any, free_bytes: int, bytes_per_value: int = 2) -> int:
+    """How many tokens of KV cache fit in free_bytes (lesson 15: window = spare memory / bytes per token)."""
+    free = _count("free_bytes", free_bytes, allow_zero=True)
+    return free // kv_bytes_per_token(config, bytes_per_value)
+
+
+def layer_parameters(config: Any) -> int:
+    """Parameters of one decoder layer: attention projections (and biases), SwiGLU MLP, two norms."""
+    hidden, head_dim = _attr(config, "hidden_size"), _attr(config, "head_dim")
+    q_size = _attr(config, "num_heads") * head_dim
+    kv_size = _attr(config, "num_kv_heads") * head_dim
+    attention = hidden * (q_size + 2 * kv_size) + q_size * hidden
+    if getattr(config, "attention_bias", False):
+        attention += q_size + 2 * kv_size
+    if getattr(config, "attention_out_bias", False):
+        attention += hidden
+    mlp = 3 * hidden * _attr(config, "intermediate_size")
+    return attention + mlp + 2 * hidden
+
+
+def num_parameters(config: Any) -> int:
+    """All parameters: embedding, layers, final norm, and the lm_head unless tied to the embedding."""
+    hidden, vocab = _attr(config, "hidden_size"), _attr(config, "vocab_size")
+    embedding = vocab * hidden
+    lm_head = 0 if getattr(config, "tie_word_embeddings", False) else vocab * hidden
+    return embedding + _attr(config, "num_layers") * layer_parameters(config) + hidden + lm_head
+
+
+def weight_bytes(config: Any, bytes_per_value: int = 2) -> int:
+    """Bytes the weights occupy in memory (lesson 01)."""
+    return num_parameters(config) * _count("bytes_per_value", bytes_per_value)
+
+
+def weight_bytes_read_per_pass(config: Any, bytes_per_value: int = 2) -> int:
+    """Weight bytes one forward pass streams from memory, whatever its number of tokens (lesson 01).
+
+    Everything except an untied embedding table, which is gathered only at the input rows.
+    """
+    bpv = _count("bytes_per_value", bytes_per_value)
+    untied_table = 0 if getattr(config, "tie_word_embeddings", False) else (
+        _attr(config, "vocab_size") * _attr(config, "hidden_size"))
+    return (num_parameters(config) - untied_table) * bpv
+
+
+def score_cells_per_head(num_new_tokens: int, context_len: int, window: int | None = None) -> int:
+    """(query, key) pairs one head of one layer scores for the new tokens, causally (lesson 03)."""
+    new = _count("num_new_tokens", num_new_tokens, allow_zero=True)
+    ctx = _count("context_len", context_len, allow_zero=True)
+    if new > ctx:
+        raise ValueError(f"num_new_tokens ({new}) cannot exceed context_len ({ctx}), which includes them")
+    start = ctx - new  # absolute position of the first new token
+    if window is None:
+        # Sum of (p + 1) for p in start .. ctx-1.
+        return new * start + new * (new + 1) // 2
+    win = _count("window", window)
+    # Query at position p sees min(p + 1, window) keys: ramp up to the window, then flat.
+    ramp_end = min(ctx, max(start, win - 1))  # positions before win-1 still see fewer than win keys
+    ramp = ramp_end - start
+    ramp_cells = ramp * start + ramp * (ramp + 1) // 2
+    return ramp_cells + (new - ramp) * win
+
+
+def score_cells(config: Any, num_new_tokens: int, context_len: int, window: int | None = None) -> int:
+    """Score cells over all heads and layers: score_cells_per_head x num_heads x num_layers (lesson 03)."""
+    per_head = score_cells_per_head(num_new_tokens, context_len, window)
+    return per_head * _attr(config, "num_heads") * _attr(config, "num_layers")
+
+
+def score_grid_bytes(num_queries: int, num_keys: int, num_heads: int = 1, bytes_per_value: int = 4) -> int:
+    """Memory for a materialised (heads, queries, keys) score grid, as naive attention holds it (lesson 03)."""
+    return (_count("num_queries", num_queries, allow_zero=True) * _count("num_keys", num_keys, allow_zero=True)
+            * _count("num_heads", num_heads) * _count("bytes_per_value", bytes_per_value))
+
+
+def matmul_flops_per_token(config: Any, with_lm_head: bool = True) -> int:
+    """Projection and MLP FLOPs for one token through all layers (2 per multiply-add), plus the lm_head."""
+    hidden, head_dim = _attr(config, "hidden_size"), _attr(config, "head_dim")
+    q_size = _attr(config, "num_heads") * head_dim
+    kv_size = _attr(config, "num_kv_heads") * head_dim
+    per_layer = hidden * (q_size + 2 * kv_size) + q_size * hidden + 3 * hidden * _attr(config, "intermediate_size")
+    total = _attr(config, "num_layers") * per_layer
+    if with_lm_head:
+        total += hidden * _attr(config, "vocab_size")
+    return 2 * total
+
+
+def forward_flops(config: Any, num_new_tokens: int, context_len: int, num_logits: int | None = None,
+                  window: int | None = None) -> int:
+    """FLOPs of one forward pass over num_new_tokens at the end of a context_len sequence (lesson 01).
+
+    ``num_logits`` is how many positions go through the lm_head; None means all new tokens
+    (the plain forward pass); generation needs only the last one (num_logits=1).
+    """
+    new = _count("num_new_tokens", num_new_tokens, allow_zero=True)
+    logits = new if num_logits is None else _count("num_logits", num_logits, allow_zero=True)
+    if logits > new:
+        raise ValueError(f"num_logits ({logits}) cannot exceed num_new_tokens ({new})")
+    matmuls = new * matmul_flops_per_token(config, with_lm_head=False)
+    lm_head = 2 * logits * _attr(config, "hidden_size") * _attr(config, "vocab_size")
+    attention = 4 * _attr(config, "head_dim") * score_cells(config, new, context_len, window)
+    return matmuls + lm_head + attention

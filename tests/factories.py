@@ -1,0 +1,81 @@
+"""Tiny models for fast tests: a config factory and random Hugging Face Llama/Qwen2 models."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from kvcourse.kernels.config import ModelConfig
+
+TINY_DEFAULTS: dict[str, Any] = dict(
+    vocab_size=96,
+    hidden_size=32,
+    intermediate_size=64,
+    num_layers=2,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=None,
+    rope_theta=10000.0,
+    rms_norm_eps=1e-5,
+    max_position_embeddings=128,
+    tie_word_embeddings=False,
+    attention_bias=False,
+)
+
+
+def make_config(**overrides: Any) -> ModelConfig:
+    """A tiny valid ModelConfig (2 layers, 4 query heads, 2 KV heads of 8); override any field."""
+    return ModelConfig(**{**TINY_DEFAULTS, **overrides})
+
+
+def hf_config_for(config: ModelConfig, arch: str = "llama", initializer_range: float = 0.1):
+    """The transformers config equivalent to a ModelConfig ("llama" or "qwen2" architecture)."""
+    from transformers import LlamaConfig, Qwen2Config
+
+    common = dict(
+        vocab_size=config.vocab_size,
+        hidden_size=config.hidden_size,
+        intermediate_size=config.intermediate_size,
+        num_hidden_layers=config.num_layers,
+        num_attention_heads=config.num_heads,
+        num_key_value_heads=config.num_kv_heads,
+        head_dim=config.head_dim,
+        rms_norm_eps=config.rms_norm_eps,
+        max_position_embeddings=config.max_position_embeddings,
+        tie_word_embeddings=config.tie_word_embeddings,
+        rope_parameters={"rope_type": "default", "rope_theta": config.rope_theta},
+        initializer_range=initializer_range,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+    )
+    if arch == "llama":
+        return LlamaConfig(**common, attention_bias=config.attention_bias)
+    if arch == "qwen2":
+        return Qwen2Config(**common)
+    raise ValueError(f"arch must be 'llama' or 'qwen2', got {arch!r}")
+
+
+def make_tiny_hf_llama(arch: str = "llama", seed: int = 0, dtype: torch.dtype = torch.float32,
+                       initializer_range: float = 0.1, **overrides: Any):
+    """A random LlamaForCausalLM (or Qwen2ForCausalLM with arch="qwen2") built from make_config(**overrides).
+
+    The seed is fixed so every test sees the same weights; the wider-than-default init keeps
+    the logits well separated, so greedy argmax never hangs on a near tie.
+    """
+    from transformers import LlamaForCausalLM, Qwen2ForCausalLM
+
+    if arch == "qwen2":
+        overrides.setdefault("attention_bias", True)
+    config = make_config(**overrides)
+    hf_config = hf_config_for(config, arch, initializer_range)
+    cls = LlamaForCausalLM if arch == "llama" else Qwen2ForCausalLM
+    torch.manual_seed(seed)
+    model = cls(hf_config)
+    if arch == "qwen2" or config.attention_bias:
+        # HF initialises biases to zero; random biases make the test actually check them.
+        with torch.no_grad():
+            for name, param in model.named_parameters():
+                if name.endswith("proj.bias"):
+                    param.normal_(0.0, initializer_range)
+    return model.to(dtype).eval()

@@ -1,0 +1,114 @@
+"""The analytic cost model: hand-checked numbers, chapter 003's example, brute-force counts."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from factories import make_config, make_tiny_hf_llama
+from kvcourse.kernels import costs
+from kvcourse.kernels.model_configs import EXAMPLE_13B
+
+
+def test_chapter_003_example_13b():
+    assert costs.kv_bytes_per_token(EXAMPLE_13B, 2) == 819_200
+    one_user = costs.kv_cache_bytes(EXAMPLE_13B, num_tokens=4000)
+    assert one_user == 3_276_800_000  # ~3.2 GB
+    assert costs.kv_cache_bytes(EXAMPLE_13B, num_tokens=4000, num_users=32) == 104_857_600_000  # ~100 GB
+
+
+def test_kv_bytes_formula_on_tiny_config():
+    config = make_config(num_layers=3, num_kv_heads=2, head_dim=8, num_heads=4)
+    assert costs.kv_bytes_per_token(config, 4) == 2 * 3 * 2 * 8 * 4
+
+
+def test_quantized_bytes_count_the_scales():
+    config = make_config(num_layers=2, num_kv_heads=2, head_dim=8)
+    assert costs.quantized_kv_bytes_per_token(config, 1, 4) == 2 * 2 * 2 * (8 + 4)
+
+
+def test_max_cached_tokens_is_free_memory_over_bytes_per_token():
+    assert costs.max_cached_tokens(EXAMPLE_13B, 80 * 10**9) == 80 * 10**9 // 819_200
+
+
+@pytest.mark.parametrize("arch,tied", [("llama", False), ("llama", True), ("qwen2", False)])
+def test_num_parameters_matches_real_tensors(arch, tied):
+    from kvcourse.kernels.config import ModelConfig
+
+    model = make_tiny_hf_llama(arch, tie_word_embeddings=tied)
+    config = ModelConfig.from_hf(model.config)
+    assert costs.num_parameters(config) == sum(p.numel() for p in model.parameters())
+    assert costs.weight_bytes(config, 4) == sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+def test_weight_bytes_read_skips_only_an_untied_embedding_table():
+    tied, untied = make_config(tie_word_embeddings=True), make_config(tie_word_embeddings=False)
+    assert costs.weight_bytes_read_per_pass(tied, 2) == costs.weight_bytes(tied, 2)
+    assert costs.weight_bytes_read_per_pass(untied, 2) == costs.weight_bytes(untied, 2) - 2 * 96 * 32
+
+
+def brute_cells(num_new, context_len, window=None):
+    cells = 0
+    for p in range(context_len - num_new, context_len):
+        cells += p + 1 if window is None else min(p + 1, window)
+    return cells
+
+
+@pytest.mark.parametrize("num_new,ctx", [(1, 1), (5, 5), (1, 10), (3, 10), (0, 4), (10, 10)])
+@pytest.mark.parametrize("window", [None, 1, 3, 7, 20])
+def test_score_cells_match_brute_force(num_new, ctx, window):
+    assert costs.score_cells_per_head(num_new, ctx, window) == brute_cells(num_new, ctx, window)
+
+
+def test_score_cells_total_and_prefill_is_quadratic():
+    config = make_config()
+    assert costs.score_cells(config, 8, 8) == 36 * config.num_heads * config.num_layers
+    assert costs.score_cells_per_head(100, 100) == 5050
+
+
+def test_forward_flops_decomposition():
+    config = make_config()
+    h, hd, inter, v = 32, 8, 64, 96
+    per_layer_token = 2 * (h * (4 * hd + 2 * 2 * hd) + 4 * hd * h + 3 * h * inter)
+    expected = 3 * 2 * per_layer_token + 2 * 1 * h * v + 4 * hd * costs.score_cells(config, 3, 5)
+    assert costs.forward_flops(config, 3, 5, num_logits=1) == expected
+    all_logits = costs.forward_flops(config, 3, 5)
+    assert all_logits - expected == 2 * 2 * h * v
+
+
+def test_flops_per_token_is_about_twice_the_parameters():
+    config = EXAMPLE_13B
+    ratio = costs.matmul_flops_per_token(config) / (2 * costs.num_parameters(config))
+    assert 0.98 < ratio < 1.0
+
+
+def test_score_grid_bytes():
+    assert costs.score_grid_bytes(4, 6, num_heads=2, bytes_per_value=4) == 4 * 6 * 2 * 4
+
+
+@pytest.mark.parametrize("bad", [0, -1, math.nan, 1.5, "2", True])
+def test_bad_bytes_per_value(bad):
+    with pytest.raises(ValueError, match="bytes_per_value"):
+        costs.kv_bytes_per_token(EXAMPLE_13B, bad)
+
+
+@pytest.mark.parametrize("bad", [-1, math.nan, math.inf, 2.5])
+def test_bad_token_and_user_counts(bad):
+    with pytest.raises(ValueError, match="num_tokens"):
+        costs.kv_cache_bytes(EXAMPLE_13B, bad)
+    with pytest.raises(ValueError, match="num_users"):
+        costs.kv_cache_bytes(EXAMPLE_13B, 10, bad)
+
+
+def test_new_tokens_cannot_exceed_context():
+    with pytest.raises(ValueError, match="cannot exceed"):
+        costs.score_cells_per_head(5, 4)
+
+
+def test_duck_typed_config_and_missing_attribute():
+    class Shape:
+        num_layers, num_kv_heads, head_dim = 2, 1, 4
+
+    assert costs.kv_bytes_per_token(Shape(), 1) == 16
+    with pytest.raises(ValueError, match="config has no attribute"):
+        costs.kv_bytes_per_token(object())
