@@ -25,7 +25,7 @@ lab: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m ruff check .
-	$(PY) -m pytest
+	$(VENV)/bin/pytest
 
 timing-lab: $(STAMP)
 	$(VENV)/bin/kvcourse timing-lab

@@ -25,7 +25,13 @@ def _doctor(args: argparse.Namespace) -> int:
 def _lab(args: argparse.Namespace) -> int:
     from kvcourse.lab import open_lab
 
-    open_lab(args.jupyter_args)
+    extra = [f"--ServerApp.port={args.port}"] if args.port else []
+    if args.no_browser:
+        extra.append("--no-browser")
+    if args.token is not None:
+        extra.append(f"--IdentityProvider.token={args.token}")
+    extra += [a for a in args.jupyter_args if a != "--"]
+    open_lab(extra)
     return 0  # not reached: open_lab replaces the process
 
 
@@ -35,8 +41,11 @@ def _add_core(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("doctor", help="check packages, device and model")
     p.set_defaults(func=_doctor)
     p = sub.add_parser("lab", help="open the course in JupyterLab (what `make lab` runs)")
+    p.add_argument("--port", type=int, default=None, help="port to serve on (default: Jupyter's)")
+    p.add_argument("--no-browser", action="store_true", help="do not open a browser")
+    p.add_argument("--token", default=None, help="access token ('' for none; default: a random one)")
     p.add_argument("jupyter_args", nargs=argparse.REMAINDER,
-                   help="passed on to `jupyter lab`, e.g. --no-browser --port 8899")
+                   help="after --, passed on to `jupyter lab` unchanged")
     p.set_defaults(func=_lab)
 
 

