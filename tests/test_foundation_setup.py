@@ -120,3 +120,10 @@ def test_cli_lab_builds_the_jupyter_command(monkeypatch):
 
     command = lab_command(["--no-browser"])
     assert command[1:4] == ["-m", "jupyter", "lab"] and "lessons/00_start_here.ipynb" in command
+
+
+def test_readme_gives_the_two_commands_and_the_course_map():
+    readme = (REPO_ROOT / "README.md").read_text()
+    assert "make lab" in readme and "make test" in readme
+    for lesson in load_syllabus():
+        assert f"| {lesson.number} | {lesson.title} |" in readme
