@@ -1,0 +1,88 @@
+"""Paged attention in plain PyTorch: attention that reads K/V through a block table (lesson 10).
+
+The pool of one layer is ``(num_blocks, block_size, num_kv_heads, head_dim)``; a sequence's
+keys are the rows of the blocks its block table lists, in order, cut at its context length.
+``paged_attention_reference`` is the readable definition (one sequence at a time, a gather, a
+dense softmax); ``paged_decode_attention`` is the batched CPU path the engine uses for decode,
+and the Triton kernel in ``triton_paged_attention`` must agree with both.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def write_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+             slot_mapping: torch.Tensor) -> None:
+    """Store each new token's K/V at its slot (physical block * block_size + offset)."""
+    num_kv_heads, head_dim = k_cache.shape[-2:]
+    k_cache.view(-1, num_kv_heads, head_dim).index_copy_(0, slot_mapping, k)  # (slots, kv_heads, D)
+    v_cache.view(-1, num_kv_heads, head_dim).index_copy_(0, slot_mapping, v)
+
+
+def gather_kv(cache: torch.Tensor, block_table: torch.Tensor, context_len: int) -> torch.Tensor:
+    """One sequence's K (or V) in logical order: (context_len, num_kv_heads, head_dim)."""
+    block_size = cache.shape[1]
+    num_blocks = (context_len + block_size - 1) // block_size
+    blocks = cache.index_select(0, block_table[:num_blocks])  # (n, block_size, kv_heads, D)
+    return blocks.flatten(0, 1)[:context_len]  # (context_len, kv_heads, D)
+
+
+def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
+    """Queries are the last ``len(q)`` of the ``len(k)`` positions; each sees itself and earlier keys.
+
+    q: (n, num_heads, D); k, v: (context_len, num_kv_heads, D) -> (n, num_heads, D).
+    """
+    num_queries, context_len = q.shape[0], k.shape[0]
+    num_heads, num_kv_heads = q.shape[1], k.shape[1]
+    qh, kh, vh = q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1)  # (heads, len, D)
+    if num_queries == context_len:
+        out = torch.nn.functional.scaled_dot_product_attention(
+            qh, kh, vh, is_causal=True, scale=scale, enable_gqa=num_heads != num_kv_heads)
+    else:
+        # the cached prefix is fully visible; the new tokens see each other causally
+        mask = torch.ones(num_queries, context_len, dtype=torch.bool, device=q.device)
+        mask = mask.tril(diagonal=context_len - num_queries)
+        out = torch.nn.functional.scaled_dot_product_attention(
+            qh, kh, vh, attn_mask=mask, scale=scale, enable_gqa=num_heads != num_kv_heads)
+    return out.transpose(0, 1)  # (n, num_heads, D)
+
+
+def paged_attention_reference(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                              block_tables: torch.Tensor, context_lens: list[int], query_lens: list[int],
+                              scale: float) -> torch.Tensor:
+    """The definition: for each sequence, gather its K/V through its block table and attend.
+
+    q: (total new tokens, num_heads, D), sequences concatenated; returns the same shape.
+    """
+    outputs, start = [], 0
+    for i, (context_len, query_len) in enumerate(zip(context_lens, query_lens)):
+        k = gather_kv(k_cache, block_tables[i], context_len)
+        v = gather_kv(v_cache, block_tables[i], context_len)
+        outputs.append(causal_attention(q[start:start + query_len], k, v, scale))
+        start += query_len
+    return torch.cat(outputs)
+
+
+def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                           block_tables: torch.Tensor, context_lens: torch.Tensor, scale: float) -> torch.Tensor:
+    """One new token per sequence, all sequences at once: q (B, num_heads, D) -> (B, num_heads, D).
+
+    Rows of ``block_tables`` are padded past each sequence's last block; the padding is masked
+    out by ``context_lens``, so whatever block it names is never read into the result.
+    """
+    batch, num_heads, head_dim = q.shape
+    block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
+    group = num_heads // num_kv_heads
+    num_blocks = (int(context_lens.max()) + block_size - 1) // block_size
+    table = block_tables[:, :num_blocks]
+    num_keys = num_blocks * block_size
+    k = k_cache[table].view(batch, num_keys, num_kv_heads, head_dim).transpose(1, 2)  # (B, kv, S, D)
+    v = v_cache[table].view(batch, num_keys, num_kv_heads, head_dim).transpose(1, 2)  # (B, kv, S, D)
+    qg = q.view(batch, num_kv_heads, group, head_dim)  # (B, kv, group, D): query heads sharing a KV head
+    scores = torch.matmul(qg, k.transpose(-1, -2)) * scale  # (B, kv, group, S)
+    visible = torch.arange(num_keys, device=q.device) < context_lens[:, None]  # (B, S)
+    scores = scores.masked_fill(~visible[:, None, None, :], float("-inf"))
+    probs = torch.softmax(scores.float(), dim=-1).to(v.dtype)
+    out = torch.matmul(probs, v)  # (B, kv, group, D)
+    return out.reshape(batch, num_heads, head_dim)  # (B, num_heads, D)

@@ -1,0 +1,142 @@
+"""The paged attention backend: K/V live in a block pool, read through block tables (lessons 10-11).
+
+``PagedMetadata`` says, for one forward pass over a flat batch of new tokens from several
+sequences, where each token's K/V goes (``slot_mapping``) and which blocks each sequence reads
+(``block_tables``, ``context_lens``). A fresh ``PagedAttentionBackend`` is made per step from
+the pool and that metadata, so nothing travels through a module global.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from kvcourse.kernels.block_manager import BlockCopy
+from kvcourse.kernels.paged_attention import causal_attention, gather_kv, paged_decode_attention, write_kv
+
+
+@dataclass
+class KVPool:
+    """The preallocated K and V blocks of every layer: (num_layers, num_blocks, block_size, kv_heads, D)."""
+
+    k: torch.Tensor
+    v: torch.Tensor
+
+    @classmethod
+    def create(cls, num_layers: int, num_blocks: int, block_size: int, num_kv_heads: int, head_dim: int,
+               dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu") -> KVPool:
+        shape = (num_layers, num_blocks, block_size, num_kv_heads, head_dim)
+        return cls(torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
+
+    @property
+    def num_blocks(self) -> int:
+        return self.k.shape[1]
+
+    @property
+    def block_size(self) -> int:
+        return self.k.shape[2]
+
+    @property
+    def nbytes(self) -> int:
+        return self.k.nbytes + self.v.nbytes
+
+    def copy_blocks(self, copies: list[BlockCopy]) -> None:
+        """Copy-on-write: duplicate whole blocks in every layer before they are written (lesson 12)."""
+        if not copies:
+            return
+        src = torch.tensor([c.src for c in copies], device=self.k.device)
+        dst = torch.tensor([c.dst for c in copies], device=self.k.device)
+        self.k[:, dst] = self.k[:, src]
+        self.v[:, dst] = self.v[:, src]
+
+
+@dataclass(frozen=True)
+class PagedMetadata:
+    """Per-step attention metadata for a flat batch of sequences (lesson 10)."""
+
+    slot_mapping: torch.Tensor  # (T,) pool slot of each new token
+    positions: torch.Tensor  # (T,) position of each new token in its sequence
+    block_tables: torch.Tensor  # (B, max blocks), rows padded with block 0 (masked by context_lens)
+    context_lens: torch.Tensor  # (B,) tokens in the cache once this step's tokens are written
+    query_lens: tuple[int, ...]  # new tokens per sequence, in batch order
+    context_lens_list: tuple[int, ...]
+
+    @classmethod
+    def build(cls, block_tables: list[list[int]], num_computed: list[int], query_lens: list[int],
+              block_size: int, device: str | torch.device = "cpu") -> PagedMetadata:
+        """Metadata for sequences whose first ``num_computed`` tokens are cached and next ``query_lens`` are new."""
+        if not (len(block_tables) == len(num_computed) == len(query_lens)) or not block_tables:
+            raise ValueError("block_tables, num_computed and query_lens must be non-empty and equally long")
+        slots, positions = [], []
+        for table, done, new in zip(block_tables, num_computed, query_lens):
+            if new < 1 or (done + new) > len(table) * block_size:
+                raise ValueError(f"{new} new tokens after {done} do not fit {len(table)} blocks of {block_size}")
+            for pos in range(done, done + new):
+                slots.append(table[pos // block_size] * block_size + pos % block_size)
+                positions.append(pos)
+        width = max(len(t) for t in block_tables)
+        padded = [t + [0] * (width - len(t)) for t in block_tables]
+        context = [d + n for d, n in zip(num_computed, query_lens)]
+        return cls(
+            slot_mapping=torch.tensor(slots, dtype=torch.long, device=device),
+            positions=torch.tensor(positions, dtype=torch.long, device=device),
+            block_tables=torch.tensor(padded, dtype=torch.long, device=device),
+            context_lens=torch.tensor(context, dtype=torch.long, device=device),
+            query_lens=tuple(query_lens),
+            context_lens_list=tuple(context),
+        )
+
+    @property
+    def num_seqs(self) -> int:
+        return len(self.query_lens)
+
+    @property
+    def is_decode_only(self) -> bool:
+        return all(n == 1 for n in self.query_lens)
+
+
+class PagedAttentionBackend:
+    """Writes K/V into the pool at ``slot_mapping`` and attends through the block tables (lesson 10)."""
+
+    def __init__(self, pool: KVPool, metadata: PagedMetadata, use_triton: bool | None = None) -> None:
+        self.pool = pool
+        self.metadata = metadata
+        self.use_triton = pool.k.is_cuda if use_triton is None else use_triton
+
+    def _decode(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                block_tables: torch.Tensor, context_lens: torch.Tensor, scale: float) -> torch.Tensor:
+        if self.use_triton:
+            from kvcourse.kernels.triton_paged_attention import triton_paged_decode
+
+            return triton_paged_decode(q, k_cache, v_cache, block_tables, context_lens, scale)
+        return paged_decode_attention(q, k_cache, v_cache, block_tables, context_lens, scale)
+
+    def attend(self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """q: (T, num_heads, D), k and v: (T, num_kv_heads, D) -> (T, num_heads, D)."""
+        meta = self.metadata
+        k_cache, v_cache = self.pool.k[layer_idx], self.pool.v[layer_idx]
+        write_kv(k_cache, v_cache, k, v, meta.slot_mapping)
+        scale = q.shape[-1] ** -0.5
+        if meta.is_decode_only:
+            return self._decode(q, k_cache, v_cache, meta.block_tables, meta.context_lens, scale)
+        out = torch.empty_like(q)
+        decode_rows, decode_seqs, start = [], [], 0
+        for i, (new, context) in enumerate(zip(meta.query_lens, meta.context_lens_list)):
+            rows = slice(start, start + new)
+            if new == 1:
+                decode_rows.append(start)
+                decode_seqs.append(i)
+            elif new == context:  # nothing cached before: attend to the new K/V directly, no gather
+                out[rows] = causal_attention(q[rows], k[rows], v[rows], scale)
+            else:  # a prefill chunk after cached tokens (prefix hit or chunked prefill)
+                table = meta.block_tables[i]
+                out[rows] = causal_attention(q[rows], gather_kv(k_cache, table, context),
+                                             gather_kv(v_cache, table, context), scale)
+            start += new
+        if decode_rows:
+            rows_t = torch.tensor(decode_rows, device=q.device)
+            seqs_t = torch.tensor(decode_seqs, device=q.device)
+            out[rows_t] = self._decode(q[rows_t], k_cache, v_cache, meta.block_tables[seqs_t],
+                                       meta.context_lens[seqs_t], scale)
+        return out
