@@ -1,0 +1,80 @@
+"""Every lesson notebook runs top to bottom offline, and is committed clean (no outputs)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from kvcourse.syllabus import REPO_ROOT, load_syllabus
+
+LESSONS_DIR = REPO_ROOT / "lessons"
+NOTEBOOKS = sorted(LESSONS_DIR.glob("*.ipynb"))
+CELL_TIMEOUT_S = 300
+
+
+def _committed_notebooks() -> list[Path]:
+    """Notebooks git tracks under lessons/ (all present ones when git is unavailable)."""
+    try:
+        out = subprocess.run(["git", "ls-files", "lessons/*.ipynb"], cwd=REPO_ROOT, capture_output=True,
+                             text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return NOTEBOOKS
+    return [REPO_ROOT / line for line in out.splitlines() if line and (REPO_ROOT / line).exists()]
+
+
+def _execute(nb: nbformat.NotebookNode, monkeypatch: pytest.MonkeyPatch) -> nbformat.NotebookNode:
+    # The kernel inherits this environment: no hub access, two threads at most.
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")
+    monkeypatch.setenv("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS", "2"))
+    client = NotebookClient(nb, kernel_name="python3", timeout=CELL_TIMEOUT_S, allow_errors=False,
+                            resources={"metadata": {"path": str(LESSONS_DIR)}})
+    return client.execute()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_runs_without_errors(path: Path, monkeypatch: pytest.MonkeyPatch, record_property) -> None:
+    nb = nbformat.read(path, as_version=4)
+    start = time.perf_counter()
+    _execute(nb, monkeypatch)  # raises CellExecutionError, naming the cell, on any error
+    seconds = time.perf_counter() - start
+    record_property("seconds", round(seconds, 1))
+    print(f"{path.name}: {seconds:.1f} s")
+
+
+@pytest.mark.slow
+def test_kernel_is_this_python(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The "python3" kernel must be the venv's interpreter, or the notebooks would test another install."""
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("import sys; print(sys.executable)")])
+    executed = _execute(nb, monkeypatch)
+    printed = executed.cells[0].outputs[0]["text"].strip()
+    assert Path(printed).resolve() == Path(sys.executable).resolve()
+
+
+@pytest.mark.parametrize("path", _committed_notebooks(), ids=lambda p: p.stem)
+def test_committed_notebook_has_no_outputs(path: Path) -> None:
+    nb = nbformat.read(path, as_version=4)
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type == "code":
+            assert cell.outputs == [], f"{path.name} cell {i} has outputs; commit notebooks cleared"
+            assert cell.execution_count is None, f"{path.name} cell {i} has an execution count"
+
+
+def test_syllabus_notebooks_are_valid_nbformat() -> None:
+    for lesson in load_syllabus():
+        if lesson.notebook_path.exists():
+            nbformat.validate(nbformat.read(lesson.notebook_path, as_version=4))  # raises ValidationError
+
+
+def test_every_lesson_notebook_is_in_the_syllabus() -> None:
+    listed = {Path(lesson.notebook).name for lesson in load_syllabus()}
+    stray = [p.name for p in NOTEBOOKS if p.name not in listed]
+    assert not stray, f"notebooks missing from course/syllabus.toml: {stray}"
