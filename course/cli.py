@@ -49,8 +49,14 @@ def _add_core(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_lab)
 
 
+def _add_timing_lab(sub: argparse._SubParsersAction) -> None:
+    from kvcourse.timing_lab_cli import add_timing_lab
+
+    add_timing_lab(sub)
+
+
 # Each entry adds its subcommands to the parser; issues that add a subcommand add a line here.
-REGISTRARS: list[Callable[[argparse._SubParsersAction], None]] = [_add_core]
+REGISTRARS: list[Callable[[argparse._SubParsersAction], None]] = [_add_core, _add_timing_lab]
 
 
 def build_parser() -> argparse.ArgumentParser:
