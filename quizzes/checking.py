@@ -1,0 +1,160 @@
+"""Checking one answer to one question, for any kind, without ever raising (lesson 00).
+
+Malformed answers ("abc" for a number, None, a list, code that does not run) get a verdict
+that says what was wrong, never a traceback.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .formulas import compute_answer, draw_params, render
+from .model import Kind, Question
+from .units import AnswerFormatError, format_quantity, parse_quantity, within_tolerance
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The outcome of one attempt: whether it passed, what to tell the learner, and why."""
+
+    passed: bool
+    message: str
+    explanation: str = ""
+    malformed: bool = False
+
+
+def check(question: Question, answer: Any, seed: str = "") -> Verdict:
+    """Check an answer; ``seed`` draws the values of a parameterised question."""
+    checker = {
+        Kind.CHOICE: _check_choice,
+        Kind.NUMERIC: lambda q, a, s: _check_number(q, a, q.answer, q.explanation),
+        Kind.PARAMETERISED: _check_parameterised,
+        Kind.CODE: _check_code,
+        Kind.FREE: _check_free,
+    }[question.kind]
+    return checker(question, answer, seed)
+
+
+def choice_key(question: Question, answer: Any) -> str | None:
+    """The option key an answer names ("b", "B", or the option's full text); None if it names none."""
+    if not isinstance(answer, str):
+        return None
+    text = answer.strip()
+    if text.lower() in question.option_keys:
+        return text.lower()
+    for key, option in zip(question.option_keys, question.options):
+        if text == option.strip():
+            return key
+    return None
+
+
+def _check_choice(question: Question, answer: Any, seed: str) -> Verdict:
+    key = choice_key(question, answer)
+    if key is None:
+        keys = ", ".join(f'"{k}"' for k in question.option_keys)
+        return Verdict(False, f"Answer with one option's letter: {keys} (got {answer!r}).", malformed=True)
+    why = question.explanations[key]
+    if key == question.correct:
+        return Verdict(True, f"Right: ({key}).", why)
+    return Verdict(False, f"Not ({key}).", why)
+
+
+def _check_number(question: Question, answer: Any, expected: float, explanation: str) -> Verdict:
+    try:
+        value = parse_quantity(answer, question.unit)
+    except AnswerFormatError as err:
+        return Verdict(False, f"Could not read that answer: {err}.", malformed=True)
+    if within_tolerance(value, expected, question.rel_tol, question.abs_tol):
+        return Verdict(True, f"Right: {format_quantity(expected, question.unit)}.", explanation)
+    hint = ""
+    if expected and value and math.isfinite(value / expected):
+        ratio = value / expected
+        if ratio > 1.5 or ratio < 1 / 1.5:
+            hint = f" Your answer is about {ratio:.3g} times the right one."
+        else:
+            hint = " Close, but outside the tolerance."
+    return Verdict(False, f"Not quite: you gave {format_quantity(value, question.unit)}.{hint}")
+
+
+def _check_parameterised(question: Question, answer: Any, seed: str) -> Verdict:
+    values = draw_params(question, seed)
+    expected = compute_answer(question, values)
+    return _check_number(question, answer, expected, render(question.explanation, {**values, "answer": expected}))
+
+
+def compile_function(source: str, name: str) -> Callable:
+    """The function ``name`` defined by ``source``; ValueError says why there is none."""
+    namespace: dict[str, Any] = {}
+    try:
+        exec(compile(source, "<your code>", "exec"), namespace)  # noqa: S102 - the learner's own code
+    except SyntaxError as err:
+        raise ValueError(f"your code does not parse: {err.msg} (line {err.lineno})") from None
+    except Exception as err:  # any error while defining it is the learner's to fix
+        raise ValueError(f"your code raised {type(err).__name__}: {err}") from None
+    func = namespace.get(name)
+    if not callable(func):
+        raise ValueError(f"your code must define a function named {name}()")
+    return func
+
+
+def same_value(got: Any, expected: Any) -> bool:
+    """Equal, with a relative tolerance of 1e-9 for numbers (floats add up in different orders)."""
+    if isinstance(expected, bool) or isinstance(got, bool):
+        return got is expected
+    if isinstance(expected, (int, float)) and isinstance(got, (int, float)):
+        return math.isclose(got, expected, rel_tol=1e-9, abs_tol=1e-9)
+    return bool(got == expected)
+
+
+def expected_results(question: Question) -> list[tuple[tuple, Any]]:
+    """(arguments, what the reference solution returns) for every test case."""
+    reference = compile_function(question.solution, question.function)
+    return [(tuple(args), reference(*args)) for args in question.cases]
+
+
+def _check_code(question: Question, answer: Any, seed: str) -> Verdict:
+    try:
+        func = answer if callable(answer) else compile_function(_source(answer), question.function)
+    except ValueError as err:
+        return Verdict(False, str(err)[0].upper() + str(err)[1:] + ".", malformed=True)
+    for args, expected in expected_results(question):
+        call = f"{question.function}({', '.join(map(repr, args))})"
+        try:
+            got = func(*args)
+        except Exception as err:  # the learner's function failing is feedback, not a crash
+            return Verdict(False, f"{call} raised {type(err).__name__}: {err}", malformed=True)
+        if not same_value(got, expected):
+            return Verdict(False, f"{call} returned {got!r}; that is not right.")
+    return Verdict(True, f"All {len(question.cases)} test cases pass.", question.explanation)
+
+
+def _source(answer: Any) -> str:
+    if not isinstance(answer, str) or not answer.strip():
+        raise ValueError("write your function first")
+    return answer
+
+
+def _check_free(question: Question, answer: Any, seed: str) -> Verdict:
+    if not isinstance(answer, str) or len(answer.strip()) < question.min_chars:
+        return Verdict(False, f"Write your own answer first (at least {question.min_chars} characters); "
+                              "then compare it with the model answer.", malformed=True)
+    return Verdict(True, "Compare your answer with this model answer:", question.model_answer)
+
+
+def expected_number(question: Question, seed: str = "") -> float:
+    """The right number of a numeric or parameterised question (for the seed's drawn values)."""
+    if question.kind is Kind.NUMERIC:
+        return float(question.answer)
+    if question.kind is Kind.PARAMETERISED:
+        return compute_answer(question, draw_params(question, seed))
+    raise ValueError(f"question {question.id!r} is a {question.kind.value} question, not numeric")
+
+
+def prompt_for(question: Question, seed: str = "") -> str:
+    """The prompt as the learner sees it, with drawn values filled in."""
+    if question.kind is Kind.PARAMETERISED:
+        return render(question.prompt, draw_params(question, seed))
+    return question.prompt

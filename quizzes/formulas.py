@@ -1,0 +1,111 @@
+"""Parameterised questions: values drawn from a seed, answers computed by the engine (lessons 02-16).
+
+A parameterised question names a formula here and lists the values each parameter may take.
+The values are drawn from a seed (a learner's local seed, or a student id when grading), and
+the answer is always computed, by kvcourse.kernels.costs where the engine has the formula, so
+no answer is ever stored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from kvcourse.kernels import costs
+from kvcourse.kernels.model_configs import MODEL_CONFIGS
+
+if TYPE_CHECKING:
+    from .model import Question
+
+GB = 10**9
+_DTYPES = {1: "8-bit (int8)", 2: "16-bit (fp16/bf16)", 4: "32-bit (fp32)"}
+
+
+@dataclass(frozen=True)
+class Formula:
+    """How a parameterised answer is computed from the drawn values."""
+
+    params: tuple[str, ...]
+    compute: Callable[[dict[str, Any]], float]
+
+
+def _config(values: dict[str, Any]):
+    return MODEL_CONFIGS[values["model"]]
+
+
+def _no_cache_tokens(values: dict[str, Any]) -> float:
+    # Without a cache, step i (0-based) feeds the prompt plus the i tokens written so far.
+    prompt, new = values["prompt_tokens"], values["new_tokens"]
+    return new * prompt + new * (new - 1) // 2
+
+
+def _max_users(values: dict[str, Any]) -> float:
+    # Weights first, then whole conversations of num_tokens each in what is left.
+    cfg = _config(values)
+    free = values["gpu_gb"] * GB - costs.weight_bytes(cfg, values["bytes_per_value"])
+    per_user = costs.kv_cache_bytes(cfg, values["num_tokens"], 1, values["bytes_per_value"])
+    return max(free, 0) // per_user
+
+
+def _last_block_waste(values: dict[str, Any]) -> float:
+    block_size, tokens = values["block_size"], values["num_tokens"]
+    return math.ceil(tokens / block_size) * block_size - tokens
+
+
+FORMULAS: dict[str, Formula] = {
+    "kv_bytes_per_token": Formula(
+        ("model", "bytes_per_value"),
+        lambda v: costs.kv_bytes_per_token(_config(v), v["bytes_per_value"])),
+    "kv_cache_bytes": Formula(
+        ("model", "num_tokens", "num_users", "bytes_per_value"),
+        lambda v: costs.kv_cache_bytes(_config(v), v["num_tokens"], v["num_users"], v["bytes_per_value"])),
+    "weight_bytes": Formula(
+        ("model", "bytes_per_value"),
+        lambda v: costs.weight_bytes(_config(v), v["bytes_per_value"])),
+    "max_cached_tokens": Formula(
+        ("model", "free_gb", "bytes_per_value"),
+        lambda v: costs.max_cached_tokens(_config(v), v["free_gb"] * GB, v["bytes_per_value"])),
+    "max_users": Formula(("model", "gpu_gb", "num_tokens", "bytes_per_value"), _max_users),
+    "causal_score_cells": Formula(
+        ("num_tokens",),
+        lambda v: costs.score_cells_per_head(v["num_tokens"], v["num_tokens"])),
+    "int8_kv_bytes_per_token": Formula(
+        ("model",),
+        lambda v: costs.quantized_kv_bytes_per_token(_config(v), 1, 4)),
+    "no_cache_tokens": Formula(("prompt_tokens", "new_tokens"), _no_cache_tokens),
+    "last_block_waste": Formula(("block_size", "num_tokens"), _last_block_waste),
+}
+
+
+def draw_params(question: Question, seed: str) -> dict[str, Any]:
+    """The values this seed draws for this question: the same seed always draws the same values."""
+    digest = hashlib.sha256(f"{seed}|{question.lesson}|{question.id}".encode()).digest()
+    rng = random.Random(int.from_bytes(digest[:8], "big"))
+    return {name: rng.choice(values) for name, values in sorted(question.params)}
+
+
+def compute_answer(question: Question, values: dict[str, Any]) -> float:
+    """The right answer for these drawn values."""
+    return float(FORMULAS[question.formula].compute(values))
+
+
+def facts(values: dict[str, Any]) -> dict[str, Any]:
+    """The names a prompt may use: the drawn values, the model's shape and a dtype in words."""
+    out = dict(values)
+    if "model" in values:
+        cfg = MODEL_CONFIGS[values["model"]]
+        for name in ("num_layers", "num_heads", "num_kv_heads", "head_dim", "hidden_size"):
+            out.setdefault(name, getattr(cfg, name))
+        out.setdefault("num_parameters", costs.num_parameters(cfg))
+    if "bytes_per_value" in values:
+        out["dtype"] = _DTYPES.get(values["bytes_per_value"], f"{values['bytes_per_value']}-byte")
+    return out
+
+
+def render(template: str, values: dict[str, Any]) -> str:
+    """A prompt or explanation with the drawn values filled in."""
+    return template.format(**facts(values))
