@@ -28,7 +28,7 @@ def make_config(**overrides: Any) -> ModelConfig:
     return ModelConfig(**{**TINY_DEFAULTS, **overrides})
 
 
-def hf_config_for(config: ModelConfig, arch: str = "llama", initializer_range: float = 0.1):
+def hf_config_for(config: ModelConfig, arch: str = "llama", initializer_range: float = 0.3):
     """The transformers config equivalent to a ModelConfig ("llama" or "qwen2" architecture)."""
     from transformers import LlamaConfig, Qwen2Config
 
@@ -57,7 +57,7 @@ def hf_config_for(config: ModelConfig, arch: str = "llama", initializer_range: f
 
 
 def make_tiny_hf_llama(arch: str = "llama", seed: int = 0, dtype: torch.dtype = torch.float32,
-                       initializer_range: float = 0.1, **overrides: Any):
+                       initializer_range: float = 0.3, **overrides: Any):
     """A random LlamaForCausalLM (or Qwen2ForCausalLM with arch="qwen2") built from make_config(**overrides).
 
     The seed is fixed so every test sees the same weights; the wider-than-default init keeps

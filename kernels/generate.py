@@ -1,0 +1,217 @@
+"""Token-by-token generation with a choice of KV storage, measuring every step (lessons 02, 05, 06, 16).
+
+The loop is the same for every cache mode; only the backend differs. Each step feeds the
+tokens the backend has not seen (all of them without a cache, one with a cache), asks for
+logits at the last position only, picks a token, and records what that step cost.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+import torch
+
+from . import costs
+from .backend import SequenceCache, StepMetadata
+from .cache_int8 import Int8KVBackend
+from .cache_sliding import SlidingWindowBackend
+from .caches import ContiguousKVBackend, NoCacheBackend
+from .model import Transformer
+from .sampling import SamplingParams, make_generator, sample
+
+
+class Phase(str, Enum):  # noqa: UP042  (StrEnum needs Python 3.11; we support 3.10)
+    """Prefill reads the whole prompt at once; decode adds one token per step (lesson 06)."""
+
+    PREFILL = "prefill"
+    DECODE = "decode"
+
+
+@dataclass(frozen=True)
+class StepStats:
+    """What one forward pass did (lessons 01-06 plot these)."""
+
+    step: int
+    phase: Phase
+    num_tokens_processed: int
+    context_len: int
+    flops: int
+    weight_bytes: int
+    kv_cache_bytes: int
+    score_cells: int
+    seconds: float
+
+
+@dataclass
+class GenerationResult:
+    """The new tokens and one StepStats per forward pass."""
+
+    tokens: list[int]
+    stats: list[StepStats] = field(default_factory=list)
+    prompt_len: int = 0
+    stopped_on_eos: bool = False
+    backend: Any = None  # the cache object, for inspection (e.g. the int8 cache's .error)
+
+    @property
+    def decode_seconds(self) -> float:
+        return sum(s.seconds for s in self.stats if s.phase is Phase.DECODE)
+
+    @property
+    def num_decode_steps(self) -> int:
+        return sum(1 for s in self.stats if s.phase is Phase.DECODE)
+
+
+@dataclass(frozen=True)
+class CacheRequest:
+    """What a cache factory needs to build a backend for one generation."""
+
+    model: Transformer
+    max_tokens: int  # prompt + new tokens: a contiguous cache can preallocate this much
+    window: int | None = None
+    attention: str = "sdpa"
+
+
+CacheFactory = Callable[[CacheRequest], SequenceCache]
+
+
+def _no_cache(req: CacheRequest) -> SequenceCache:
+    return NoCacheBackend(req.attention)
+
+
+def _contiguous(req: CacheRequest) -> SequenceCache:
+    return ContiguousKVBackend(req.model.config, req.max_tokens, req.model.dtype, req.model.device, req.attention)
+
+
+def _int8(req: CacheRequest) -> SequenceCache:
+    return Int8KVBackend(req.model.config, req.max_tokens, req.model.dtype, req.model.device, req.attention)
+
+
+def _sliding(req: CacheRequest) -> SequenceCache:
+    if req.window is None:
+        raise ValueError('cache="sliding" needs window=N (the number of most recent tokens to keep)')
+    return SlidingWindowBackend(req.model.config, req.window, req.model.dtype, req.model.device, req.attention)
+
+
+CACHE_BACKENDS: dict[str, CacheFactory] = {
+    "none": _no_cache,
+    "contiguous": _contiguous,
+    "int8": _int8,
+    "sliding": _sliding,
+}
+
+
+def register_cache(name: str, factory: CacheFactory) -> None:
+    """Add a cache mode to generate(cache=name); e.g. the paged engine registers "paged" (lesson 10)."""
+    CACHE_BACKENDS[name] = factory
+
+
+def as_transformer(model: Any) -> Transformer:
+    """Our Transformer as is; a Hugging Face model converted once and remembered on the object."""
+    if isinstance(model, Transformer):
+        return model
+    if not hasattr(model, "config") or not hasattr(model, "state_dict"):
+        raise TypeError(f"expected a kvcourse Transformer or a transformers Llama/Qwen2 model, got {type(model)}")
+    first = next(model.parameters())
+    key = (first.dtype, first.device, first.data_ptr())
+    cached = model.__dict__.get("_kvcourse_transformer")  # __dict__: not registered as a submodule
+    if cached is None or cached[0] != key:
+        converted = Transformer.from_hf(model).pack_weights()
+        model.__dict__["_kvcourse_transformer"] = (key, converted)
+        return converted
+    return cached[1]
+
+
+def _prompt_ids(ids: Any) -> list[int]:
+    if isinstance(ids, torch.Tensor):
+        if ids.dim() == 2:
+            if ids.shape[0] != 1:
+                raise ValueError(f"a 2-D prompt must have exactly one row, got shape {tuple(ids.shape)}")
+            ids = ids[0]
+        if ids.dim() != 1:
+            raise ValueError(f"the prompt must be a list of ids or a 1-D / (1, T) tensor, got {tuple(ids.shape)}")
+        ids = ids.tolist()
+    ids = [int(i) for i in ids]
+    if not ids:
+        raise ValueError("the prompt is empty: give at least one token id")
+    return ids
+
+
+def _eos_ids(eos_token_id: int | list[int] | None, model: Any) -> set[int]:
+    if eos_token_id is None:
+        eos_token_id = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+        if eos_token_id is None:
+            eos_token_id = getattr(getattr(model, "config", None), "eos_token_id", None)
+    if eos_token_id is None:
+        return set()
+    return {int(eos_token_id)} if isinstance(eos_token_id, int) else {int(i) for i in eos_token_id}
+
+
+def generate(model: Any, ids: Any, max_new_tokens: int, cache: str = "contiguous",
+             sampling: SamplingParams | None = None, window: int | None = None,
+             eos_token_id: int | list[int] | None = None, attention: str = "sdpa") -> GenerationResult:
+    """Generate up to max_new_tokens after the prompt `ids` (lessons 02, 05, 06, 16).
+
+    cache: "none" reruns the whole sequence every step; "contiguous" keeps K/V; "int8" keeps
+    them quantised; "sliding" keeps the last `window` tokens; more modes via register_cache.
+    sampling: None means greedy. EOS (from the argument, else the model's config) stops early
+    when sampling.stop_on_eos; the EOS token itself is included in .tokens.
+    """
+    transformer = as_transformer(model)
+    prompt = _prompt_ids(ids)
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
+    context = transformer.config.max_position_embeddings
+    if len(prompt) > context:
+        raise ValueError(f"the prompt has {len(prompt)} tokens, longer than the model's context of {context}")
+    if len(prompt) + max_new_tokens > context:
+        raise ValueError(f"prompt ({len(prompt)}) + max_new_tokens ({max_new_tokens}) exceeds the model's "
+                         f"context of {context} positions; ask for at most {context - len(prompt)} new tokens")
+    if cache not in CACHE_BACKENDS:
+        raise ValueError(f"unknown cache {cache!r}; choose one of {sorted(CACHE_BACKENDS)}")
+    if window is not None and cache != "sliding":
+        raise ValueError(f"window only applies to cache='sliding', not {cache!r}")
+    sampling = sampling or SamplingParams()
+    eos = _eos_ids(eos_token_id, model) if sampling.stop_on_eos else set()
+    backend = CACHE_BACKENDS[cache](CacheRequest(transformer, len(prompt) + max_new_tokens, window, attention))
+    return _run(transformer, backend, prompt, max_new_tokens, sampling, eos, window)
+
+
+def _run(model: Transformer, backend: SequenceCache, prompt: list[int], max_new_tokens: int,
+         sampling: SamplingParams, eos: set[int], window: int | None) -> GenerationResult:
+    device = model.device
+    generator = make_generator(sampling, device)
+    weight_bytes = model.weight_bytes_read_per_pass()
+    seq = torch.tensor(prompt, dtype=torch.long, device=device)
+    buffer = torch.empty(len(prompt) + max_new_tokens, dtype=torch.long, device=device)
+    buffer[: len(prompt)] = seq
+    positions_all = torch.arange(len(buffer), device=device)
+    result = GenerationResult(tokens=[], prompt_len=len(prompt), backend=backend)
+    length = len(prompt)
+    last = torch.tensor([-1], device=device)  # logits for the final row only
+    with torch.inference_mode():
+        for step in range(max_new_tokens):
+            start = backend.num_cached_tokens
+            cells_before = backend.num_score_cells
+            tic = time.perf_counter()
+            backend.begin_step(StepMetadata(start, length - start))
+            logits = model(buffer[start:length], positions_all[start:length], backend, logits_index=last)
+            backend.end_step()
+            token = int(sample(logits[0], sampling, generator))
+            seconds = time.perf_counter() - tic
+            result.stats.append(StepStats(
+                step=step, phase=Phase.PREFILL if step == 0 else Phase.DECODE,
+                num_tokens_processed=length - start, context_len=length,
+                flops=costs.forward_flops(model.config, length - start, length, num_logits=1, window=window),
+                weight_bytes=weight_bytes, kv_cache_bytes=backend.kv_cache_bytes,
+                score_cells=backend.num_score_cells - cells_before, seconds=seconds))
+            result.tokens.append(token)
+            buffer[length] = token
+            length += 1
+            if token in eos:
+                result.stopped_on_eos = True
+                break
+    return result

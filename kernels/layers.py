@@ -1,0 +1,92 @@
+"""The decoder's building blocks: RMSNorm, rotary position embedding, a packable Linear (lessons 01, 04)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def _mkldnn_available() -> bool:
+    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+
+
+class Linear(nn.Module):
+    """y = x W^T + b, with an optional CPU fast path: the weight pre-packed for oneDNN.
+
+    A decode step multiplies ONE row by every weight matrix, so it is bound by how fast the
+    weights stream from memory. torch's default CPU mat-vec streams them slowly (worst in
+    bf16); oneDNN with a pre-packed (blocked) weight reads the same bytes several times
+    faster. The packed copy is used only on the CPU, without autograd; the plain
+    weight stays the source of truth and anything else uses F.linear.
+    """
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = False) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(out_features, in_features))
+        self.bias = nn.Parameter(torch.zeros(out_features)) if bias else None
+        self._packed: torch.Tensor | None = None
+
+    def pack(self) -> None:
+        """Pre-pack the weight for oneDNN (CPU only; a no-op elsewhere)."""
+        if self.weight.device.type == "cpu" and _mkldnn_available():
+            self._packed = torch.ops.mkldnn._reorder_linear_weight(self.weight.detach(), 1)
+
+    def unpack(self) -> None:
+        self._packed = None
+
+    def _apply(self, fn, recurse=True):  # a dtype or device change invalidates the packed copy
+        self._packed = None
+        return super()._apply(fn, recurse)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self._packed is not None and not torch.is_grad_enabled() and x.dtype == self._packed.dtype:
+            return torch.ops.mkldnn._linear_pointwise(x, self._packed, self.bias, "none", [], "")
+        return F.linear(x, self.weight, self.bias)
+
+
+class RMSNorm(nn.Module):
+    """x / rms(x) * weight, computed in float32 and cast back as Llama does."""
+
+    def __init__(self, hidden_size: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden_size))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype == torch.float32:
+            return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
+        # Llama rounds the normalised activations to the model dtype BEFORE the weight multiply.
+        return self.weight * F.rms_norm(x.float(), self.weight.shape, None, self.eps).to(x.dtype)
+
+
+class RotaryEmbedding(nn.Module):
+    """Rotates each (x_i, x_{i+d/2}) pair of q and k by angle position * theta^(-2i/d) (lesson 04).
+
+    cos and sin are tabulated once for every position up to max_positions, in float32,
+    exactly as Hugging Face computes them, then cast to the activations' dtype when used.
+    """
+
+    def __init__(self, head_dim: int, max_positions: int, theta: float) -> None:
+        super().__init__()
+        inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64, device="cpu").float() / head_dim))
+        angles = torch.arange(max_positions, device="cpu").float()[:, None] * inv_freq[None, :]  # (P, D/2)
+        angles = torch.cat([angles, angles], dim=-1)  # (P, D)
+        # Plain float32 attributes, not buffers: a model.to(bfloat16) must not round the table itself.
+        self.cos_table, self.sin_table = angles.cos(), angles.sin()  # (P, D) each
+        self._cast: dict[tuple[torch.dtype, torch.device], tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def tables(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin at the given positions in the given dtype, shaped (T, 1, D) to broadcast over heads."""
+        key = (dtype, positions.device)
+        if key not in self._cast:
+            self._cast[key] = (self.cos_table.to(positions.device, dtype), self.sin_table.to(positions.device, dtype))
+        cos, sin = self._cast[key]
+        return cos[positions][:, None, :], sin[positions][:, None, :]  # (T, 1, D)
+
+    @staticmethod
+    def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """x (T, heads, D) rotated: x * cos + rotate_half(x) * sin."""
+        half = x.shape[-1] // 2
+        rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+        return x * cos + rotated * sin

@@ -1,0 +1,189 @@
+"""A Llama-family decoder written from scratch, on a flat batch of tokens (lessons 01-06).
+
+RMSNorm -> grouped-query attention with RoPE -> residual -> RMSNorm -> SwiGLU MLP -> residual,
+num_layers times, then a final RMSNorm and the lm_head. The attention layer hands q, k, v
+to an AttentionBackend, which owns the KV storage (see backend.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .backend import AttentionBackend
+from .config import ModelConfig
+from .layers import Linear, RMSNorm, RotaryEmbedding
+
+
+class Attention(nn.Module):
+    """q, k, v from one fused projection; RoPE; backend attention; output projection (lesson 04)."""
+
+    def __init__(self, config: ModelConfig, layer_idx: int) -> None:
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.num_heads, self.num_kv_heads, self.head_dim = config.num_heads, config.num_kv_heads, config.head_dim
+        self.q_size, self.kv_size = config.q_size, config.kv_size
+        # One matmul instead of three: the weights are [W_q; W_k; W_v] stacked by rows.
+        self.qkv_proj = Linear(config.hidden_size, self.q_size + 2 * self.kv_size, bias=config.attention_bias)
+        self.o_proj = Linear(self.q_size, config.hidden_size, bias=config.attention_out_bias)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                backend: AttentionBackend) -> torch.Tensor:
+        num_tokens = x.shape[0]
+        qkv = self.qkv_proj(x)  # (T, q_size + 2 * kv_size)
+        qk = qkv[:, : self.q_size + self.kv_size].view(num_tokens, self.num_heads + self.num_kv_heads,
+                                                       self.head_dim)  # (T, H + Hkv, D)
+        qk = RotaryEmbedding.rotate(qk, cos, sin)  # q and k rotated in one go
+        q = qk[:, : self.num_heads]  # (T, H, D)
+        k = qk[:, self.num_heads:]  # (T, Hkv, D)
+        v = qkv[:, self.q_size + self.kv_size:].view(num_tokens, self.num_kv_heads, self.head_dim)  # (T, Hkv, D)
+        out = backend.attend(self.layer_idx, q, k, v)  # (T, H, D)
+        return self.o_proj(out.reshape(num_tokens, self.q_size))  # (T, hidden)
+
+
+class MLP(nn.Module):
+    """SwiGLU: down(silu(gate(x)) * up(x)), with gate and up fused into one matmul."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.intermediate_size = config.intermediate_size
+        self.gate_up_proj = Linear(config.hidden_size, 2 * config.intermediate_size)
+        self.down_proj = Linear(config.intermediate_size, config.hidden_size)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate_up = self.gate_up_proj(x)  # (T, 2 * intermediate)
+        gate, up = gate_up[:, : self.intermediate_size], gate_up[:, self.intermediate_size:]
+        return self.down_proj(F.silu(gate) * up)
+
+
+class DecoderLayer(nn.Module):
+    """One pre-norm transformer block."""
+
+    def __init__(self, config: ModelConfig, layer_idx: int) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.self_attn = Attention(config, layer_idx)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.mlp = MLP(config)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                backend: AttentionBackend) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, backend)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Transformer(nn.Module):
+    """The from-scratch decoder: forward(input_ids (T,), positions (T,), backend) -> logits (lesson 01)."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(config, i) for i in range(config.num_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.rotary = RotaryEmbedding(config.head_dim, config.max_position_embeddings, config.rope_theta)
+        self.lm_head = Linear(config.hidden_size, config.vocab_size)
+        if config.tie_word_embeddings:
+            self.lm_head.weight = self.embed_tokens.weight
+        if not self.embed_tokens.weight.is_meta:
+            self.reset_parameters()
+
+    def reset_parameters(self, std: float = 0.02) -> None:
+        """Random weights N(0, std), unit norms, zero biases: a fresh untrained model."""
+        with torch.no_grad():
+            for name, param in self.named_parameters():
+                if name.endswith("layernorm.weight") or name == "norm.weight":
+                    param.fill_(1.0)
+                elif name.endswith("bias"):
+                    param.zero_()
+                else:
+                    param.normal_(0.0, std)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.embed_tokens.weight.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.embed_tokens.weight.device
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, backend: AttentionBackend,
+                logits_index: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits (len(logits_index), vocab), or (T, vocab) when logits_index is None."""
+        if input_ids.dim() != 1 or positions.shape != input_ids.shape:
+            raise ValueError(f"input_ids and positions must both be 1-D of equal length (a flat batch), "
+                             f"got {tuple(input_ids.shape)} and {tuple(positions.shape)}")
+        x = self.embed_tokens(input_ids)  # (T, hidden)
+        cos, sin = self.rotary.tables(positions, x.dtype)  # (T, 1, D) each
+        for layer in self.layers:
+            x = layer(x, cos, sin, backend)
+        if logits_index is not None:
+            x = x[logits_index]  # only the rows whose next token we need: the lm_head is the biggest matmul
+        return self.lm_head(self.norm(x))  # (len(logits_index) or T, vocab)
+
+    def pack_weights(self) -> Transformer:
+        """Pre-pack every Linear for the CPU's fast mat-vec (see layers.Linear); returns self."""
+        for module in self.modules():
+            if isinstance(module, Linear):
+                module.pack()
+        return self
+
+    def unpack_weights(self) -> Transformer:
+        for module in self.modules():
+            if isinstance(module, Linear):
+                module.unpack()
+        return self
+
+    def weight_bytes_read_per_pass(self) -> int:
+        """Bytes of weights one forward pass reads, measured on the tensors (lesson 01).
+
+        Every matrix and norm vector once, the lm_head once; an untied embedding table is only
+        gathered row by row, so it is left out (the same convention as costs.weight_bytes_read_per_pass).
+        """
+        seen: set[int] = set()
+        total = 0
+        for name, param in self.named_parameters(remove_duplicate=False):
+            if id(param) in seen or (name == "embed_tokens.weight" and not self.config.tie_word_embeddings):
+                continue
+            seen.add(id(param))
+            total += param.numel() * param.element_size()
+        return total
+
+    @classmethod
+    def from_hf(cls, hf_model: Any) -> Transformer:
+        """Copy the weights of a transformers Llama- or Qwen2-architecture model (same dtype and device)."""
+        config = ModelConfig.from_hf(hf_model.config)
+        state = hf_model.state_dict()
+        ref = state["model.embed_tokens.weight"]
+        with torch.device("meta"):
+            model = cls(config)
+        model = model.to_empty(device=ref.device).to(ref.dtype)
+        with torch.no_grad():
+            model.embed_tokens.weight.copy_(ref)
+            model.norm.weight.copy_(state["model.norm.weight"])
+            if not config.tie_word_embeddings:
+                model.lm_head.weight.copy_(state["lm_head.weight"])
+            for i, layer in enumerate(model.layers):
+                _copy_layer(layer, state, f"model.layers.{i}.", config)
+        if config.tie_word_embeddings:
+            model.lm_head.weight = model.embed_tokens.weight
+        return model.eval()
+
+
+def _copy_layer(layer: DecoderLayer, state: dict[str, torch.Tensor], prefix: str, config: ModelConfig) -> None:
+    attn = prefix + "self_attn."
+    layer.input_layernorm.weight.copy_(state[prefix + "input_layernorm.weight"])
+    layer.post_attention_layernorm.weight.copy_(state[prefix + "post_attention_layernorm.weight"])
+    layer.self_attn.qkv_proj.weight.copy_(
+        torch.cat([state[attn + f"{p}_proj.weight"] for p in "qkv"], dim=0))
+    if config.attention_bias:
+        layer.self_attn.qkv_proj.bias.copy_(torch.cat([state[attn + f"{p}_proj.bias"] for p in "qkv"], dim=0))
+    layer.self_attn.o_proj.weight.copy_(state[attn + "o_proj.weight"])
+    if config.attention_out_bias:
+        layer.self_attn.o_proj.bias.copy_(state[attn + "o_proj.bias"])
+    mlp = prefix + "mlp."
+    layer.mlp.gate_up_proj.weight.copy_(torch.cat([state[mlp + "gate_proj.weight"], state[mlp + "up_proj.weight"]]))
+    layer.mlp.down_proj.weight.copy_(state[mlp + "down_proj.weight"])
