@@ -105,7 +105,9 @@ def plot_sweep(result: SweepResult, predictions: dict[str, list[float]] | None =
     ax_time.set_xlim(left=0)
     ax_time.set_ylim(bottom=0)
     ax_time.grid(alpha=0.3)
-    ax_time.legend(fontsize=8, loc="upper left")
+    handles, labels = ax_time.get_legend_handles_labels()
+    order = sorted(range(len(labels)), key=lambda i: labels[i].startswith("predicted"))  # measured first
+    ax_time.legend([handles[i] for i in order], [labels[i] for i in order], fontsize=8, loc="upper left")
 
     _plot_speedup(ax_speed, result, lengths)
     h = result.header
