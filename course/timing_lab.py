@@ -46,6 +46,18 @@ HF_BACKENDS = (
 )
 
 
+ENGINE_MODES = ("none", "contiguous", "paged")  # the exact modes; int8 and sliding change the answer
+
+
+def engine_cache_modes() -> tuple[str, ...]:
+    """The exact cache modes the course engine has registered, in the order none, contiguous, paged."""
+    try:
+        from kvcourse.kernels import CACHE_BACKENDS
+    except ImportError as err:
+        raise RuntimeError(f"the course engine (kvcourse.kernels.generate) is not available here ({err})") from None
+    return tuple(mode for mode in ENGINE_MODES if mode in CACHE_BACKENDS)
+
+
 def engine_backend(cache: str) -> Backend:
     """The course engine with one cache mode, as a lab backend (lesson 17)."""
     return Backend(f"engine-{cache}", f"course engine, cache={cache!r}", engine_cache=cache)
@@ -241,11 +253,13 @@ def hf_runner(model, prompt_ids: torch.Tensor, use_cache: bool, pad_token_id: in
 
 def engine_runner(model, prompt_ids: torch.Tensor, cache: str) -> Runner:
     """Greedy generation with the course's engine (kvcourse.kernels.generate) in one cache mode."""
-    from kvcourse.kernels import generate
+    from kvcourse.kernels import SamplingParams, generate
+
+    greedy_full_length = SamplingParams(temperature=0.0, stop_on_eos=False)  # like the HF side: no early stop
 
     def run(num_new_tokens: int) -> list[int]:
         with torch.inference_mode():
-            result = generate(model, prompt_ids, num_new_tokens, cache=cache, eos_token_id=None)
+            result = generate(model, prompt_ids, num_new_tokens, cache=cache, sampling=greedy_full_length)
         return list(result.tokens)
 
     return run
@@ -282,9 +296,9 @@ def make_runners(model, tokenizer, prompt_ids: torch.Tensor, config: SweepConfig
 
 def to_engine_model(model):
     """The course engine's own model built from the Hugging Face one, converted once, not per run."""
-    from kvcourse.kernels import Transformer
+    from kvcourse.kernels.generate import as_transformer
 
-    return Transformer.from_hf(model)
+    return as_transformer(model)
 
 
 def encode_prompt(tokenizer, prompt: str, device: torch.device) -> torch.Tensor:

@@ -45,7 +45,13 @@ def run_timing_lab(args: argparse.Namespace) -> int:
     import torch
 
     from kvcourse.models import load_model
-    from kvcourse.timing_lab import DEFAULT_LENGTHS, DEFAULT_PROMPT, SweepConfig, run_sweep
+    from kvcourse.timing_lab import (
+        DEFAULT_LENGTHS,
+        DEFAULT_PROMPT,
+        SweepConfig,
+        engine_cache_modes,
+        run_sweep,
+    )
     from kvcourse.timing_lab_report import format_header, format_table, save_plot, write_json
 
     lengths = DEFAULT_LENGTHS if args.lengths is None else parse_lengths(args.lengths)
@@ -149,13 +155,3 @@ def check_plot_format(path: str) -> None:
     if suffix not in formats:
         raise ValueError(f"--plot: {path!r} needs a picture extension such as .png "
                          f"(supported: {', '.join(sorted(formats))})")
-
-
-def engine_cache_modes() -> tuple[str, ...]:
-    """The cache modes the course engine has registered, in the order none, contiguous, paged."""
-    try:
-        from kvcourse.kernels import generate  # noqa: F401
-    except ImportError as err:
-        raise RuntimeError("--engine: the course engine (kvcourse.kernels.generate) is not available "
-                           f"in this installation ({err})") from None
-    return ("none", "contiguous", "paged")

@@ -36,7 +36,7 @@ def format_table(result: SweepResult) -> str:
     columns += [f"engine {b.engine_cache} (s)" for b in engines]
     pair = engine_speedup_pair(result)
     if pair:
-        columns.append(f"engine speedup ({pair[1].removeprefix('engine-')} vs none)")
+        columns.append("engine speedup")
     rows = []
     for n in result.completed_lengths:
         t = result.timings[n]
@@ -53,7 +53,9 @@ def format_table(result: SweepResult) -> str:
              "-+-".join("-" * w for w in widths)]
     lines += [" | ".join(v.rjust(w) for v, w in zip(r, widths)) for r in rows]
     lines.append(f"times: median over {result.config.num_repeats} repeats, ± half the range (max - min); "
-                 "speedup = time without cache / time with cache")
+                 "speedup = time without cache / time with cache (Hugging Face generate)")
+    if pair:
+        lines.append(f"engine speedup = {pair[0]} time / {pair[1]} time (kvcourse.kernels.generate)")
     return "\n".join(lines)
 
 

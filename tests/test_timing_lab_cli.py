@@ -124,3 +124,31 @@ def test_script_error_has_no_traceback():
     assert proc.stderr.strip().splitlines() == ["kvcourse timing-lab: error: --lengths: -4 is not a positive "
                                                 "number of tokens"]
     assert "Traceback" not in proc.stderr
+
+
+def test_engine_joins_the_table_and_matches_hf(model_dir, tmp_path, capsys):
+    from kvcourse.timing_lab import engine_cache_modes
+
+    modes = engine_cache_modes()
+    assert modes[:2] == ("none", "contiguous")
+    json_path = tmp_path / "engine.json"
+    assert lab(model_dir, "--engine", "--json", str(json_path)) == 0
+    out = capsys.readouterr().out
+    for mode in modes:
+        assert f"engine {mode} (s)" in out
+    assert "engine speedup" in out
+    data = json.loads(json_path.read_text())
+    assert data["tokens_match"] is True
+    assert {r["backend"] for r in data["runs"]} == {"hf-cache", "hf-no-cache", *(f"engine-{m}" for m in modes)}
+
+
+def test_engine_with_different_tokens_fails(model_dir, monkeypatch, capsys):
+    real = timing_lab.engine_runner
+
+    def broken_engine_runner(model, prompt_ids, cache):
+        run = real(model, prompt_ids, cache)
+        return run if cache != "contiguous" else (lambda n: [(t + 1) % 96 for t in run(n)])
+
+    monkeypatch.setattr(timing_lab, "engine_runner", broken_engine_runner)
+    assert lab(model_dir, "--engine") == 1
+    assert "engine-contiguous at length 2: first difference at new token #0" in capsys.readouterr().err
