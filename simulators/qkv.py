@@ -7,7 +7,10 @@ from typing import Any
 
 import ipywidgets as widgets
 import numpy as np
+import torch
 
+from kvcourse.kernels.caches import NoCacheBackend
+from kvcourse.kernels.generate import as_transformer
 from kvcourse.simulators.base import InvalidInput, SimulatorView, check_int
 
 
@@ -70,6 +73,51 @@ def attend_one(q: np.ndarray, k: np.ndarray, v: np.ndarray, position: int) -> Lo
     weights = np.exp(scores - scores[: position + 1].max())
     weights /= weights.sum()
     return Lookup(scores=scores, weights=weights, output=weights @ v)
+
+
+class RecordingBackend:
+    """A plain causal attention backend that keeps every layer's q, k, v and output (lesson 04).
+
+    The model calls ``attend`` once per layer with q and k already rotated (RoPE) at the
+    tokens' positions, so the recorded tensors are exactly what attention compares.
+    """
+
+    def __init__(self, attention: str = "sdpa") -> None:
+        self.inner = NoCacheBackend(attention)
+        self.q: dict[int, torch.Tensor] = {}
+        self.k: dict[int, torch.Tensor] = {}
+        self.v: dict[int, torch.Tensor] = {}
+        self.out: dict[int, torch.Tensor] = {}
+
+    def attend(self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """q (T, num_heads, D), k and v (T, num_kv_heads, D) -> (T, num_heads, D), recording all four."""
+        out = self.inner.attend(layer_idx, q, k, v)
+        for store, tensor in ((self.q, q), (self.k, k), (self.v, v), (self.out, out)):
+            store[layer_idx] = tensor.detach().clone()
+        return out
+
+    def stacked(self, store: dict[int, torch.Tensor]) -> torch.Tensor:
+        """One recorded quantity for all layers, head-major: (num_layers, heads, T, D)."""
+        return torch.stack([store[i] for i in sorted(store)]).transpose(1, 2)  # (L, T, H, D) -> (L, H, T, D)
+
+
+def record_qkv(model: Any, ids: list[int] | torch.Tensor, tokenizer: Any = None,
+               attention: str = "sdpa") -> tuple[QKV, RecordingBackend]:
+    """Run one forward pass of the real model over ``ids`` and return its Q, K, V (lesson 04).
+
+    ``model`` is a kvcourse Transformer or a Hugging Face model (converted once). Token labels
+    come from ``tokenizer`` when given, else the ids themselves.
+    """
+    transformer = as_transformer(model)
+    ids = torch.as_tensor(ids, dtype=torch.long).flatten().to(transformer.device)  # (T,)
+    recorder = RecordingBackend(attention)
+    with torch.inference_mode():
+        transformer(ids, torch.arange(len(ids), device=ids.device), recorder, logits_index=torch.tensor([-1]))
+    labels = tuple(tokenizer.decode([i]) for i in ids.tolist()) if tokenizer is not None else tuple(
+        str(i) for i in ids.tolist())
+    data = QKV(q=recorder.stacked(recorder.q).float().cpu().numpy(), k=recorder.stacked(recorder.k).float().cpu().numpy(),
+               v=recorder.stacked(recorder.v).float().cpu().numpy(), tokens=labels)
+    return data, recorder
 
 
 class QKVExplorer:
