@@ -1,0 +1,104 @@
+"""Beam search on shared blocks: beams fork from their parents and copy only on write (lesson 12).
+
+Every step each beam proposes its next tokens; the ``beam_width`` best (beam, token) pairs by
+cumulative log-probability survive. A survivor is a fork of its parent: it holds the parent's
+blocks by reference count, and only the partly filled last block is copied when two
+survivors of one parent write their different next tokens into it. Beams that lose drop their
+holds, so blocks only they used return to the pool. This is plain beam search: fixed length,
+no length penalty, no early stop on end-of-sequence.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import torch
+
+from kvcourse.kernels.block_manager import BlockManager
+from kvcourse.kernels.events import EventLog
+from kvcourse.kernels.paged_backend import KVPool, PagedAttentionBackend, PagedMetadata
+from kvcourse.kernels.sequence import Sequence
+
+
+@dataclass(frozen=True)
+class BeamSearchResult:
+    """The beams found (best first) and the blocks sharing saved (lesson 12)."""
+
+    beams: list[list[int]]  # completion token ids
+    scores: list[float]  # cumulative log-probabilities
+    peak_blocks_shared: int  # the most blocks in use at once
+    peak_blocks_unshared: int  # what the same beams would hold as private copies, at that moment
+    events: EventLog
+
+    @property
+    def tokens(self) -> list[int]:
+        return self.beams[0]
+
+    @property
+    def blocks_saved(self) -> float:
+        """Fraction of blocks that sharing saved at the peak."""
+        return 1 - self.peak_blocks_shared / self.peak_blocks_unshared
+
+
+def _forward(model: torch.nn.Module, pool: KVPool, seqs: list[Sequence], block_size: int) -> torch.Tensor:
+    """Compute every sequence's uncomputed tokens; logits of each sequence's last token."""
+    device = model.device
+    query_lens = [s.num_uncomputed_tokens for s in seqs]
+    meta = PagedMetadata.build([s.block_table for s in seqs], [s.num_computed_tokens for s in seqs],
+                               query_lens, block_size, device)
+    input_ids = torch.tensor([t for s in seqs for t in s.token_ids[s.num_computed_tokens:]], device=device)
+    last = torch.tensor(list(itertools.accumulate(query_lens)), device=device) - 1
+    logits = model(input_ids, meta.positions, PagedAttentionBackend(pool, meta), last)  # (B, vocab)
+    for s in seqs:
+        s.num_computed_tokens = s.num_tokens
+    return logits
+
+
+@torch.inference_mode()
+def beam_search(model: torch.nn.Module, prompt_ids: list[int], beam_width: int, max_new_tokens: int,
+                block_size: int = 16, num_blocks: int | None = None) -> BeamSearchResult:
+    """Beam search over a paged pool where beams share blocks (lesson 12)."""
+    if beam_width < 1 or max_new_tokens < 1 or not prompt_ids:
+        raise ValueError("beam_width and max_new_tokens must be >= 1 and the prompt non-empty")
+    total = len(prompt_ids) + max_new_tokens
+    if num_blocks is None:  # enough for every beam to hold a private copy
+        num_blocks = beam_width * ((total + block_size - 1) // block_size + 1)
+    mc = model.config
+    manager = BlockManager(num_blocks, block_size)
+    pool = KVPool.create(mc.num_layers, num_blocks, block_size, mc.num_kv_heads, mc.head_dim,
+                         dtype=model.dtype, device=model.device)
+    seq_ids = itertools.count()
+    root = Sequence(next(seq_ids), list(prompt_ids), len(prompt_ids), block_size)
+    manager.allocate(root)
+    beams, scores = [root], torch.zeros(1, device=model.device)
+    logits = _forward(model, pool, beams, block_size)
+    peak_shared = peak_unshared = 0
+    for step in range(max_new_tokens):
+        if step > 0:
+            for beam in beams:
+                pool.copy_blocks(manager.append_slot(beam))
+            if manager.num_used_blocks > peak_shared:
+                peak_shared = manager.num_used_blocks
+                peak_unshared = sum(len(b.block_table) for b in beams)
+            logits = _forward(model, pool, beams, block_size)
+        candidates = scores[:, None] + torch.log_softmax(logits.float(), dim=-1)  # (beams, vocab)
+        best = torch.topk(candidates.flatten(), beam_width)
+        vocab = candidates.shape[1]
+        survivors = []
+        for score, flat in zip(best.values.tolist(), best.indices.tolist()):
+            parent = beams[flat // vocab]
+            child = Sequence(next(seq_ids), [*parent.token_ids, flat % vocab], parent.num_prompt_tokens, block_size)
+            manager.fork(parent, child)
+            child.cumulative_logprob = score
+            survivors.append(child)
+        for parent in beams:
+            manager.free(parent)
+        beams = survivors
+        scores = torch.tensor([b.cumulative_logprob for b in beams], device=model.device)
+    result = BeamSearchResult([b.completion_token_ids for b in beams], scores.tolist(),
+                              peak_shared, max(peak_unshared, 1), manager.events)
+    for beam in beams:
+        manager.free(beam)
+    assert manager.num_free_blocks == manager.num_blocks
+    return result

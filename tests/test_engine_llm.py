@@ -1,0 +1,186 @@
+"""LLMEngine: greedy tokens equal plain generation under batching, chunking, preemption, eviction (lessons 08-14)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from kvcourse.kernels import EngineConfig, LLMEngine, SamplingParams, Transformer, generate
+from kvcourse.kernels.events import EventKind
+from kvcourse.kernels.llm_engine import RequestStatus
+from tests.factories import make_tiny_hf_llama
+
+NEW = 12
+
+
+@pytest.fixture(scope="module")
+def model() -> Transformer:
+    return Transformer.from_hf(make_tiny_hf_llama())
+
+
+def prompts(lengths: list[int], seed: int = 0) -> list[list[int]]:
+    rng = random.Random(seed)
+    return [[rng.randrange(3, 96) for _ in range(n)] for n in lengths]
+
+
+def reference(model, prompt, num_new=NEW) -> list[int]:
+    return generate(model, prompt, num_new, cache="none").tokens
+
+
+def run(model, ps, num_new=NEW, **config) -> tuple[LLMEngine, list]:
+    engine = LLMEngine(model, EngineConfig(**{"block_size": 4, **config}))
+    outs = engine.generate(ps, SamplingParams(max_new_tokens=num_new))
+    assert not engine.has_unfinished_requests
+    assert engine.block_manager.num_free_blocks == engine.num_blocks  # every block came back
+    return engine, outs
+
+
+def test_generate_paged_equals_none_and_contiguous(model):
+    for p in prompts([1, 7, 16, 30]):
+        none = reference(model, p, 20)
+        assert generate(model, p, 20, cache="contiguous").tokens == none
+        assert generate(model, p, 20, cache="paged").tokens == none
+
+
+def test_paged_cache_with_scattered_blocks(model):
+    from kvcourse.kernels.generate import register_cache
+    from kvcourse.kernels.paged_cache import PagedSequenceCache
+
+    register_cache("paged-scattered-test",
+                   lambda req: PagedSequenceCache(req.model, req.max_tokens, block_size=4, scatter=True, seed=3))
+    p = prompts([21])[0]
+    result = generate(model, p, 15, cache="paged-scattered-test")
+    assert result.tokens == reference(model, p, 15)
+    table = result.backend.block_table
+    assert table != sorted(table)  # the blocks really were out of order
+
+
+def test_batched_engine_equals_single_generation(model):
+    ps = prompts([5, 12, 16, 33, 1, 9])
+    engine, outs = run(model, ps)
+    for p, out in zip(ps, outs):
+        assert out.finished and out.tokens == reference(model, p)
+    assert engine.num_steps < len(ps) * NEW  # requests really shared steps
+
+
+def test_requests_join_and_leave_between_steps(model):
+    ps = prompts([6, 10, 3], seed=1)
+    engine = LLMEngine(model, EngineConfig(block_size=4))
+    first = engine.add_request(ps[0], SamplingParams(max_new_tokens=NEW))
+    for _ in range(4):
+        engine.step()
+    later = [engine.add_request(p, SamplingParams(max_new_tokens=NEW)) for p in ps[1:]]
+    outputs = []
+    while engine.has_unfinished_requests:
+        outputs += engine.step()
+    finished = {o.request_id: o for o in outputs if o.finished}
+    assert set(finished) == {first, *later}
+    for rid, p in zip([first, *later], ps):
+        assert finished[rid].tokens == reference(model, p)
+
+
+def test_chunked_prefill_under_a_small_token_budget(model):
+    ps = prompts([30, 17, 4], seed=2)
+    _, outs = run(model, ps, max_num_batched_tokens=5)
+    assert [o.tokens for o in outs] == [reference(model, p) for p in ps]
+
+
+def test_preemption_under_memory_pressure_keeps_outputs(model):
+    ps = prompts([20, 18, 22, 15, 19], seed=3)
+    engine, outs = run(model, ps, num_blocks=16)  # each request alone needs 8-9 blocks
+    assert engine.events.of_kind(EventKind.PREEMPT)
+    assert [o.tokens for o in outs] == [reference(model, p) for p in ps]
+
+
+def test_prefix_caching_with_eviction_keeps_outputs(model):
+    system = prompts([16], seed=4)[0]
+    ps = [system + tail for tail in prompts([3, 7, 1, 9, 5, 2], seed=5)]
+    engine, outs = run(model, ps, num_blocks=20, enable_prefix_caching=True, max_num_seqs=2)
+    counts = engine.events.counts()
+    assert counts.get("prefix_hit", 0) > 0 and counts.get("evict", 0) > 0
+    assert [o.tokens for o in outs] == [reference(model, p) for p in ps]
+    assert any(o.num_cached_tokens >= 16 for o in outs)
+
+
+def test_refused_requests_carry_a_reason_and_nothing_is_lost(model):
+    engine = LLMEngine(model, EngineConfig(block_size=4, num_blocks=10))
+    good = prompts([5])[0]
+    outs = engine.generate(
+        [good, [], [500], good * 30, prompts([20])[0], good],
+        [SamplingParams(max_new_tokens=NEW)] * 4 + [SamplingParams(max_new_tokens=30),
+                                                     SamplingParams(max_new_tokens=0)])
+    assert outs[0].finished and outs[0].refusal is None and outs[0].tokens == reference(model, good)
+    assert "empty" in outs[1].refusal
+    assert "token ids" in outs[2].refusal
+    assert "context" in outs[3].refusal  # 150 + 12 > 128 positions
+    assert "could never fit" in outs[4].refusal  # 50 tokens need 13 blocks, the pool has 10
+    assert outs[5].finished and outs[5].tokens == [] and outs[5].refusal is None
+    assert all(o.finished for o in outs)
+    assert engine.requests[1].status is RequestStatus.REFUSED
+
+
+def test_fully_cached_prompt_still_computes_its_last_token(model):
+    """Regression: a prompt whose every block is cached must still run its last token for logits."""
+    p = prompts([16], seed=6)[0]
+    engine = LLMEngine(model, EngineConfig(block_size=4, enable_prefix_caching=True))
+    first = engine.generate([p], SamplingParams(max_new_tokens=NEW))[0]
+    second = engine.generate([p], SamplingParams(max_new_tokens=NEW))[0]
+    assert first.tokens == second.tokens == reference(model, p)
+    assert second.num_cached_tokens == 12  # the last block is recomputed, not shared and overwritten
+
+
+def test_identical_prompts_in_the_same_step(model):
+    """Regression: identical prompts admitted together must not read each other's unwritten blocks."""
+    p = prompts([14], seed=7)[0]
+    engine, outs = run(model, [p, p, p], enable_prefix_caching=True)
+    assert all(o.tokens == reference(model, p) for o in outs)
+    late = engine.generate([p], SamplingParams(max_new_tokens=NEW))[0]
+    assert late.tokens == reference(model, p) and late.num_cached_tokens == 12
+
+
+def test_prefix_hit_right_after_preemption(model):
+    """Regression: a preempted sequence finds its own computed blocks in the cache when it resumes."""
+    ps = prompts([8, 8], seed=8)
+    engine, outs = run(model, ps, num_blocks=8, enable_prefix_caching=True)  # 2 x 5 blocks wanted
+    preempted = {e.seq_id for e in engine.events.of_kind(EventKind.PREEMPT)}
+    hits_after = [e for e in engine.events.of_kind(EventKind.PREFIX_HIT) if e.seq_id in preempted]
+    assert preempted == {1} and len(hits_after) == 3  # its own computed blocks, parked, were found again
+    assert [o.tokens for o in outs] == [reference(model, p) for p in ps]
+
+
+def test_cached_kv_is_really_read(model):
+    """Regression: a hit must read the cached K/V (corrupting them changes the answer)."""
+    system = prompts([12], seed=9)[0]
+    a, b = system + [5, 6, 7], system + [8, 9]
+    engine = LLMEngine(model, EngineConfig(block_size=4, enable_prefix_caching=True))
+    engine.generate([a], SamplingParams(max_new_tokens=NEW))
+    out = engine.generate([b], SamplingParams(max_new_tokens=NEW))[0]
+    assert out.num_cached_tokens == 12 and out.tokens == reference(model, b)
+    corrupt = LLMEngine(model, EngineConfig(block_size=4, enable_prefix_caching=True))
+    corrupt.generate([a], SamplingParams(max_new_tokens=NEW))
+    cached = [e.block_id for e in corrupt.events.of_kind(EventKind.CACHE_INSERT)][:3]
+    corrupt.pool.k[:, cached] = torch.randn_like(corrupt.pool.k[:, cached]) * 10
+    bad = corrupt.generate([b], SamplingParams(max_new_tokens=NEW))[0]
+    assert bad.num_cached_tokens == 12 and bad.tokens != out.tokens
+
+
+def test_events_replay_to_the_same_reference_counts(model):
+    ps = prompts([20, 18, 22, 15, 7], seed=10)
+    engine = LLMEngine(model, EngineConfig(block_size=4, num_blocks=20, enable_prefix_caching=True))
+    engine.generate([ps[1], ps[0], ps[1]], SamplingParams(max_new_tokens=NEW, n=2, temperature=1.0, seed=1))
+    events = engine.events.events
+    assert [e.step for e in events] == sorted(e.step for e in events)
+    refs: dict[int, int] = {}
+    for e in events:
+        if e.kind is EventKind.ALLOCATE:
+            assert refs.get(e.block_id, 0) == 0
+            refs[e.block_id] = 1
+        elif e.kind in (EventKind.PREFIX_HIT, EventKind.FORK):
+            refs[e.block_id] = refs.get(e.block_id, 0) + 1
+        elif e.kind is EventKind.FREE:
+            refs[e.block_id] -= 1
+            assert refs[e.block_id] >= 0
+    assert all(r == 0 for r in refs.values())
+    assert {"fork", "copy_on_write", "preempt", "evict", "prefix_hit"} <= set(engine.events.counts())
