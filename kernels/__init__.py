@@ -1,9 +1,10 @@
 """The course's engine: model, attention, caches, allocator, scheduler (lessons 01-17)."""
 
-from . import costs
+from . import costs, paged_cache  # noqa: F401  (importing paged_cache registers generate(cache="paged"))
 from .backend import AttentionBackend, StepMetadata
 from .config import ModelConfig
 from .generate import CACHE_BACKENDS, GenerationResult, Phase, StepStats, generate, register_cache
+from .llm_engine import EngineConfig, LLMEngine
 from .model import Transformer
 from .model_configs import EXAMPLE_13B, MODEL_CONFIGS, get_model_config
 from .sampling import SamplingParams, sample
@@ -13,7 +14,9 @@ __all__ = [
     "EXAMPLE_13B",
     "MODEL_CONFIGS",
     "AttentionBackend",
+    "EngineConfig",
     "GenerationResult",
+    "LLMEngine",
     "ModelConfig",
     "Phase",
     "SamplingParams",

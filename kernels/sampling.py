@@ -22,6 +22,7 @@ class SamplingParams:
     seed: int | None = None
     max_new_tokens: int = 64
     stop_on_eos: bool = True
+    n: int = 1  # parallel samples per prompt in LLMEngine; they share the prompt's blocks (lesson 12)
 
     def __post_init__(self) -> None:
         if isinstance(self.temperature, bool) or not isinstance(self.temperature, (int, float)) \
@@ -37,6 +38,8 @@ class SamplingParams:
         if isinstance(self.max_new_tokens, bool) or not isinstance(self.max_new_tokens, int) \
                 or self.max_new_tokens < 0:
             raise ValueError(f"max_new_tokens must be an integer >= 0, got {self.max_new_tokens!r}")
+        if isinstance(self.n, bool) or not isinstance(self.n, int) or self.n < 1:
+            raise ValueError(f"n (samples per prompt) must be an integer >= 1, got {self.n!r}")
 
     @property
     def greedy(self) -> bool:
