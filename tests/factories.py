@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+
 from kvcourse.kernels.config import ModelConfig
 
 TINY_DEFAULTS: dict[str, Any] = dict(

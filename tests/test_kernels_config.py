@@ -7,6 +7,7 @@ import math
 
 import pytest
 from factories import hf_config_for, make_config, make_tiny_hf_llama
+
 from kvcourse.kernels.config import ModelConfig
 
 

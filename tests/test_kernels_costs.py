@@ -6,6 +6,7 @@ import math
 
 import pytest
 from factories import make_config, make_tiny_hf_llama
+
 from kvcourse.kernels import costs
 from kvcourse.kernels.model_configs import EXAMPLE_13B
 

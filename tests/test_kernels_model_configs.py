@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from kvcourse.kernels import costs
 from kvcourse.kernels.model_configs import EXAMPLE_13B, MODEL_CONFIGS, get_model_config
 

@@ -1,0 +1,153 @@
+"""generate(): identical greedy tokens across cache modes, honest per-step stats, clear errors (lessons 02-06)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from factories import make_tiny_hf_llama
+
+from kvcourse.kernels import SamplingParams, Transformer, costs, generate, register_cache
+from kvcourse.kernels.caches import ContiguousKVBackend
+from kvcourse.kernels.generate import CACHE_BACKENDS, Phase, as_transformer
+
+PROMPT = [5, 17, 33, 2 + 40, 61, 8, 90, 12]
+
+
+@pytest.fixture(scope="module")
+def hf_llama():
+    return make_tiny_hf_llama()
+
+
+@pytest.fixture(scope="module")
+def model(hf_llama):
+    return Transformer.from_hf(hf_llama).pack_weights()
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_greedy_tokens_identical_without_and_with_cache_and_equal_hf(arch):
+    hf = make_tiny_hf_llama(arch)
+    no_cache = generate(hf, PROMPT, 30, cache="none", eos_token_id=[])
+    cached = generate(hf, PROMPT, 30, cache="contiguous", eos_token_id=[])
+    assert no_cache.tokens == cached.tokens
+    assert len(set(cached.tokens)) > 5  # a real sequence, not one token repeated
+    with torch.no_grad():
+        ref = hf.generate(torch.tensor([PROMPT]), max_new_tokens=30, do_sample=False, eos_token_id=None,
+                          pad_token_id=0)
+    assert ref[0, len(PROMPT):].tolist() == cached.tokens
+
+
+def test_sampling_with_a_seed_is_repeatable_and_cache_independent(model):
+    params = SamplingParams(temperature=0.9, top_k=20, top_p=0.95, seed=7)
+    a = generate(model, PROMPT, 25, cache="none", sampling=params, eos_token_id=[])
+    b = generate(model, PROMPT, 25, cache="contiguous", sampling=params, eos_token_id=[])
+    c = generate(model, PROMPT, 25, cache="contiguous", sampling=SamplingParams(temperature=0.9, seed=8),
+                 eos_token_id=[])
+    assert a.tokens == b.tokens
+    assert a.tokens != c.tokens
+
+
+def test_prompt_forms_are_equivalent(model):
+    expected = generate(model, PROMPT, 5).tokens
+    assert generate(model, torch.tensor(PROMPT), 5).tokens == expected
+    assert generate(model, torch.tensor([PROMPT]), 5).tokens == expected
+
+
+def test_stops_on_eos_and_includes_it(model):
+    full = generate(model, PROMPT, 20, eos_token_id=[])
+    eos = full.tokens[5]
+    first = full.tokens.index(eos)
+    stopped = generate(model, PROMPT, 20, eos_token_id=eos)
+    assert stopped.tokens == full.tokens[: first + 1] and stopped.stopped_on_eos
+    ignored = generate(model, PROMPT, 20, eos_token_id=eos, sampling=SamplingParams(stop_on_eos=False))
+    assert ignored.tokens == full.tokens
+
+
+def test_hf_model_eos_comes_from_its_config(hf_llama):
+    result = generate(hf_llama, PROMPT, 40)
+    assert hf_llama.config.eos_token_id == 2
+    assert 2 not in result.tokens[:-1]
+
+
+def test_hf_conversion_is_cached_on_the_model(hf_llama):
+    assert as_transformer(hf_llama) is as_transformer(hf_llama)
+
+
+@pytest.mark.parametrize("cache", ["none", "contiguous", "int8", "sliding"])
+def test_step_stats_equal_the_cost_model(model, cache):
+    config = model.config
+    window = 6 if cache == "sliding" else None
+    result = generate(model, PROMPT, 6, cache=cache, window=window, eos_token_id=[])
+    assert [s.phase for s in result.stats] == [Phase.PREFILL] + [Phase.DECODE] * 5
+    for step, stats in enumerate(result.stats):
+        length = len(PROMPT) + step
+        new = length if cache == "none" else (len(PROMPT) if step == 0 else 1)
+        assert stats.context_len == length and stats.num_tokens_processed == new
+        assert stats.flops == costs.forward_flops(config, new, length, num_logits=1, window=window)
+        assert stats.score_cells == costs.score_cells(config, new, length, window)
+        assert stats.weight_bytes == costs.weight_bytes_read_per_pass(config, 4)
+        expected_kv = {
+            "none": 0,
+            "contiguous": costs.kv_cache_bytes(config, length, bytes_per_value=4),
+            "int8": length * costs.quantized_kv_bytes_per_token(config, 1, 4),
+            "sliding": costs.kv_cache_bytes(config, min(length, 6), bytes_per_value=4),
+        }[cache]
+        assert stats.kv_cache_bytes == expected_kv
+        assert stats.seconds > 0
+
+
+def test_no_cache_work_grows_cache_work_is_flat(model):
+    none = generate(model, PROMPT, 10, cache="none", eos_token_id=[])
+    cached = generate(model, PROMPT, 10, cache="contiguous", eos_token_id=[])
+    assert [s.num_tokens_processed for s in none.stats] == list(range(8, 18))
+    assert [s.num_tokens_processed for s in cached.stats] == [8] + [1] * 9
+    assert sum(s.flops for s in none.stats) > 3 * sum(s.flops for s in cached.stats)
+
+
+def test_zero_new_tokens(model):
+    result = generate(model, PROMPT, 0)
+    assert result.tokens == [] and result.stats == []
+
+
+@pytest.mark.parametrize("ids,kwargs,match", [
+    ([], {}, "empty"),
+    (PROMPT, {"max_new_tokens": -1}, "max_new_tokens"),
+    (list(range(129)), {}, "longer than the model's context"),
+    (list(range(120)), {"max_new_tokens": 20}, "exceeds the model's context"),
+    (PROMPT, {"cache": "mmap"}, "unknown cache"),
+    (PROMPT, {"cache": "sliding"}, "needs window"),
+    (PROMPT, {"cache": "contiguous", "window": 4}, "window only applies"),
+    (torch.zeros(2, 3, dtype=torch.long), {}, "exactly one row"),
+])
+def test_bad_input_is_a_clear_error(model, ids, kwargs, match):
+    kwargs = {"max_new_tokens": 4, **kwargs}
+    with pytest.raises(ValueError, match=match):
+        generate(model, ids, **kwargs)
+
+
+def test_not_a_model_is_a_type_error():
+    with pytest.raises(TypeError, match="Transformer"):
+        generate("gpt2", PROMPT, 3)
+
+
+def test_registered_cache_mode_is_used(model):
+    built = []
+
+    def tiny_contiguous(req):
+        backend = ContiguousKVBackend(req.model.config, 2, req.model.dtype, req.model.device)
+        built.append(backend)
+        return backend
+
+    register_cache("test-tiny", tiny_contiguous)
+    try:
+        result = generate(model, PROMPT, 12, cache="test-tiny", eos_token_id=[])
+    finally:
+        del CACHE_BACKENDS["test-tiny"]
+    assert result.tokens == generate(model, PROMPT, 12, eos_token_id=[]).tokens
+    assert built and built[0].capacity >= len(PROMPT) + 11  # it grew from 2 slots
+
+
+def test_bf16_generation_tracks_fp32():
+    hf = make_tiny_hf_llama()
+    fp32 = generate(hf, PROMPT, 8, eos_token_id=[]).tokens
+    bf16 = generate(Transformer.from_hf(hf).to(torch.bfloat16), PROMPT, 8, eos_token_id=[]).tokens
+    assert bf16[:3] == fp32[:3]

@@ -1,0 +1,127 @@
+"""The from-scratch Transformer against Hugging Face, on tiny random Llama and Qwen2 models."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from factories import make_config, make_tiny_hf_llama
+
+from kvcourse.kernels import Transformer, costs
+from kvcourse.kernels.caches import NoCacheBackend
+
+VARIANTS = [
+    ("llama", {}),
+    ("llama", {"tie_word_embeddings": True, "num_kv_heads": 1}),  # MQA, tied
+    ("llama", {"num_kv_heads": 4}),  # MHA
+    ("llama", {"attention_bias": True}),  # Llama's bias also on o_proj
+    ("llama", {"hidden_size": 40, "num_heads": 4, "head_dim": 16}),  # explicit head_dim != hidden/heads
+    ("qwen2", {}),
+    ("qwen2", {"tie_word_embeddings": True}),
+]
+
+
+def ours_and_hf_logits(arch, overrides, packed, num_tokens=64, attention="sdpa"):
+    hf = make_tiny_hf_llama(arch, **overrides)
+    model = Transformer.from_hf(hf)
+    if packed:
+        model.pack_weights()
+    ids = torch.randint(0, hf.config.vocab_size, (num_tokens,), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        ref = hf(ids[None]).logits[0]
+        ours = model(ids, torch.arange(num_tokens), NoCacheBackend(attention))
+    return ours, ref
+
+
+@pytest.mark.parametrize("arch,overrides", VARIANTS)
+@pytest.mark.parametrize("packed", [False, True])
+def test_fp32_logits_match_hugging_face(arch, overrides, packed):
+    ours, ref = ours_and_hf_logits(arch, overrides, packed)
+    assert ours.shape == ref.shape
+    assert (ours - ref).abs().max().item() <= 1e-4
+
+
+@pytest.mark.parametrize("attention", ["naive", "tiled", "grouped"])
+def test_every_attention_gives_hf_logits(attention):
+    ours, ref = ours_and_hf_logits("llama", {}, packed=False, attention=attention)
+    assert (ours - ref).abs().max().item() <= 1e-4
+
+
+def test_bf16_runs_and_stays_close_to_hf_bf16():
+    hf = make_tiny_hf_llama(dtype=torch.bfloat16)
+    model = Transformer.from_hf(hf).pack_weights()
+    assert model.dtype == torch.bfloat16
+    ids = torch.arange(3, 35)
+    with torch.no_grad():
+        ref = hf(ids[None]).logits[0].float()
+        ours = model(ids, torch.arange(32), NoCacheBackend()).float()
+    assert ours.dtype == torch.float32
+    scale = ref.abs().max().item()
+    assert (ours - ref).abs().max().item() <= 0.05 * scale
+    assert (ours.argmax(-1) == ref.argmax(-1)).float().mean().item() >= 0.9
+
+
+def test_logits_index_selects_rows():
+    model = Transformer.from_hf(make_tiny_hf_llama())
+    ids, pos = torch.arange(10, 20), torch.arange(10)
+    with torch.no_grad():
+        full = model(ids, pos, NoCacheBackend())
+        last = model(ids, pos, NoCacheBackend(), logits_index=torch.tensor([9, 3]))
+    assert torch.allclose(last, full[[9, 3]], atol=1e-5)
+
+
+def test_flat_batch_of_two_sequences_equals_separate_runs():
+    model = Transformer.from_hf(make_tiny_hf_llama())
+    a, b = torch.arange(5, 12), torch.arange(40, 44)
+    with torch.no_grad():
+        flat = model(torch.cat([a, b]), torch.cat([torch.arange(7), torch.arange(4)]), NoCacheBackend(seq_lens=[7, 4]))
+        alone_a = model(a, torch.arange(7), NoCacheBackend())
+        alone_b = model(b, torch.arange(4), NoCacheBackend())
+    assert torch.allclose(flat, torch.cat([alone_a, alone_b]), atol=1e-5)
+
+
+def test_forward_rejects_a_2d_batch():
+    model = Transformer(make_config())
+    with pytest.raises(ValueError, match="1-D"):
+        model(torch.zeros(1, 4, dtype=torch.long), torch.arange(4), NoCacheBackend())
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_weight_bytes_read_equal_the_cost_model(tied):
+    config = make_config(tie_word_embeddings=tied)
+    model = Transformer(config)
+    assert model.weight_bytes_read_per_pass() == costs.weight_bytes_read_per_pass(config, 4)
+    assert model.to(torch.bfloat16).weight_bytes_read_per_pass() == costs.weight_bytes_read_per_pass(config, 2)
+
+
+def test_parameter_count_equals_cost_model():
+    config = make_config(tie_word_embeddings=True, attention_bias=True)
+    assert sum(p.numel() for p in Transformer(config).parameters()) == costs.num_parameters(config)
+
+
+def test_fresh_model_is_initialised_and_dtype_change_drops_packed_weights():
+    model = Transformer(make_config()).pack_weights()
+    assert torch.isfinite(model.layers[0].mlp.down_proj.weight).all()
+    assert model.layers[0].mlp.down_proj._packed is not None
+    model.to(torch.bfloat16)
+    assert model.layers[0].mlp.down_proj._packed is None
+    with torch.no_grad():
+        out = model(torch.arange(4), torch.arange(4), NoCacheBackend())
+    assert out.dtype == torch.bfloat16 and torch.isfinite(out.float()).all()
+
+
+def test_rope_table_stays_float32_after_a_cast():
+    # Regression: a model.to(bfloat16) must not round the cos/sin table itself.
+    model = Transformer(make_config()).to(torch.bfloat16)
+    assert model.rotary.cos_table.dtype == torch.float32
+
+
+@pytest.mark.gpu
+def test_cuda_matches_cpu():
+    hf = make_tiny_hf_llama()
+    cpu = Transformer.from_hf(hf)
+    gpu = Transformer.from_hf(hf.to("cuda"))
+    ids = torch.arange(3, 40)
+    with torch.no_grad():
+        a = cpu(ids, torch.arange(37), NoCacheBackend())
+        b = gpu(ids.cuda(), torch.arange(37, device="cuda"), NoCacheBackend()).cpu()
+    assert (a - b).abs().max().item() <= 1e-3
