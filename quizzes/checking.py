@@ -53,6 +53,8 @@ def choice_key(question: Question, answer: Any) -> str | None:
 
 def _check_choice(question: Question, answer: Any, seed: str) -> Verdict:
     key = choice_key(question, answer)
+    if answer is None:
+        return Verdict(False, "Choose an option first.", malformed=True)
     if key is None:
         keys = ", ".join(f'"{k}"' for k in question.option_keys)
         return Verdict(False, f"Answer with one option's letter: {keys} (got {answer!r}).", malformed=True)

@@ -1,0 +1,128 @@
+"""The self-learner widgets, driven in plain pytest: set values, click, read feedback, check progress."""
+
+from __future__ import annotations
+
+import html
+import json
+
+import pytest
+
+from kvcourse.cli import main
+from kvcourse.quizzes import check_answer, quick_check
+from kvcourse.quizzes.checking import expected_number
+from kvcourse.quizzes.progress import Progress, progress_dir
+
+
+@pytest.fixture(autouse=True)
+def progress_in_tmp(tmp_path, monkeypatch):
+    monkeypatch.setenv("KVCOURSE_PROGRESS", str(tmp_path / "progress"))
+    return tmp_path / "progress" / "progress.json"
+
+
+def _item(view, qid):
+    return next(item for item in view.items if item.question.id == qid)
+
+
+def _saved(path) -> dict:
+    return json.loads(path.read_text())["lessons"]
+
+
+def test_nothing_is_shown_before_an_attempt():
+    view = quick_check("07")
+    for item in view.items:
+        assert item.feedback.value == ""
+        assert item.reveal_button.layout.display == "none"
+    choice = _item(view, "main_cost")
+    assert choice.input.value is None  # no option preselected
+    assert all(why not in view.items[0].box.children[0].value for why in choice.question.explanations.values())
+
+
+def test_choice_wrong_then_reveal_then_right(progress_in_tmp):
+    view = quick_check(7)
+    item = _item(view, "main_cost")
+    item.check_button.click()  # no option chosen yet
+    assert "Choose an option first" in item.feedback.value and _saved(progress_in_tmp) == {}
+    item.input.value = "a"
+    item.check_button.click()
+    assert "Not (a)" in item.feedback.value
+    assert _saved(progress_in_tmp)["07"]["main_cost"] == {**_saved(progress_in_tmp)["07"]["main_cost"],
+                                                          "passed": False, "attempts": 1}
+    assert item.reveal_button.layout.display is None  # offered only now
+    item.reveal_button.click()
+    assert "The answer is (b)" in item.feedback.value
+    assert _saved(progress_in_tmp)["07"]["main_cost"]["revealed"] is True
+    item.input.value = "b"
+    item.check_button.click()
+    assert "Right" in item.feedback.value
+    assert _saved(progress_in_tmp)["07"]["main_cost"]["passed"] is True
+
+
+def test_numeric_with_units_and_malformed(progress_in_tmp):
+    view = quick_check("07")
+    item = _item(view, "per_token_13b")
+    item.input.value = "abc"
+    item.check_button.click()
+    assert "Could not read" in item.feedback.value
+    item.input.value = "0.4 MB"
+    item.check_button.click()
+    assert "Not quite" in item.feedback.value and "819,200" not in item.feedback.value
+    item.input.value = "0.8 MB"
+    item.check_button.click()
+    assert "Right" in item.feedback.value and "819,200" in item.feedback.value
+    assert _saved(progress_in_tmp)["07"]["per_token_13b"]["passed"] is True
+
+
+def test_parameterised_uses_the_learners_saved_seed(progress_in_tmp):
+    view = quick_check("07")
+    item = _item(view, "cache_bytes_param")
+    seed = Progress().seed
+    assert json.loads(progress_in_tmp.read_text())["seed"] == seed
+    item.input.value = str(int(expected_number(item.question, seed)))
+    item.check_button.click()
+    assert "Right" in item.feedback.value
+    # the same learner sees the same numbers next time
+    assert _item(quick_check("07"), "cache_bytes_param").prompt.value == item.prompt.value
+
+
+def test_code_and_free_response(progress_in_tmp):
+    view = quick_check("05")
+    code = _item(view, "cached_work")
+    assert "def tokens_processed_with_cache" in code.input.value  # the starter
+    code.input.value = "def tokens_processed_with_cache(p, n):\n    return p + n\n"
+    code.check_button.click()
+    assert "returned" in code.feedback.value
+    code.input.value = "def tokens_processed_with_cache(p, n):\n    return p / 0\n"
+    code.check_button.click()
+    assert "ZeroDivisionError" in code.feedback.value
+    code.input.value = "def tokens_processed_with_cache(p, n):\n    return p + n - 1\n"
+    code.check_button.click()
+    assert "pass" in code.feedback.value
+    free = _item(view, "why_cacheable")
+    free.check_button.click()
+    assert "Write your own answer first" in free.feedback.value
+    assert html.escape(free.question.model_answer[:40]) not in free.feedback.value
+    free.input.value = "Because earlier tokens never see later ones, their keys and values stay the same."
+    free.check_button.click()
+    assert html.escape(free.question.model_answer[:40]) in free.feedback.value
+    assert Progress().passed("05") == {"cached_work", "why_cacheable"}
+
+
+def test_check_answer_and_progress_command(progress_in_tmp, capsys):
+    assert check_answer("07", "per_token_13b", "819200 bytes").passed
+    assert not check_answer("07", "main_cost", "c").passed
+    assert progress_dir() == progress_in_tmp.parent
+    assert main(["progress"]) == 0
+    out = capsys.readouterr().out
+    line07 = next(line for line in out.splitlines() if line.startswith("07 "))
+    assert "1/5" in line07
+    assert "0/3" in next(line for line in out.splitlines() if line.startswith("00 "))
+
+
+def test_damaged_progress_file_is_set_aside(progress_in_tmp):
+    progress_in_tmp.parent.mkdir(parents=True)
+    progress_in_tmp.write_text("{not json")
+    progress = Progress()
+    assert progress.lesson("07") == {}
+    progress.record("07", "main_cost", True)
+    assert progress_in_tmp.with_suffix(".damaged.json").exists()
+    assert Progress().passed("07") == {"main_cost"}
