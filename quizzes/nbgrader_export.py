@@ -117,11 +117,11 @@ def _test_cell(question: Question, lesson: str) -> nbformat.NotebookNode:
         visible = f"check_format({var}, 'number', {q.unit!r})"
         hidden = f"grade_parameterised({lesson!r}, {q.id!r}, {var})"
     else:
-        visible = f"assert callable({var}), 'define the function {var}()'"
+        visible = f"check_runs({var}, {tuple(q.cases[0])!r})"
         hidden = f"grade_function({var}, {expected_results(q)!r})"
     source = (f"# Checks {var}. This cell only checks the form of your answer; the tests that\n"
               "# give points are hidden and run when your work is graded.\n"
-              "from kvcourse.quizzes.graded import check_format\n"
+              f"from kvcourse.quizzes.graded import {visible.partition('(')[0]}\n"
               f"{visible}\n"
               "### BEGIN HIDDEN TESTS\n"
               f"from kvcourse.quizzes.graded import {hidden.partition('(')[0]}\n"
