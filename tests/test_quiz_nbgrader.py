@@ -86,54 +86,38 @@ def _answer(nb, qid: str, code: str) -> None:
 
 
 ALICE = {  # everything right, with and without units
-    "lesson07": {
-        "main_cost": 'answer_main_cost = "b"',
-        "per_token_13b": 'answer_per_token_13b = "0.8 MB"',
-        "users_13b": "answer_users_13b = 104857600000",
-        "cache_bytes_param": f"answer_cache_bytes_param = {solve('07', 'cache_bytes_param', 'alice'):.0f}",
-        "formula_code": "    return 2 * num_layers * num_kv_heads * head_dim * num_tokens * num_users * bytes_per_value",
-    },
-    "lesson06": {
-        "growth_shape": 'answer_growth_shape = "B"',
-        "cache_size": f'answer_cache_size = "{solve("06", "cache_size", "alice") / 1e6} MB"',
-        "double_tokens": 'answer_double_tokens = "2x"',
-    },
+    "main_cost": 'answer_main_cost = "B"',
+    "per_token_13b": 'answer_per_token_13b = "0.8 MB"',
+    "users_13b": "answer_users_13b = 104857600000",
+    "cache_bytes_param": f'answer_cache_bytes_param = "{solve("07", "cache_bytes_param", "alice") / 1e6} MB"',
+    "formula_code": "    return 2 * num_layers * num_kv_heads * head_dim * num_tokens * num_users * bytes_per_value",
 }
-BOB = {  # one right per lesson, the rest wrong or malformed
-    "lesson07": {
-        "main_cost": 'answer_main_cost = "b"',                       # right: 1
-        "per_token_13b": 'answer_per_token_13b = "abc"',              # malformed: 0 (and its test cell deleted)
-        "users_13b": "answer_users_13b = None",                      # malformed: 0 (and its test cell edited)
-        "cache_bytes_param": "answer_cache_bytes_param = [1, 2]",    # wrong type: 0
-        "formula_code": "    return 1 / 0",                          # raises: 0
-    },
-    "lesson06": {
-        "growth_shape": 'answer_growth_shape = "a"',                 # wrong: 0
-        # alice's values, not bob's: the hidden test recomputes bob's from his id
-        "cache_size": f"answer_cache_size = {solve('06', 'cache_size', 'alice'):.0f}",
-        "double_tokens": "answer_double_tokens = 2",                 # right: 1
-    },
+BOB = {  # one right, the rest wrong or malformed
+    "main_cost": 'answer_main_cost = "b"',                     # right: 1 point
+    "per_token_13b": 'answer_per_token_13b = "abc"',            # malformed: 0 (and bob deletes its test cell)
+    "users_13b": "answer_users_13b = None",                    # malformed: 0 (and bob edits its test cell)
+    # alice's values, not bob's: the hidden test recomputes bob's own from his id
+    "cache_bytes_param": f"answer_cache_bytes_param = {solve('07', 'cache_bytes_param', 'alice'):.0f}",
+    "formula_code": "    return 1 / 0",                        # raises: 0
 }
-FREE_TEXT = "The cache grows by one key and value per token in every layer, so each step attends over more."
+FREE_TEXT = "Weights are stored once; the cache multiplies per-token bytes by tokens and by users."
 
 
 def _student_works(env, students: Path, name: str, answers: dict, tamper: bool) -> None:
     folder = students / name
     folder.mkdir(parents=True)
     (folder / "nbgrader_config.py").write_text((students / "nbgrader_config.py").read_text())
-    for assignment, by_question in answers.items():
-        _nbgrader(env, folder, "fetch_assignment", assignment)
-        path = folder / assignment / f"{assignment}.ipynb"
-        nb = nbformat.read(path, as_version=4)
-        for qid, code in by_question.items():
-            _answer(nb, qid, code)
-        if assignment == "lesson06":
-            _cell(nb, "free_long_conversation").source = FREE_TEXT
-        if tamper and assignment == "lesson07":
-            nb.cells.remove(_cell(nb, "test_per_token_13b"))
-            _cell(nb, "test_users_13b").source = "pass  # nothing to see here"
-        nbformat.write(nb, path)
-        _nbgrader(env, folder, "submit", assignment, f"--student={name}")
+    _nbgrader(env, folder, "fetch_assignment", "lesson07")
+    path = folder / "lesson07" / "lesson07.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    for qid, code in answers.items():
+        _answer(nb, qid, code)
+    _cell(nb, "free_outgrow_weights").source = FREE_TEXT
+    if tamper:
+        nb.cells.remove(_cell(nb, "test_per_token_13b"))
+        _cell(nb, "test_users_13b").source = "pass  # nothing to see here"
+    nbformat.write(nb, path)
+    _nbgrader(env, folder, "submit", "lesson07", f"--student={name}")
 
 
 @pytest.mark.slow
@@ -141,50 +125,46 @@ def test_full_nbgrader_pipeline(tmp_path):
     env = _env(tmp_path)
     course, exchange, students = tmp_path / "course", tmp_path / "exchange", tmp_path / "students"
     exchange.mkdir()
-    init_course(course, ["06", "07"], course_id="kvtest", exchange=str(exchange))
     students.mkdir()
+    init_course(course, ["07"], course_id="kvtest", exchange=str(exchange))
     (students / "nbgrader_config.py").write_text(
         f"c = get_config()\nc.CourseDirectory.course_id = 'kvtest'\nc.Exchange.root = {str(exchange)!r}\n")
 
-    for assignment in ("lesson06", "lesson07"):
-        _nbgrader(env, course, "generate_assignment", assignment, "--force")
-        released = course / "release" / assignment / f"{assignment}.ipynb"
-        out = _nbgrader(env, course, "validate", "--invert", str(released))
-        assert "Success! The notebook does not pass any tests." in out
-        _nbgrader(env, course, "release_assignment", assignment, "--force")
+    _nbgrader(env, course, "generate_assignment", "lesson07")
+    released = course / "release" / "lesson07" / "lesson07.ipynb"
+    out = _nbgrader(env, course, "validate", "--invert", str(released))
+    assert "Success! The notebook does not pass any tests." in out
+    _nbgrader(env, course, "release_assignment", "lesson07")
 
     # Released notebooks: no answer, no hidden test, no gradebook anywhere students can reach.
-    for released in list((course / "release").rglob("*.ipynb")) + list(exchange.rglob("*.ipynb")):
-        text = released.read_text()
+    shipped = [released, *exchange.rglob("*.ipynb")]
+    assert len(shipped) == 2
+    for path in shipped:
+        text = path.read_text()
         for secret in ("HIDDEN TESTS", "BEGIN SOLUTION", "grade_choice(", "grade_numeric(", "grade_function(",
                        "grade_parameterised(", "104857600000", "answer_main_cost = 'b'", "solve('07'",
-                       "The cache gains one key and one value per token"):
-            assert secret not in text, f"{secret!r} leaked into {released}"
+                       "num_tokens * num_users", "The weights are stored once, whatever the traffic"):
+            assert secret not in text, f"{secret!r} leaked into {path}"
     assert (course / "gradebook.db").exists()
     assert not list(exchange.rglob("*.db")) and not list((course / "release").rglob("*.db"))
 
-    assert solve("06", "cache_size", "alice") != solve("06", "cache_size", "bob")
-    for name in ("alice", "bob"):
-        _student_works(env, students, name, ALICE if name == "alice" else BOB, tamper=name == "bob")
-    for assignment in ("lesson06", "lesson07"):
-        _nbgrader(env, course, "collect", assignment)
-        _nbgrader(env, course, "autograde", assignment)
-        _nbgrader(env, course, "generate_feedback", assignment)
+    assert solve("07", "cache_bytes_param", "alice") != solve("07", "cache_bytes_param", "bob")
+    _student_works(env, students, "alice", ALICE, tamper=False)
+    _student_works(env, students, "bob", BOB, tamper=True)
+    for command in ("collect", "autograde", "generate_feedback"):
+        _nbgrader(env, course, command, "lesson07")
     _nbgrader(env, course, "export")
 
     with open(course / "grades.csv", newline="") as f:
-        rows = {(r["student_id"], r["assignment"]): r for r in csv.DictReader(f)}
-    scores = {key: float(r["score"]) for key, r in rows.items()}
-    assert scores == {("alice", "lesson07"): 7.0, ("alice", "lesson06"): 4.0,
-                      ("bob", "lesson07"): 1.0, ("bob", "lesson06"): 1.0}
-    assert float(rows[("alice", "lesson06")]["max_score"]) == 6.0  # the free response waits for a human
-    feedback = course / "feedback" / "bob" / "lesson07" / "lesson07.html"
-    assert feedback.exists()
-    # the deleted test cell was put back and run
+        rows = {r["student_id"]: r for r in csv.DictReader(f)}
+    assert {name: float(r["score"]) for name, r in rows.items()} == {"alice": 7.0, "bob": 1.0}
+    assert float(rows["alice"]["max_score"]) == 9.0  # the free response (2 points) waits for a human
+    assert (course / "feedback" / "bob" / "lesson07" / "lesson07.html").exists()
+    # bob's deleted test cell was put back, and his edited one restored, before grading
     graded = nbformat.read(course / "autograded" / "bob" / "lesson07" / "lesson07.ipynb", as_version=4)
     restored = _cell(graded, "test_per_token_13b")
     assert "grade_numeric(" in restored.source and "missing from the submission" in restored.source
-
+    assert "grade_numeric(" in _cell(graded, "test_users_13b").source
 
 def _run_cells(nb) -> dict[str, bool]:
     """Run a notebook's code cells in one namespace, in process; test cell grade_id -> passed."""

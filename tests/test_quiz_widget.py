@@ -114,7 +114,7 @@ def test_check_answer_and_progress_command(progress_in_tmp, capsys):
     assert main(["progress"]) == 0
     out = capsys.readouterr().out
     line07 = next(line for line in out.splitlines() if line.startswith("07 "))
-    assert "1/5" in line07
+    assert "1/6" in line07
     assert "0/3" in next(line for line in out.splitlines() if line.startswith("00 "))
 
 
