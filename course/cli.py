@@ -55,8 +55,14 @@ def _add_timing_lab(sub: argparse._SubParsersAction) -> None:
     add_timing_lab(sub)
 
 
+def _add_quizzes(sub: argparse._SubParsersAction) -> None:
+    from kvcourse.quizzes.cli import register
+
+    register(sub)
+
+
 # Each entry adds its subcommands to the parser; issues that add a subcommand add a line here.
-REGISTRARS: list[Callable[[argparse._SubParsersAction], None]] = [_add_core, _add_timing_lab]
+REGISTRARS: list[Callable[[argparse._SubParsersAction], None]] = [_add_core, _add_timing_lab, _add_quizzes]
 
 
 def build_parser() -> argparse.ArgumentParser:

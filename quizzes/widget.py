@@ -1,0 +1,109 @@
+"""The self-learner's quick check: ipywidgets with instant feedback (every lesson; lesson 00 explains).
+
+Nothing about the answer is shown before an attempt. After a wrong attempt a "Show answer"
+button appears; using it is recorded as revealed, not as passed.
+"""
+
+from __future__ import annotations
+
+import html
+
+import ipywidgets as widgets
+
+from .bank import load_quiz
+from .checking import Verdict, check, expected_number, prompt_for
+from .model import Kind, Question
+from .progress import Progress
+from .units import DESCRIPTIONS, format_quantity
+
+_COLOURS = {True: "#1b7f3b", False: "#b3261e"}
+
+
+def _html(text: str) -> str:
+    return html.escape(text).replace("\n", "<br>")
+
+
+class QuestionView:
+    """One question: prompt, an input, a Check button, feedback, and later a Show answer button."""
+
+    def __init__(self, question: Question, progress: Progress, seed: str) -> None:
+        self.question, self.progress, self.seed = question, progress, seed
+        self.prompt = widgets.HTML(f"<b>{question.id}</b> ({question.points} pt): "
+                                   f"{_html(prompt_for(question, seed))}")
+        self.input = self._make_input()
+        label = "Show model answer" if question.kind is Kind.FREE else "Check"
+        self.check_button = widgets.Button(description=label, button_style="primary")
+        self.reveal_button = widgets.Button(description="Show answer", layout=widgets.Layout(display="none"))
+        self.feedback = widgets.HTML("")
+        self.check_button.on_click(lambda _: self.submit())
+        self.reveal_button.on_click(lambda _: self.reveal())
+        self.box = widgets.VBox([self.prompt, self.input,
+                                 widgets.HBox([self.check_button, self.reveal_button]), self.feedback])
+        if question.id in progress.passed(question.lesson):
+            self.feedback.value = "<i>Passed before. Try it again if you like.</i>"
+
+    def _make_input(self) -> widgets.Widget:
+        q = self.question
+        wide = widgets.Layout(width="95%")
+        if q.kind is Kind.CHOICE:
+            labels = [(f"({key}) {text}", key) for key, text in zip(q.option_keys, q.options)]
+            return widgets.RadioButtons(options=labels, value=None, layout=wide)
+        if q.kind in (Kind.NUMERIC, Kind.PARAMETERISED):
+            return widgets.Text(placeholder=DESCRIPTIONS[q.unit], layout=wide)
+        if q.kind is Kind.CODE:
+            return widgets.Textarea(value=q.starter.lstrip("\n"), layout=widgets.Layout(width="95%", height="8em"))
+        return widgets.Textarea(placeholder=f"Your answer (at least {q.min_chars} characters)",
+                                layout=widgets.Layout(width="95%", height="6em"))
+
+    def submit(self) -> Verdict:
+        """Check what is in the input now, show the feedback and record the attempt."""
+        verdict = check(self.question, self.input.value, self.seed)
+        if not verdict.malformed:
+            self.progress.record(self.question.lesson, self.question.id, verdict.passed)
+        colour = _COLOURS[verdict.passed] if not verdict.malformed else "#8a5a00"
+        text = f'<span style="color:{colour}">{_html(verdict.message)}</span>'
+        if verdict.explanation:
+            text += f"<br>{_html(verdict.explanation)}"
+        self.feedback.value = text
+        can_reveal = not verdict.passed and not verdict.malformed and self.question.kind is not Kind.FREE
+        if can_reveal:
+            self.reveal_button.layout.display = None
+        return verdict
+
+    def reveal(self) -> None:
+        """Show the right answer and why (only offered after a wrong attempt)."""
+        self.progress.record(self.question.lesson, self.question.id, False, revealed=True)
+        self.feedback.value += "<hr>" + _html(answer_text(self.question, self.seed))
+
+
+def answer_text(question: Question, seed: str) -> str:
+    """The right answer with its explanation, as shown by Show answer."""
+    q = question
+    if q.kind is Kind.CHOICE:
+        lines = [f"The answer is ({q.correct})."]
+        lines += [f"({key}) {q.explanations[key]}" for key in q.option_keys]
+        return "\n".join(lines)
+    if q.kind in (Kind.NUMERIC, Kind.PARAMETERISED):
+        expected = expected_number(q, seed)
+        verdict = check(q, expected, seed)
+        return f"The answer is {format_quantity(expected, q.unit)}.\n{verdict.explanation}"
+    if q.kind is Kind.CODE:
+        return f"A solution:\n{q.solution.strip()}\n{q.explanation}"
+    return q.model_answer
+
+
+class QuickCheck(widgets.VBox):
+    """All the questions of one lesson, one under another."""
+
+    def __init__(self, lesson: str, progress: Progress | None = None) -> None:
+        quiz = load_quiz(lesson)
+        self.progress = progress or Progress()
+        seed = self.progress.seed
+        self.items = [QuestionView(q, self.progress, seed) for q in quiz.questions]
+        title = widgets.HTML(f"<h4>Quick check: lesson {quiz.lesson}, {_html(quiz.title)}</h4>")
+        super().__init__([title, *[item.box for item in self.items]])
+
+
+def quick_check(lesson: str | int) -> QuickCheck:
+    """The quick check of a lesson, as a widget: `quick_check("07")` at the end of a lesson."""
+    return QuickCheck(lesson)
