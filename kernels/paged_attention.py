@@ -64,12 +64,21 @@ def paged_attention_reference(q: torch.Tensor, k_cache: torch.Tensor, v_cache: t
     return torch.cat(outputs)
 
 
+def decode_mask(context_lens: torch.Tensor, num_keys: int) -> torch.Tensor:
+    """(B, 1, 1, num_keys) boolean mask: True for the keys each sequence really has."""
+    visible = torch.arange(num_keys, device=context_lens.device) < context_lens[:, None]  # (B, S)
+    return visible[:, None, None, :]
+
+
 def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                           block_tables: torch.Tensor, context_lens: torch.Tensor, scale: float) -> torch.Tensor:
+                           block_tables: torch.Tensor, context_lens: torch.Tensor, scale: float,
+                           mask: torch.Tensor | None = None) -> torch.Tensor:
     """One new token per sequence, all sequences at once: q (B, num_heads, D) -> (B, num_heads, D).
 
     Rows of ``block_tables`` are padded past each sequence's last block; the padding is masked
-    out by ``context_lens``, so whatever block it names is never read into the result.
+    out by ``context_lens``, so whatever block it names is never read into the result. The query
+    heads that share a KV head stand in SDPA's query-length axis, so GQA needs no K/V repeat.
+    ``mask`` (from ``decode_mask``) may be passed in so a step builds it once for all layers.
     """
     batch, num_heads, head_dim = q.shape
     block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
@@ -77,12 +86,10 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     num_blocks = (int(context_lens.max()) + block_size - 1) // block_size
     table = block_tables[:, :num_blocks]
     num_keys = num_blocks * block_size
+    if mask is None:
+        mask = decode_mask(context_lens, num_keys)
     k = k_cache[table].view(batch, num_keys, num_kv_heads, head_dim).transpose(1, 2)  # (B, kv, S, D)
     v = v_cache[table].view(batch, num_keys, num_kv_heads, head_dim).transpose(1, 2)  # (B, kv, S, D)
     qg = q.view(batch, num_kv_heads, group, head_dim)  # (B, kv, group, D): query heads sharing a KV head
-    scores = torch.matmul(qg, k.transpose(-1, -2)) * scale  # (B, kv, group, S)
-    visible = torch.arange(num_keys, device=q.device) < context_lens[:, None]  # (B, S)
-    scores = scores.masked_fill(~visible[:, None, None, :], float("-inf"))
-    probs = torch.softmax(scores.float(), dim=-1).to(v.dtype)
-    out = torch.matmul(probs, v)  # (B, kv, group, D)
+    out = torch.nn.functional.scaled_dot_product_attention(qg, k, v, attn_mask=mask, scale=scale)
     return out.reshape(batch, num_heads, head_dim)  # (B, num_heads, D)

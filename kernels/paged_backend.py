@@ -13,7 +13,13 @@ from dataclasses import dataclass
 import torch
 
 from kvcourse.kernels.block_manager import BlockCopy
-from kvcourse.kernels.paged_attention import causal_attention, gather_kv, paged_decode_attention, write_kv
+from kvcourse.kernels.paged_attention import (
+    causal_attention,
+    decode_mask,
+    gather_kv,
+    paged_decode_attention,
+    write_kv,
+)
 
 
 @dataclass
@@ -103,14 +109,31 @@ class PagedAttentionBackend:
         self.pool = pool
         self.metadata = metadata
         self.use_triton = pool.k.is_cuda if use_triton is None else use_triton
+        self._decode_inputs: tuple[torch.Tensor, torch.Tensor, torch.Tensor | None] | None = None
+
+    def _decode_batch(self, rows: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Block tables, context lengths and mask of the decoding sequences, built once per step."""
+        if self._decode_inputs is None:
+            meta = self.metadata
+            tables = meta.block_tables if rows is None else meta.block_tables[rows]
+            context = meta.context_lens if rows is None else meta.context_lens[rows]
+            mask = None
+            if not self.use_triton:
+                block_size = self.pool.block_size
+                num_blocks = (int(context.max()) + block_size - 1) // block_size
+                tables = tables[:, :num_blocks]
+                mask = decode_mask(context, num_blocks * block_size)
+            self._decode_inputs = (tables, context, mask)
+        return self._decode_inputs
 
     def _decode(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                block_tables: torch.Tensor, context_lens: torch.Tensor, scale: float) -> torch.Tensor:
+                rows: torch.Tensor | None, scale: float) -> torch.Tensor:
+        tables, context, mask = self._decode_batch(rows)
         if self.use_triton:
             from kvcourse.kernels.triton_paged_attention import triton_paged_decode
 
-            return triton_paged_decode(q, k_cache, v_cache, block_tables, context_lens, scale)
-        return paged_decode_attention(q, k_cache, v_cache, block_tables, context_lens, scale)
+            return triton_paged_decode(q, k_cache, v_cache, tables, context, scale)
+        return paged_decode_attention(q, k_cache, v_cache, tables, context, scale, mask)
 
     def attend(self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """q: (T, num_heads, D), k and v: (T, num_kv_heads, D) -> (T, num_heads, D)."""
@@ -119,7 +142,7 @@ class PagedAttentionBackend:
         write_kv(k_cache, v_cache, k, v, meta.slot_mapping)
         scale = q.shape[-1] ** -0.5
         if meta.is_decode_only:
-            return self._decode(q, k_cache, v_cache, meta.block_tables, meta.context_lens, scale)
+            return self._decode(q, k_cache, v_cache, None, scale)
         out = torch.empty_like(q)
         decode_rows, decode_seqs, start = [], [], 0
         for i, (new, context) in enumerate(zip(meta.query_lens, meta.context_lens_list)):
@@ -137,6 +160,5 @@ class PagedAttentionBackend:
         if decode_rows:
             rows_t = torch.tensor(decode_rows, device=q.device)
             seqs_t = torch.tensor(decode_seqs, device=q.device)
-            out[rows_t] = self._decode(q[rows_t], k_cache, v_cache, meta.block_tables[seqs_t],
-                                       meta.context_lens[seqs_t], scale)
+            out[rows_t] = self._decode(q[rows_t], k_cache, v_cache, seqs_t, scale)
         return out
