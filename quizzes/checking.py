@@ -7,13 +7,19 @@ that says what was wrong, never a traceback.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from .formulas import compute_answer, draw_params, render
 from .model import Kind, Question
 from .units import AnswerFormatError, format_quantity, parse_quantity, within_tolerance
+
+# A learner's loop that never ends must not freeze the lesson: calls are cut off after this long.
+CODE_TIME_LIMIT_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -87,11 +93,32 @@ def _check_parameterised(question: Question, answer: Any, seed: str) -> Verdict:
     return _check_number(question, answer, expected, render(question.explanation, {**values, "answer": expected}))
 
 
+@contextmanager
+def time_limit(seconds: float) -> Iterator[None]:
+    """Raise TimeoutError in the block after `seconds` (main thread on Unix; elsewhere no limit)."""
+    usable = hasattr(signal, "SIGALRM") and threading.current_thread() is threading.main_thread()
+    if not usable:
+        yield
+        return
+
+    def _stop(signum, frame):
+        raise TimeoutError(f"it ran for more than {seconds:g} s; is there an endless loop?")
+
+    previous = signal.signal(signal.SIGALRM, _stop)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def compile_function(source: str, name: str) -> Callable:
     """The function ``name`` defined by ``source``; ValueError says why there is none."""
     namespace: dict[str, Any] = {}
     try:
-        exec(compile(source, "<your code>", "exec"), namespace)  # noqa: S102 - the learner's own code
+        with time_limit(CODE_TIME_LIMIT_S):
+            exec(compile(source, "<your code>", "exec"), namespace)  # noqa: S102 - the learner's own code
     except SyntaxError as err:
         raise ValueError(f"your code does not parse: {err.msg} (line {err.lineno})") from None
     except Exception as err:  # any error while defining it is the learner's to fix
@@ -125,7 +152,8 @@ def _check_code(question: Question, answer: Any, seed: str) -> Verdict:
     for args, expected in expected_results(question):
         call = f"{question.function}({', '.join(map(repr, args))})"
         try:
-            got = func(*args)
+            with time_limit(CODE_TIME_LIMIT_S):
+                got = func(*args)
         except Exception as err:  # the learner's function failing is feedback, not a crash
             return Verdict(False, f"{call} raised {type(err).__name__}: {err}", malformed=True)
         if not same_value(got, expected):

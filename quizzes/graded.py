@@ -17,8 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from .bank import load_quiz
-from .checking import expected_number, prompt_for, same_value
+from .checking import expected_number, prompt_for, same_value, time_limit
 from .units import AnswerFormatError, format_quantity, parse_quantity, within_tolerance
+
+# An endless loop in a student's function fails its test instead of using up nbgrader's cell timeout.
+GRADE_TIME_LIMIT_S = 10.0
 
 
 def student_id() -> str:
@@ -93,7 +96,8 @@ def grade_function(func: Any, cases: list[tuple[tuple, Any]]) -> None:
     for args, expected in cases:
         call = f"{getattr(func, '__name__', 'function')}({', '.join(map(repr, args))})"
         try:
-            got = func(*args)
+            with time_limit(GRADE_TIME_LIMIT_S):
+                got = func(*args)
         except Exception as err:  # the student's exception is a failed test, reported plainly
             raise AssertionError(f"{call} raised {type(err).__name__}: {err}") from None
         assert same_value(got, expected), f"{call} returned {got!r}, expected {expected!r}"

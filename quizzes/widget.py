@@ -64,6 +64,10 @@ class QuestionView:
         text = f'<span style="color:{colour}">{_html(verdict.message)}</span>'
         if verdict.explanation:
             text += f"<br>{_html(verdict.explanation)}"
+        if verdict.passed and self.question.kind is Kind.CHOICE:
+            others = [f"({key}) {self.question.explanations[key]}" for key in self.question.option_keys
+                      if key != self.question.correct]
+            text += "<br><i>The other options:</i><br>" + "<br>".join(_html(line) for line in others)
         self.feedback.value = text
         can_reveal = not verdict.passed and not verdict.malformed and self.question.kind is not Kind.FREE
         if can_reveal:

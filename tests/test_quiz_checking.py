@@ -137,3 +137,15 @@ def test_student_id_while_autograding_comes_from_the_path(tmp_path, monkeypatch)
     monkeypatch.chdir(tmp_path)
     with pytest.raises(AssertionError, match="cannot find the student id"):
         graded.student_id()
+
+
+def test_an_endless_loop_is_cut_off(monkeypatch):
+    from kvcourse.quizzes import checking
+
+    monkeypatch.setattr(checking, "CODE_TIME_LIMIT_S", 0.2)
+    q = load_quiz("07").question("formula_code")
+    verdict = check(q, "def kv_cache_bytes(*a):\n    while True:\n        pass\n")
+    assert verdict.malformed and "TimeoutError" in verdict.message
+    verdict = check(q, "while True:\n    pass\n")
+    assert verdict.malformed and "TimeoutError" in verdict.message
+    assert check(q, q.solution).passed  # the alarm is gone afterwards

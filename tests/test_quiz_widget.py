@@ -54,6 +54,7 @@ def test_choice_wrong_then_reveal_then_right(progress_in_tmp):
     item.input.value = "b"
     item.check_button.click()
     assert "Right" in item.feedback.value
+    assert html.escape(item.question.explanations["d"]) in item.feedback.value  # why the others are wrong
     assert _saved(progress_in_tmp)["07"]["main_cost"]["passed"] is True
 
 
