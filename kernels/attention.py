@@ -133,24 +133,33 @@ def tiled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_start: 
 
 def grouped_decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_start: int,
                              window: int | None = None, stats: AttentionStats | None = None) -> torch.Tensor:
-    """Plain-matmul attention that never copies K/V for grouped heads: fast for one decode query.
+    """Plain-matmul attention in float32 that never repeats K/V for grouped heads: fast for a decode step.
 
     Query heads are viewed as (num_kv_heads, group * Tq) rows so each KV head is read once.
+    Everything runs in float32 (a no-op for fp32 models): on CPUs, bf16 batched matmuls of
+    these thin shapes are several times slower than casting the few K/V rows and using fp32.
     """
     group = _check(q, k, v, q_start)
     num_heads, num_q, head_dim = q.shape
     num_kv = k.shape[0]
-    qg = q.reshape(num_kv, group * num_q, head_dim)  # (Hkv, G*Tq, D)
-    scores = torch.bmm(qg, k.transpose(1, 2)).float() * (1.0 / math.sqrt(head_dim))  # (Hkv, G*Tq, Tk)
+    qg = q.reshape(num_kv, group * num_q, head_dim).float()  # (Hkv, G*Tq, D)
+    scores = torch.bmm(qg, k.float().transpose(1, 2)) * (1.0 / math.sqrt(head_dim))  # (Hkv, G*Tq, Tk)
     if num_q > 1 or window is not None or q_start + num_q != k.shape[1]:
         mask = causal_mask(num_q, k.shape[1], q_start, window, q.device).repeat(group, 1)  # (G*Tq, Tk)
         scores = scores.masked_fill(~mask, float("-inf"))
-    weights = torch.softmax(scores, dim=-1).to(v.dtype)
-    out = torch.bmm(weights, v)  # (Hkv, G*Tq, D)
+    weights = torch.softmax(scores, dim=-1)
+    out = torch.bmm(weights, v.float())  # (Hkv, G*Tq, D)
     if stats is not None:
         stats.record(visible_keys_per_query(num_q, k.shape[1], q_start, window) * num_heads,
                      scores.numel() * scores.element_size())
-    return out.reshape(num_heads, num_q, head_dim)  # (H, Tq, D)
+    return out.reshape(num_heads, num_q, head_dim).to(q.dtype)  # (H, Tq, D)
+
+
+def auto_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_start: int, window: int | None = None,
+                   stats: AttentionStats | None = None) -> torch.Tensor:
+    """The engine's default: SDPA for a prompt (many queries), grouped matmuls for one decode query."""
+    fn = grouped_decode_attention if q.shape[1] == 1 else sdpa_attention
+    return fn(q, k, v, q_start, window, stats)
 
 
 AttentionFn = Callable[..., torch.Tensor]
@@ -160,6 +169,7 @@ ATTENTION_IMPLS: dict[str, AttentionFn] = {
     "sdpa": sdpa_attention,
     "tiled": tiled_attention,
     "grouped": grouped_decode_attention,
+    "auto": auto_attention,
 }
 
 

@@ -54,7 +54,7 @@ class Int8KVBackend(_SequenceBackend):
     """
 
     def __init__(self, config: ModelConfig, capacity: int, dtype: torch.dtype, device: torch.device | str,
-                 attention: str = "sdpa", measure_error: bool = True) -> None:
+                 attention: str = "auto", measure_error: bool = True) -> None:
         super().__init__(attention)
         if capacity <= 0:
             raise ValueError(f"capacity must be positive, got {capacity}")

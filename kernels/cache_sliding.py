@@ -16,7 +16,7 @@ class SlidingWindowBackend(_SequenceBackend):
     """A ring buffer of `window` slots per layer: the token at position p lives in slot p % window."""
 
     def __init__(self, config: ModelConfig, window: int, dtype: torch.dtype, device: torch.device | str,
-                 attention: str = "sdpa") -> None:
+                 attention: str = "auto") -> None:
         super().__init__(attention)
         if isinstance(window, bool) or not isinstance(window, int) or window <= 0:
             raise ValueError(f"window must be a positive integer, got {window!r}")

@@ -12,7 +12,7 @@ from .config import ModelConfig
 class _SequenceBackend:
     """Shared bookkeeping: the current step's metadata, the attention function, the measurements."""
 
-    def __init__(self, attention: str = "sdpa") -> None:
+    def __init__(self, attention: str = "auto") -> None:
         self.attention_name = attention
         self.attention_fn = get_attention(attention)
         self.stats = AttentionStats()
@@ -46,7 +46,7 @@ class NoCacheBackend(_SequenceBackend):
     into several independent sequences laid end to end.
     """
 
-    def __init__(self, attention: str = "sdpa", window: int | None = None,
+    def __init__(self, attention: str = "auto", window: int | None = None,
                  seq_lens: list[int] | None = None) -> None:
         super().__init__(attention)
         self.window = window
@@ -81,7 +81,7 @@ class ContiguousKVBackend(_SequenceBackend):
     """
 
     def __init__(self, config: ModelConfig, capacity: int, dtype: torch.dtype, device: torch.device | str,
-                 attention: str = "sdpa") -> None:
+                 attention: str = "auto") -> None:
         super().__init__(attention)
         if capacity <= 0:
             raise ValueError(f"capacity must be positive, got {capacity}")

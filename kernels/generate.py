@@ -72,7 +72,7 @@ class CacheRequest:
     model: Transformer
     max_tokens: int  # prompt + new tokens: a contiguous cache can preallocate this much
     window: int | None = None
-    attention: str = "sdpa"
+    attention: str = "auto"
 
 
 CacheFactory = Callable[[CacheRequest], SequenceCache]
@@ -152,7 +152,7 @@ def _eos_ids(eos_token_id: int | list[int] | None, model: Any) -> set[int]:
 
 def generate(model: Any, ids: Any, max_new_tokens: int, cache: str = "contiguous",
              sampling: SamplingParams | None = None, window: int | None = None,
-             eos_token_id: int | list[int] | None = None, attention: str = "sdpa") -> GenerationResult:
+             eos_token_id: int | list[int] | None = None, attention: str = "auto") -> GenerationResult:
     """Generate up to max_new_tokens after the prompt `ids` (lessons 02, 05, 06, 16).
 
     cache: "none" reruns the whole sequence every step; "contiguous" keeps K/V; "int8" keeps

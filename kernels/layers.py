@@ -17,9 +17,13 @@ class Linear(nn.Module):
     A decode step multiplies ONE row by every weight matrix, so it is bound by how fast the
     weights stream from memory. torch's default CPU mat-vec streams them slowly (worst in
     bf16); oneDNN with a pre-packed (blocked) weight reads the same bytes several times
-    faster. The packed copy is used only on the CPU, without autograd; the plain
-    weight stays the source of truth and anything else uses F.linear.
+    faster. The packed copy is used only on the CPU, without autograd, for at most
+    ``max_packed_rows`` rows (decode steps); a prompt goes through F.linear, the same BLAS call
+    Hugging Face makes, so prefill logits match it bit for bit. The plain weight stays the source
+    of truth.
     """
+
+    max_packed_rows = 8
 
     def __init__(self, in_features: int, out_features: int, bias: bool = False) -> None:
         super().__init__()
@@ -40,7 +44,8 @@ class Linear(nn.Module):
         return super()._apply(fn, recurse)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self._packed is not None and not torch.is_grad_enabled() and x.dtype == self._packed.dtype:
+        if (self._packed is not None and x.dtype == self._packed.dtype and not torch.is_grad_enabled()
+                and x.numel() <= self.max_packed_rows * x.shape[-1]):
             return torch.ops.mkldnn._linear_pointwise(x, self._packed, self.bias, "none", [], "")
         return F.linear(x, self.weight, self.bias)
 
