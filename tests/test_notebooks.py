@@ -29,11 +29,13 @@ def _committed_notebooks() -> list[Path]:
     return [REPO_ROOT / line for line in out.splitlines() if line and (REPO_ROOT / line).exists()]
 
 
-def _execute(nb: nbformat.NotebookNode, monkeypatch: pytest.MonkeyPatch) -> nbformat.NotebookNode:
-    # The kernel inherits this environment: no hub access, two threads at most.
+def _execute(nb: nbformat.NotebookNode, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> nbformat.NotebookNode:
+    # The kernel inherits this environment: no hub access. One compute thread unless told otherwise:
+    # on a busy shared CPU, two OpenMP threads spin-waiting on each other ran these lessons 10-30x slower.
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")
-    monkeypatch.setenv("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS", "2"))
+    monkeypatch.setenv("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS", "1"))
+    monkeypatch.setenv("KVCOURSE_PROGRESS", str(tmp_path / "progress"))  # never touch the learner's own file
     client = NotebookClient(nb, kernel_name="python3", timeout=CELL_TIMEOUT_S, allow_errors=False,
                             resources={"metadata": {"path": str(LESSONS_DIR)}})
     return client.execute()
@@ -41,20 +43,21 @@ def _execute(nb: nbformat.NotebookNode, monkeypatch: pytest.MonkeyPatch) -> nbfo
 
 @pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_notebook_runs_without_errors(path: Path, monkeypatch: pytest.MonkeyPatch, record_property) -> None:
+def test_notebook_runs_without_errors(path: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                      record_property) -> None:
     nb = nbformat.read(path, as_version=4)
     start = time.perf_counter()
-    _execute(nb, monkeypatch)  # raises CellExecutionError, naming the cell, on any error
+    _execute(nb, monkeypatch, tmp_path)  # raises CellExecutionError, naming the cell, on any error
     seconds = time.perf_counter() - start
     record_property("seconds", round(seconds, 1))
     print(f"{path.name}: {seconds:.1f} s")
 
 
 @pytest.mark.slow
-def test_kernel_is_this_python(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_kernel_is_this_python(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """The "python3" kernel must be the venv's interpreter, or the notebooks would test another install."""
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("import sys; print(sys.executable)")])
-    executed = _execute(nb, monkeypatch)
+    executed = _execute(nb, monkeypatch, tmp_path)
     printed = executed.cells[0].outputs[0]["text"].strip()
     assert Path(printed).resolve() == Path(sys.executable).resolve()
 
