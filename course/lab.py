@@ -11,8 +11,11 @@ from kvcourse.syllabus import REPO_ROOT, get_lesson
 def lab_command(extra_args: list[str] | None = None) -> list[str]:
     """The command line that serves JupyterLab on the start notebook."""
     start = get_lesson("00").notebook
-    return [sys.executable, "-m", "jupyter", "lab", f"--ServerApp.root_dir={REPO_ROOT}", start,
-            *(extra_args or [])]
+    # Jupyter refuses to run as root unless told; containers and CI machines often are root.
+    as_root = ["--allow-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []
+    # default_url makes both the browser and a plain visit to the server land on the start notebook.
+    return [sys.executable, "-m", "jupyter", "lab", f"--ServerApp.root_dir={REPO_ROOT}",
+            f"--LabApp.default_url=/lab/tree/{start}", *as_root, *(extra_args or [])]
 
 
 def open_lab(extra_args: list[str] | None = None) -> None:

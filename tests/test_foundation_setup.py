@@ -119,7 +119,8 @@ def test_cli_lab_builds_the_jupyter_command(monkeypatch):
     from kvcourse.lab import lab_command
 
     command = lab_command(["--no-browser"])
-    assert command[1:4] == ["-m", "jupyter", "lab"] and "lessons/00_start_here.ipynb" in command
+    assert command[1:4] == ["-m", "jupyter", "lab"]
+    assert "--LabApp.default_url=/lab/tree/lessons/00_start_here.ipynb" in command
 
 
 def test_readme_gives_the_two_commands_and_the_course_map():

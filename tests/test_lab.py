@@ -56,15 +56,18 @@ def test_make_lab_serves_the_start_notebook(tmp_path):
         output = log.read()
         assert status == 200, f"JupyterLab did not answer on {base}; its log:\n{output}"
         assert "JupyterLab" in page
-        assert f"/lab/tree/{START}" in output, "the server should open the start notebook"
+        assert f"/lab/tree/{START}" in output, "the server should announce the start notebook"
+        with urllib.request.urlopen(f"{base}/?token={token}", timeout=5) as response:
+            assert response.url.startswith(f"{base}/lab/tree/{START}"), "the root must land on lesson 00"
         status, body = _get(f"{base}/api/contents/{START}?token={token}")
         notebook = json.loads(body)
         assert status == 200 and notebook["type"] == "notebook" and notebook["content"]["cells"]
         assert _get(f"{base}/api/contents/{START}")[0] == 403, "the server must require its token"
     finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGTERM)
+            try:
+                server.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(server.pid, signal.SIGKILL)
         log.close()
