@@ -7,6 +7,7 @@ from typing import Any
 
 import ipywidgets as widgets
 import numpy as np
+from matplotlib.ticker import MaxNLocator
 
 from kvcourse.simulators.base import InvalidInput, SimulatorView, check_int, int_control
 from kvcourse.simulators.rereading import tokens_processed_without_cache
@@ -122,6 +123,8 @@ class KVCacheView(SimulatorView):
         total_ax.set_ylabel("tokens processed so far")
         total_ax.set_title(f"total work: cache saves {model.saving:.1f}×")
         total_ax.legend(loc="upper left")
+        for ax in (bar_ax, total_ax):
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         cache_note = (f"the cache now holds K and V for {model.cached_entries} tokens" if c.use_cache
                       else "nothing is kept between steps")
         return (f"Step {k} of {c.num_new_tokens}: processed {model.tokens_per_step[k - 1]} token(s); "

@@ -167,7 +167,7 @@ class QKVView(SimulatorView):
         labels = [f"{i}:{t}" for i, t in enumerate(self.data.tokens)]
         seen = np.arange(n) <= p
         visible_scores = np.where(seen, look.scores, 0.0)
-        score_ax.bar(np.arange(n), visible_scores, color=np.where(seen, "C0", "0.85"))
+        score_ax.bar(np.arange(n), visible_scores, color="C0")
         score_ax.set_title(f"query of token {p} ({self.data.tokens[p]!r}) · every key / √d\n(grey: later tokens, masked)")
         score_ax.set_ylabel("score")
         weight_ax.bar(np.arange(n), look.weights, color=np.where(seen, "C3", "0.85"))
@@ -175,6 +175,9 @@ class QKVView(SimulatorView):
         weight_ax.set_ylabel("attention weight")
         weight_ax.set_ylim(0, 1)
         for ax in (score_ax, weight_ax):
+            if p + 1 < n:
+                ax.axvspan(p + 0.5, n - 0.5, color="0.9", zorder=0)  # keys this query may not see
+            ax.set_xlim(-0.5, n - 0.5)
             ax.set_xticks(np.arange(n), labels, rotation=70, fontsize=8)
             ax.set_xlabel("key token")
         top = int(np.argmax(look.weights))

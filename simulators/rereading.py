@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from matplotlib.ticker import MaxNLocator
 
 from kvcourse.simulators.base import InvalidInput, SimulatorView, check_int, int_control
 
@@ -107,7 +108,8 @@ class RereadingView(SimulatorView):
             for step in range(k):
                 grid[step, :p] = 1
                 grid[step, p:p + step] = 2
-            grid_ax.imshow(grid, cmap=_STAIRCASE_CMAP, vmin=0, vmax=2, aspect="auto", interpolation="nearest")
+            grid_ax.imshow(grid, cmap=_STAIRCASE_CMAP, vmin=0, vmax=2, aspect="auto", interpolation="nearest",
+                           extent=(-0.5, width - 0.5, n + 0.5, 0.5))  # rows are steps 1..n, like the bars
             grid_ax.set_title("what each step feeds the model\n(blue: prompt, orange: answer so far)")
         else:
             grid_ax.text(0.5, 0.5, f"{n} steps × {width} positions:\ntoo many cells to draw",
@@ -122,6 +124,9 @@ class RereadingView(SimulatorView):
         bar_ax.set_ylabel("tokens processed in that step")
         bar_ax.set_title("work per step grows by one token")
         bar_ax.set_xlim(0.5, n + 0.5)
+        for ax in (grid_ax, bar_ax):
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        grid_ax.yaxis.set_major_locator(MaxNLocator(integer=True))
         return (f"Step {k} of {n}: this step processed {p + k - 1} tokens. So far {model.tokens_processed_so_far:,} "
                 f"tokens processed; the whole answer needs {model.total_tokens_processed:,}, although the final "
                 f"text has only {p + n:,} tokens.")

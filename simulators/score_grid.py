@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from matplotlib.ticker import MaxNLocator
 
 from kvcourse.simulators.base import (
     InvalidInput,
@@ -126,16 +127,18 @@ class ScoreGridView(SimulatorView):
             # Plain attention fills every cell, then masks the future (upper) half with -inf.
             grid_ax.imshow(np.tril(np.ones((t, t))), cmap="Purples", vmin=-0.3, vmax=1.2, interpolation="nearest")
             grid_ax.set_title(f"one head's score grid: {t} × {t} = {model.cells:,} cells\n(dark: used, light: future, masked)")
+            grid_ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            grid_ax.yaxis.set_major_locator(MaxNLocator(integer=True))
         else:
-            grid_ax.add_patch(_square(1.0))
-            grid_ax.set_xlim(0, 1)
-            grid_ax.set_ylim(1, 0)
-            grid_ax.set_aspect("equal")
+            # Too many cells to draw one by one: the same two halves, drawn smoothly.
+            grid_ax.imshow(np.tril(np.ones((256, 256))), cmap="Purples", vmin=-0.3, vmax=1.2, extent=(0, 1, 1, 0))
+            grid_ax.set_xticks([0, 1], ["0", f"{t - 1:,}"])
+            grid_ax.set_yticks([0, 1], ["0", f"{t - 1:,}"])
             grid_ax.set_title(f"{t:,} × {t:,} = {format_count(model.cells)} cells per head\n(too many to draw each)")
         grid_ax.set_xlabel("key token (compared against)")
         grid_ax.set_ylabel("query token (doing the comparing)")
 
-        lengths = np.unique(np.geomspace(1, max(4 * t, 1024), 200).round())
+        lengths = np.unique(np.geomspace(1, max(4 * t, 2 * model.crossover_tokens), 200).round())  # show the crossing
         curve_ax.loglog(lengths, model.attention_flops_at(lengths), color="C3", label="attention scores (∝ length²)")
         curve_ax.loglog(lengths, model.linear_flops_at(lengths), color="C0", label="rest of the model (∝ length)")
         curve_ax.plot([t], [model.attention_flops_at(t)], "o", color="C3")
@@ -150,8 +153,3 @@ class ScoreGridView(SimulatorView):
                 f"Attention is {model.attention_flops_at(t) / (model.attention_flops_at(t) + model.linear_flops_at(t)):.1%} "
                 f"of the pass's FLOPs.")
 
-
-def _square(side: float):
-    from matplotlib.patches import Rectangle
-
-    return Rectangle((0, 0), side, side, color="#6a51a3")

@@ -104,7 +104,7 @@ def test_word_cost_view_complains_after_the_last_pass():
 
 def test_rereading_bars_grow_by_one():
     view = RereadingView(prompt_len=5, num_new_tokens=4)
-    heights = [patch.get_height() for patch in view.axes[1].patches]
+    heights = [bar.get_height() for bar in view.axes[1].containers[0]]
     assert heights == [5, 6, 7, 8]
     view.step_button.click()
     assert "Step 2 of 4: this step processed 6 tokens" in view.message.value
@@ -122,7 +122,7 @@ def test_score_grid_step_doubles_and_reports_four_times_the_cells():
 
 def test_qkv_weights_plot_sums_to_one_and_masks_the_future():
     view = QKVView(_qkv_data(), position=1)
-    heights = [patch.get_height() for patch in view.axes[1].patches]
+    heights = [bar.get_height() for bar in view.axes[1].containers[0]]
     assert sum(heights) == pytest.approx(1.0) and heights[2:] == [0.0, 0.0]
     view.controls["head"].value = 3
     assert view.error is not None and "Query head" in view.message.value
