@@ -18,8 +18,12 @@ def format_header(result: SweepResult) -> str:
     return (f"model {h['model']} ({h['model_class']}, {params}) | device {h['device']} "
             f"({h['device_name']}) | {h['dtype']} | {h['threads']} threads\n"
             f"torch {h['torch']} | transformers {h['transformers']} | kvcourse {h['kvcourse']} | "
-            f"prompt {h['prompt']!r} ({h['prompt_tokens']} tokens) | {h['repeats']} repeats "
-            f"after {h['warmup']} warm-up")
+            f"prompt {h['prompt']!r} ({h['prompt_tokens']} tokens) | {_plural(h['repeats'], 'repeat')} "
+            f"after {_plural(h['warmup'], 'warm-up')}")
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
 def engine_speedup_pair(result: SweepResult) -> tuple[str, str] | None:
@@ -52,7 +56,7 @@ def format_table(result: SweepResult) -> str:
     lines = [" | ".join(c.rjust(w) for c, w in zip(columns, widths)),
              "-+-".join("-" * w for w in widths)]
     lines += [" | ".join(v.rjust(w) for v, w in zip(r, widths)) for r in rows]
-    lines.append(f"times: median over {result.config.num_repeats} repeats, ± half the range (max - min); "
+    lines.append(f"times: median over {_plural(result.config.num_repeats, 'repeat')}, ± half the range (max - min); "
                  "speedup = time without cache / time with cache (Hugging Face generate)")
     if pair:
         lines.append(f"engine speedup = {pair[0]} time / {pair[1]} time (kvcourse.kernels.generate)")
@@ -78,16 +82,19 @@ def write_json(result: SweepResult, path: str | Path) -> Path:
     return path
 
 
-def plot_sweep(result: SweepResult, predictions: dict[str, list[float]] | None = None):
+def plot_sweep(result: SweepResult, predictions: dict[str, list[float]] | None = None, fig=None):
     """A figure: time vs output length for every backend, and the cache's speedup vs length.
 
     ``predictions`` maps a backend name to predicted seconds at each completed length; they
-    are drawn dotted beside the measurement.
+    are drawn dotted beside the measurement. ``fig``: an empty figure to draw into (in a
+    notebook, ``plt.figure(figsize=(12, 4.8), layout="constrained")`` so it is shown); None
+    makes a standalone one, which needs no GUI and is freed when dropped.
     """
     from matplotlib.figure import Figure
 
     lengths = result.completed_lengths
-    fig = Figure(figsize=(12, 4.8), layout="constrained")
+    if fig is None:
+        fig = Figure(figsize=(12, 4.8), layout="constrained")
     ax_time, ax_speed = fig.subplots(1, 2)
     styles = {HF_CACHE: ("tab:blue", "o", "-"), HF_NO_CACHE: ("tab:red", "s", "-")}
     engine_colors = iter(["tab:green", "tab:purple", "tab:orange", "tab:brown"])

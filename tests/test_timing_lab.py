@@ -145,6 +145,10 @@ def test_report_json_and_plot(tiny, tmp_path):
     assert "seconds" in ax_time.get_ylabel() and "tokens" in ax_time.get_xlabel()
     assert "speedup" in ax_speed.get_ylabel() and fig.get_suptitle()
     assert any(label.startswith("predicted") for label in ax_time.get_legend_handles_labels()[1])
+    from matplotlib.figure import Figure
+
+    given = Figure()
+    assert plot_sweep(result, fig=given) is given and len(given.axes) == 2  # notebooks pass a pyplot figure
 
 
 def test_timing_statistics():
