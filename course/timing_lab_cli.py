@@ -49,10 +49,10 @@ def run_timing_lab(args: argparse.Namespace) -> int:
         DEFAULT_LENGTHS,
         DEFAULT_PROMPT,
         SweepConfig,
-        engine_cache_modes,
         run_sweep,
     )
     from kvcourse.timing_lab_report import format_header, format_table, save_plot, write_json
+    from kvcourse.timing_lab_runners import engine_cache_modes
 
     lengths = DEFAULT_LENGTHS if args.lengths is None else parse_lengths(args.lengths)
     config = SweepConfig(lengths, _whole("--repeats", args.repeats), _whole("--warmup", args.warmup),

@@ -12,7 +12,7 @@ import torch
 from factories import make_tiny_hf_llama
 from test_timing_lab import make_word_tokenizer
 
-import kvcourse.timing_lab as timing_lab
+import kvcourse.timing_lab_runners as runners
 from kvcourse.cli import main
 
 
@@ -53,7 +53,7 @@ def test_table_json_and_png(model_dir, tmp_path, capsys):
 
 
 def test_different_tokens_fail_loudly(model_dir, monkeypatch, capsys):
-    real = timing_lab.hf_runner
+    real = runners.hf_runner
 
     def broken_hf_runner(model, prompt_ids, use_cache, pad_token_id):
         run = real(model, prompt_ids, use_cache, pad_token_id)
@@ -61,7 +61,7 @@ def test_different_tokens_fail_loudly(model_dir, monkeypatch, capsys):
             return run
         return lambda n: run(n)[:-1] + [(run(n)[-1] + 1) % 96]  # the last token is wrong
 
-    monkeypatch.setattr(timing_lab, "hf_runner", broken_hf_runner)
+    monkeypatch.setattr(runners, "hf_runner", broken_hf_runner)
     assert lab(model_dir) == 1
     err = capsys.readouterr().err
     assert "TOKENS DIFFER" in err
@@ -70,7 +70,7 @@ def test_different_tokens_fail_loudly(model_dir, monkeypatch, capsys):
 
 
 def test_ctrl_c_reports_what_finished(model_dir, monkeypatch, tmp_path, capsys):
-    real = timing_lab.hf_runner
+    real = runners.hf_runner
 
     def interrupted_hf_runner(model, prompt_ids, use_cache, pad_token_id):
         run = real(model, prompt_ids, use_cache, pad_token_id)
@@ -81,7 +81,7 @@ def test_ctrl_c_reports_what_finished(model_dir, monkeypatch, tmp_path, capsys):
             return run(n)
         return maybe_interrupt
 
-    monkeypatch.setattr(timing_lab, "hf_runner", interrupted_hf_runner)
+    monkeypatch.setattr(runners, "hf_runner", interrupted_hf_runner)
     json_path, png_path = tmp_path / "part.json", tmp_path / "part.png"
     assert lab(model_dir, "--json", str(json_path), "--plot", str(png_path)) == 130
     out = capsys.readouterr().out
@@ -127,7 +127,7 @@ def test_script_error_has_no_traceback():
 
 
 def test_engine_joins_the_table_and_matches_hf(model_dir, tmp_path, capsys):
-    from kvcourse.timing_lab import engine_cache_modes
+    from kvcourse.timing_lab_runners import engine_cache_modes
 
     modes = engine_cache_modes()
     assert modes[:2] == ("none", "contiguous")
@@ -143,12 +143,12 @@ def test_engine_joins_the_table_and_matches_hf(model_dir, tmp_path, capsys):
 
 
 def test_engine_with_different_tokens_fails(model_dir, monkeypatch, capsys):
-    real = timing_lab.engine_runner
+    real = runners.engine_runner
 
     def broken_engine_runner(model, prompt_ids, cache):
         run = real(model, prompt_ids, cache)
         return run if cache != "contiguous" else (lambda n: [(t + 1) % 96 for t in run(n)])
 
-    monkeypatch.setattr(timing_lab, "engine_runner", broken_engine_runner)
+    monkeypatch.setattr(runners, "engine_runner", broken_engine_runner)
     assert lab(model_dir, "--engine") == 1
     assert "engine-contiguous at length 2: first difference at new token #0" in capsys.readouterr().err
