@@ -71,7 +71,7 @@ def _paged_decode_kernel(
 
 def triton_paged_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                         block_tables: torch.Tensor, context_lens: torch.Tensor, scale: float,
-                        tile: int = 64) -> torch.Tensor:
+                        tile: int = 64, num_warps: int = 4) -> torch.Tensor:
     """q (B, num_heads, D) over one layer's pool (num_blocks, block_size, kv_heads, D) -> (B, num_heads, D)."""
     batch, num_heads, head_dim = q.shape
     block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
@@ -90,5 +90,6 @@ def triton_paged_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.T
         GROUP=group, GROUP_P=triton.next_power_of_2(group),
         HEAD_DIM=head_dim, HEAD_DIM_P=triton.next_power_of_2(head_dim),
         BLOCK_SIZE=block_size, TILE=max(tile, triton.next_power_of_2(block_size)),
+        num_warps=num_warps,
     )
     return out
