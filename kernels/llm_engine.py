@@ -185,7 +185,7 @@ class LLMEngine:
         batch = self.scheduler.schedule()
         self.num_steps += 1
         if batch.is_empty:
-            return []
+            return self._refuse_stuck_head()
         self.pool.copy_blocks(batch.copies)
         device = self.model.device
         seqs, query_lens = batch.seqs, batch.query_lens
@@ -214,6 +214,20 @@ class LLMEngine:
             for seq in self._maybe_fork(req, seqs[i]):
                 self._append_token(req, seq, logits[row])
         return [self._output(req) for req in touched.values()]
+
+    def _refuse_stuck_head(self) -> list[RequestOutput]:
+        """Nothing runs yet the queue's head cannot start: refuse it rather than wait forever.
+
+        ``add_request`` refuses what could never fit, so this is a safety net, not a policy.
+        """
+        if self.scheduler.running or not self.scheduler.waiting:
+            return []
+        seq = self.scheduler.waiting.popleft()
+        req = self._request_of[seq.seq_id]
+        req.refusal = f"sequence {seq.seq_id} could not be given {seq.num_blocks} blocks in an idle pool"
+        req.status = RequestStatus.REFUSED
+        self.events.record(EventKind.REFUSE, seq.seq_id, detail=req.refusal)
+        return [self._output(req)]
 
     def _maybe_fork(self, req: Request, seq: Sequence) -> list[Sequence]:
         """Parallel sampling: after the prompt, n - 1 children share the parent's blocks (lesson 12)."""

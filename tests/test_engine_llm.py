@@ -184,3 +184,14 @@ def test_events_replay_to_the_same_reference_counts(model):
             assert refs[e.block_id] >= 0
     assert all(r == 0 for r in refs.values())
     assert {"fork", "copy_on_write", "preempt", "evict", "prefix_hit"} <= set(engine.events.counts())
+
+
+def test_a_stuck_queue_head_is_refused_not_waited_on_forever(model):
+    engine = LLMEngine(model, EngineConfig(block_size=4, num_blocks=8))
+    rid = engine.add_request(prompts([20])[0], SamplingParams(max_new_tokens=4))  # needs 6 of 8 blocks
+    for _ in range(4):  # blocks leaked by a bug elsewhere: the head can never start
+        engine.block_manager.allocator.allocate()
+    while engine.has_unfinished_requests:
+        engine.step()
+    out = engine._output(engine.requests[rid])
+    assert out.finished and "could not be given" in out.refusal
