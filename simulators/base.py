@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import ipywidgets as widgets
+import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
@@ -52,6 +53,8 @@ class SimulatorView:
     InvalidInput) and ``draw`` (model -> the figure's axes). Changing a control rebuilds the
     model; Step advances it; Reset restores the starting control values.
     """
+
+    render_dpi: float = 100  # resolution of the PNG shown; tests lower it to run faster
 
     def __init__(self, controls: Mapping[str, widgets.ValueWidget], *, figsize: tuple[float, float] = (10, 3.8),
                  num_axes: int = 1, step_label: str | None = "Step") -> None:
@@ -143,7 +146,10 @@ class SimulatorView:
         self._error = None
         self.message.value = f"<span style='color:#1b5e20'>{summary}</span>"
         buffer = io.BytesIO()
-        self.figure.savefig(buffer, format="png")
+        self.figure.savefig(buffer, format="png", dpi=self.render_dpi)
+        if self.num_renders == 0:
+            # Lay the panels out once; solving the layout again on every redraw doubled its cost.
+            self.figure.set_layout_engine("none")
         self.image.value = buffer.getvalue()
         self.num_renders += 1
 
@@ -180,6 +186,21 @@ def float_control(description: str, value: float, width: str = "230px") -> widge
     """A typed number box; out-of-range values become a message, not a traceback."""
     return widgets.FloatText(value=value, description=description, style={"description_width": "initial"},
                              layout=widgets.Layout(width=width))
+
+
+MAX_BARS = 400  # beyond this many steps a bar chart is slow to draw and unreadable: draw a line
+
+
+def draw_per_step(ax: Any, values: list[int], num_done: int, colour: str) -> None:
+    """Per-step values as bars (steps 1..n), those not yet run in grey; a line when there are many steps."""
+    steps = np.arange(1, len(values) + 1)
+    if len(values) <= MAX_BARS:
+        ax.bar(steps, values, color=[colour if s <= num_done else "0.85" for s in steps],
+               width=1.0 if len(values) > 60 else 0.8)
+    else:
+        ax.plot(steps, values, color="0.75", lw=2)
+        ax.plot(steps[:num_done], values[:num_done], color=colour, lw=2)
+    ax.set_xlim(0.5, len(values) + 0.5)
 
 
 def format_bytes(num_bytes: float) -> str:

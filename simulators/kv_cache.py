@@ -9,7 +9,7 @@ import ipywidgets as widgets
 import numpy as np
 from matplotlib.ticker import MaxNLocator
 
-from kvcourse.simulators.base import InvalidInput, SimulatorView, check_int, int_control
+from kvcourse.simulators.base import InvalidInput, SimulatorView, check_int, draw_per_step, int_control
 from kvcourse.simulators.rereading import tokens_processed_without_cache
 
 MAX_TOKENS = 100_000
@@ -106,13 +106,11 @@ class KVCacheView(SimulatorView):
         c, k = model.config, model.num_steps_done
         steps = np.arange(1, c.num_new_tokens + 1)
         colour = "C2" if c.use_cache else "C3"
-        bar_ax.bar(steps, model.tokens_per_step, color=[colour if s <= k else "0.85" for s in steps],
-                   width=1.0 if c.num_new_tokens > 60 else 0.8)
+        draw_per_step(bar_ax, model.tokens_per_step, k, colour)
         bar_ax.set_xlabel("generation step")
         bar_ax.set_ylabel("tokens processed in that step")
         bar_ax.set_title("cache ON: the prompt once, then 1 token per step" if c.use_cache
                          else "cache OFF: the whole sequence every step")
-        bar_ax.set_xlim(0.5, c.num_new_tokens + 0.5)
         without = np.cumsum(tokens_processed_without_cache(c.prompt_len, c.num_new_tokens))
         with_cache = np.cumsum(tokens_processed_with_cache(c.prompt_len, c.num_new_tokens))
         total_ax.plot(steps, without, color="C3", label="cache off")

@@ -8,10 +8,10 @@ from typing import Any
 import numpy as np
 from matplotlib.ticker import MaxNLocator
 
-from kvcourse.simulators.base import InvalidInput, SimulatorView, check_int, int_control
+from kvcourse.simulators.base import InvalidInput, SimulatorView, check_int, draw_per_step, int_control
 
 MAX_TOKENS = 100_000
-MAX_DRAWN_TOKENS = 400  # beyond this the staircase picture is drawn, but not every cell
+MAX_DRAWN_TOKENS = 400  # beyond this the staircase picture would be too fine to see: say so instead
 
 
 @dataclass(frozen=True)
@@ -117,13 +117,10 @@ class RereadingView(SimulatorView):
             grid_ax.set_title("what each step feeds the model")
         grid_ax.set_xlabel("token position")
         grid_ax.set_ylabel("generation step")
-        steps = np.arange(1, n + 1)
-        colours = ["C3" if s <= k else "0.85" for s in steps]
-        bar_ax.bar(steps, model.tokens_per_step, color=colours, width=1.0 if n > 60 else 0.8)
+        draw_per_step(bar_ax, model.tokens_per_step, k, "C3")
         bar_ax.set_xlabel("generation step")
         bar_ax.set_ylabel("tokens processed in that step")
         bar_ax.set_title("work per step grows by one token")
-        bar_ax.set_xlim(0.5, n + 0.5)
         for ax in (grid_ax, bar_ax):
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         grid_ax.yaxis.set_major_locator(MaxNLocator(integer=True))

@@ -7,6 +7,7 @@ import pytest
 
 from kvcourse.kernels import costs
 from kvcourse.kernels.model_configs import MODEL_CONFIGS
+from kvcourse.simulators.base import SimulatorView
 from kvcourse.simulators.kv_cache import KVCacheView
 from kvcourse.simulators.qkv import QKV, QKVView
 from kvcourse.simulators.rereading import RereadingView
@@ -31,6 +32,12 @@ VIEWS = {
     "qkv": (lambda: QKVView(_qkv_data(), position=0), "position"),
     "kv_cache": (KVCacheView, "prompt_len"),
 }
+
+
+@pytest.fixture(autouse=True)
+def low_resolution(monkeypatch):
+    """Rendering is still exercised, at a resolution that keeps these tests quick."""
+    monkeypatch.setattr(SimulatorView, "render_dpi", 30)
 
 
 @pytest.fixture(params=sorted(VIEWS))
@@ -133,3 +140,12 @@ def test_kv_cache_checkbox_switches_the_bars():
     assert [p.get_height() for p in view.axes[0].patches] == [6, 1, 1, 1]
     view.controls["use_cache"].value = False
     assert [p.get_height() for p in view.axes[0].patches] == [6, 7, 8, 9]
+
+
+@pytest.mark.parametrize("factory", [RereadingView, KVCacheView])
+def test_long_generations_draw_a_line_not_thousands_of_bars(factory):
+    view = factory()
+    view.controls["num_new_tokens"].value = 50_000
+    assert view.error is None
+    bar_ax = view.axes[1] if factory is RereadingView else view.axes[0]
+    assert not bar_ax.containers and len(bar_ax.lines[0].get_xdata()) == 50_000
