@@ -37,11 +37,17 @@ def runs(model):
 
 def test_word_cost_bytes_and_passes_match_generation(model, runs):
     result = runs["contiguous"]
-    sim = WordCost(WordCostConfig(num_words=NUM_NEW, tokens_per_word=1.0, flops_per_pass=1.0,
+    config = model.config
+    sim = WordCost(WordCostConfig(num_words=NUM_NEW, tokens_per_word=1.0,
+                                  flops_per_pass=costs.matmul_flops_per_token(config),
                                   weight_bytes_per_pass=model.weight_bytes_read_per_pass(), bandwidth_gb_per_s=1.0))
     assert sim.config.num_passes == len(result.stats) == len(result.tokens)
     assert sim.total_weight_bytes == sum(s.weight_bytes for s in result.stats)
-    assert sim.config.weight_bytes_per_pass == costs.weight_bytes_read_per_pass(model.config, 4)
+    assert sim.config.weight_bytes_per_pass == costs.weight_bytes_read_per_pass(config, 4)
+    for stats in result.stats[1:]:
+        # A one-token pass: the simulator's per-token matmuls plus attention over the context so far.
+        attention = 4 * config.head_dim * stats.context_len * config.num_heads * config.num_layers
+        assert stats.flops == sim.config.flops_per_pass + attention
 
 
 def test_rereading_predicts_tokens_processed_without_cache(runs):
