@@ -195,8 +195,12 @@ def test_calibrate_and_predict_on_tiny_model(tiny):
 
 
 @pytest.mark.slow
-def test_real_model_cached_and_uncached_agree(real_model):
+def test_real_model_hf_and_engine_agree(real_model):
+    from kvcourse.timing_lab_runners import engine_cache_modes
+
     model, tok = real_model
-    result = run_sweep(model, tok, [12], 1, num_warmup=0, progress=False)
+    modes = engine_cache_modes()
+    result = run_sweep(model, tok, [10], 1, num_warmup=0, engine_modes=modes, progress=False)
     assert result.tokens_match, [m.describe() for m in result.mismatches]
-    assert len(result.reference_tokens[12]) == 12
+    assert len(result.reference_tokens[10]) == 10
+    assert set(result.timings[10]) == {HF_CACHE, HF_NO_CACHE, *(f"engine-{m}" for m in modes)}
