@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
+
 import numpy as np
 import pytest
 
@@ -13,6 +16,7 @@ from kvcourse.simulators.qkv import QKV, QKVView
 from kvcourse.simulators.rereading import RereadingView
 from kvcourse.simulators.score_grid import ScoreGridView
 from kvcourse.simulators.word_cost import WordCostView
+from kvcourse.syllabus import load_syllabus
 
 SMOL = MODEL_CONFIGS["smollm2-135m"]
 PNG_MAGIC = b"\x89PNG"
@@ -149,3 +153,17 @@ def test_long_generations_draw_a_line_not_thousands_of_bars(factory):
     assert view.error is None
     bar_ax = view.axes[1] if factory is RereadingView else view.axes[0]
     assert not bar_ax.containers and len(bar_ax.lines[0].get_xdata()) == 50_000
+
+
+def test_every_syllabus_simulator_that_exists_offers_a_view():
+    """Lessons name their simulator module in syllabus.toml; each such module must follow the framework."""
+    found = 0
+    for lesson in load_syllabus():
+        if not lesson.simulator or importlib.util.find_spec(lesson.simulator) is None:
+            continue
+        module = importlib.import_module(lesson.simulator)
+        views = [obj for obj in vars(module).values()
+                 if isinstance(obj, type) and issubclass(obj, SimulatorView) and obj is not SimulatorView]
+        assert views, f"{lesson.simulator} (lesson {lesson.number}) defines no SimulatorView subclass"
+        found += 1
+    assert found >= 5  # lessons 01-05 at least
