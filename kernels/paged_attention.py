@@ -9,7 +9,30 @@ and the Triton kernel in ``triton_paged_attention`` must agree with both.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import torch
+
+# Below this many multiply-adds, attention runs on one CPU thread: waking a second thread for a
+# few microseconds of work costs more than it saves, and on a shared, oversubscribed CPU each
+# fork/join can wait a whole scheduler time slice (measured: 24 us single-threaded versus 15 ms
+# with two threads for one decode step's attention while other jobs ran).
+SINGLE_THREAD_WORK = 1 << 22
+
+
+@contextmanager
+def cpu_threads_for(work: int, device: torch.device) -> Iterator[None]:
+    """Run small CPU attention single-threaded; leave large or GPU work alone."""
+    threads = torch.get_num_threads()
+    if device.type != "cpu" or threads == 1 or work >= SINGLE_THREAD_WORK:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def write_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -36,15 +59,16 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: f
     num_queries, context_len = q.shape[0], k.shape[0]
     num_heads, num_kv_heads = q.shape[1], k.shape[1]
     qh, kh, vh = q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1)  # (heads, len, D)
-    if num_queries == context_len:
-        out = torch.nn.functional.scaled_dot_product_attention(
-            qh, kh, vh, is_causal=True, scale=scale, enable_gqa=num_heads != num_kv_heads)
-    else:
-        # the cached prefix is fully visible; the new tokens see each other causally
-        mask = torch.ones(num_queries, context_len, dtype=torch.bool, device=q.device)
-        mask = mask.tril(diagonal=context_len - num_queries)
-        out = torch.nn.functional.scaled_dot_product_attention(
-            qh, kh, vh, attn_mask=mask, scale=scale, enable_gqa=num_heads != num_kv_heads)
+    with cpu_threads_for(num_queries * context_len * num_heads * q.shape[-1], q.device):
+        if num_queries == context_len:
+            out = torch.nn.functional.scaled_dot_product_attention(
+                qh, kh, vh, is_causal=True, scale=scale, enable_gqa=num_heads != num_kv_heads)
+        else:
+            # the cached prefix is fully visible; the new tokens see each other causally
+            mask = torch.ones(num_queries, context_len, dtype=torch.bool, device=q.device)
+            mask = mask.tril(diagonal=context_len - num_queries)
+            out = torch.nn.functional.scaled_dot_product_attention(
+                qh, kh, vh, attn_mask=mask, scale=scale, enable_gqa=num_heads != num_kv_heads)
     return out.transpose(0, 1)  # (n, num_heads, D)
 
 
@@ -88,8 +112,12 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     num_keys = num_blocks * block_size
     if mask is None:
         mask = decode_mask(context_lens, num_keys)
-    k = k_cache[table].view(batch, num_keys, num_kv_heads, head_dim).transpose(1, 2)  # (B, kv, S, D)
-    v = v_cache[table].view(batch, num_keys, num_kv_heads, head_dim).transpose(1, 2)  # (B, kv, S, D)
+    # index_select, not k_cache[table]: advanced indexing enters a thread-parallel region even for
+    # a few rows, which costs milliseconds per call when the CPU is shared
+    flat = table.reshape(-1)  # (B * num_blocks,)
+    k = k_cache.index_select(0, flat).view(batch, num_keys, num_kv_heads, head_dim).transpose(1, 2)  # (B, kv, S, D)
+    v = v_cache.index_select(0, flat).view(batch, num_keys, num_kv_heads, head_dim).transpose(1, 2)  # (B, kv, S, D)
     qg = q.view(batch, num_kv_heads, group, head_dim)  # (B, kv, group, D): query heads sharing a KV head
-    out = torch.nn.functional.scaled_dot_product_attention(qg, k, v, attn_mask=mask, scale=scale)
+    with cpu_threads_for(batch * num_heads * num_keys * head_dim, q.device):
+        out = torch.nn.functional.scaled_dot_product_attention(qg, k, v, attn_mask=mask, scale=scale)
     return out.reshape(batch, num_heads, head_dim)  # (B, num_heads, D)
