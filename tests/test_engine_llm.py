@@ -195,3 +195,17 @@ def test_a_stuck_queue_head_is_refused_not_waited_on_forever(model):
         engine.step()
     out = engine._output(engine.requests[rid])
     assert out.finished and "could not be given" in out.refusal
+
+
+def test_pool_sized_from_a_byte_budget(model):
+    from kvcourse.kernels.memory_budget import MemoryBudget, block_bytes
+
+    budget = MemoryBudget.for_model(model.config, total_bytes=2_000_000, bytes_per_value=4)
+    engine = LLMEngine(model, EngineConfig(block_size=4, memory_budget=budget))
+    per_block = block_bytes(model.config, 4, 4)
+    assert engine.num_blocks == budget.kv_bytes // per_block
+    assert engine.pool.nbytes == engine.num_blocks * per_block <= budget.kv_bytes
+    with pytest.raises(ValueError, match="not both"):
+        EngineConfig(num_blocks=8, memory_budget=budget)
+    with pytest.raises(ValueError, match="block_size"):
+        EngineConfig(block_size=0)
