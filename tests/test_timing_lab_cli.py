@@ -152,3 +152,11 @@ def test_engine_with_different_tokens_fails(model_dir, monkeypatch, capsys):
     monkeypatch.setattr(runners, "engine_runner", broken_engine_runner)
     assert lab(model_dir, "--engine") == 1
     assert "engine-contiguous at length 2: first difference at new token #0" in capsys.readouterr().err
+
+
+def test_bfloat16_is_stated_in_the_header(model_dir, capsys):
+    code = lab(model_dir, "--dtype", "bfloat16", "--lengths", "3", "--repeats", "1")
+    captured = capsys.readouterr()
+    assert "| bfloat16 |" in captured.out
+    # bf16 rounding may flip a near-tie between the two sides; then the lab must say so and suggest fp32.
+    assert code == 0 or (code == 1 and "try --dtype float32" in captured.err)
