@@ -16,6 +16,7 @@ import os
 import shutil
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -133,8 +134,22 @@ def _load_default(dtype: torch.dtype):
         convert_default_model(entry)
         source = "converted"
     tokenizer = AutoTokenizer.from_pretrained(entry, local_files_only=True)
-    model = AutoModelForCausalLM.from_pretrained(entry, dtype=dtype, local_files_only=True)
+    with _quiet_progress():  # a one-second cached load needs no progress bar in every lesson
+        model = AutoModelForCausalLM.from_pretrained(entry, dtype=dtype, local_files_only=True)
     return model, tokenizer, source, entry
+
+
+@contextmanager
+def _quiet_progress():
+    from transformers.utils import logging as hf_logging
+
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()
 
 
 def convert_default_model(entry: Path) -> Path:
