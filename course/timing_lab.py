@@ -36,10 +36,6 @@ class Backend:
     label: str  # legend text, readable without the lesson
     engine_cache: str | None = None  # None: Hugging Face generate; else the engine's cache mode
 
-    @property
-    def uses_cache(self) -> bool:
-        return self.name == HF_CACHE or self.engine_cache not in (None, "none")
-
 
 HF_BACKENDS = (
     Backend(HF_CACHE, "HF generate, use_cache=True (KV cache)"),
