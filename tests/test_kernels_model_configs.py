@@ -53,6 +53,7 @@ def test_get_model_config_and_clear_key_error():
         get_model_config("gpt-5")
 
 
+@pytest.mark.slow
 def test_smollm2_entry_matches_the_real_model_config(real_model):
     from kvcourse.kernels.config import ModelConfig
 
