@@ -15,6 +15,7 @@ import random
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from kvcourse.kernels.block_allocator import BlockAllocator, OutOfBlocksError
 from kvcourse.kernels.block_manager import BlockManager
 from kvcourse.kernels.events import EventKind
