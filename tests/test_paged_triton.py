@@ -52,3 +52,18 @@ def test_triton_decode_kernel_matches_reference_in_interpreter():
     proc = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "OK 3" in proc.stdout
+
+
+@pytest.mark.gpu
+def test_triton_decode_kernel_on_cuda():
+    import torch
+
+    from benchmarks.gpu_check import make_case
+    from kvcourse.kernels.paged_attention import paged_decode_attention
+    from kvcourse.kernels.triton_paged_attention import triton_paged_decode
+
+    for dtype, tol in ((torch.float32, 1e-4), (torch.bfloat16, 3e-2)):
+        q, kc, vc, tables, lens = make_case(5, 9, 3, 64, 16, 200, dtype, torch.device("cuda"))
+        ref = paged_decode_attention(q.float(), kc.float(), vc.float(), tables, lens, 0.125)
+        out = triton_paged_decode(q, kc, vc, tables, lens, 0.125).float()
+        torch.testing.assert_close(out, ref, rtol=tol, atol=tol)
