@@ -90,6 +90,9 @@ class ModelConfig:
         act = getattr(hf_config, "hidden_act", "silu")
         if act != "silu":
             raise ValueError(f"only the SwiGLU MLP (hidden_act='silu') is supported, got {act!r}")
+        if getattr(hf_config, "use_sliding_window", False):
+            raise ValueError("this checkpoint uses sliding-window attention in some layers; "
+                             "from_hf supports full attention only (use generate(cache='sliding') to try a window)")
         rope = getattr(hf_config, "rope_parameters", None) or {}
         rope_type = rope.get("rope_type", rope.get("type", "default"))
         if rope_type != "default":

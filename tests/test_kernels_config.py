@@ -79,3 +79,10 @@ def test_from_hf_llama_attention_bias_includes_output_projection():
     hf = hf_config_for(make_config(attention_bias=True), "llama")
     config = ModelConfig.from_hf(hf)
     assert config.attention_bias and config.attention_out_bias
+
+
+def test_from_hf_rejects_qwen2_sliding_window_layers():
+    hf = hf_config_for(make_config(attention_bias=True), "qwen2")
+    hf.use_sliding_window = True
+    with pytest.raises(ValueError, match="sliding-window"):
+        ModelConfig.from_hf(hf)
