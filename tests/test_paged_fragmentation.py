@@ -67,3 +67,13 @@ def test_memory_budget_sizes_the_pool():
         MemoryBudget(total_bytes=10, weight_bytes=10)
     with pytest.raises(ValueError):
         MemoryBudget(total_bytes=-1, weight_bytes=0)
+
+
+def test_the_80_gb_card_of_lesson_08():
+    from kvcourse.kernels import EXAMPLE_13B
+
+    budget = MemoryBudget.for_model(EXAMPLE_13B, total_bytes=80 * 10**9, bytes_per_value=2)
+    assert budget.weight_bytes == 26_031_728_640  # 13B parameters in fp16
+    blocks = num_blocks_for_budget(EXAMPLE_13B, budget, block_size=16, bytes_per_value=2)
+    tokens = blocks * 16
+    assert 65_000 < tokens <= budget.kv_bytes // 819_200  # about 66k tokens: 16 users of 4k context
