@@ -8,6 +8,7 @@ both count as free memory, so ``num_free_blocks + num_used_blocks == num_blocks`
 
 from __future__ import annotations
 
+import random
 from collections import deque
 
 from kvcourse.kernels.events import EventKind, EventLog
@@ -55,6 +56,12 @@ class BlockAllocator:
         self.ref_counts[block_id] = 1
         self.events.record(EventKind.ALLOCATE, seq_id, block_id)
         return block_id
+
+    def shuffle_free_blocks(self, seed: int = 0) -> None:
+        """Hand out free blocks in a random order, to show that adjacency does not matter (lesson 10)."""
+        blocks = list(self._free)
+        random.Random(seed).shuffle(blocks)
+        self._free = deque(blocks)
 
     def hold(self, block_id: int) -> None:
         """One more block table holds this block (sharing, or a prefix-cache hit)."""

@@ -8,8 +8,6 @@ shuffled (``scatter=True``) to show that the block table, not adjacency, defines
 
 from __future__ import annotations
 
-import random
-
 import torch
 
 from kvcourse.kernels.backend import StepMetadata
@@ -32,7 +30,7 @@ class PagedSequenceCache:
         num_blocks = (max_tokens + block_size - 1) // block_size
         self.block_manager = BlockManager(num_blocks, block_size)
         if scatter:  # hand out physical blocks in a random order
-            random.Random(seed).shuffle(self.block_manager.allocator._free)
+            self.block_manager.allocator.shuffle_free_blocks(seed)
         self.pool = KVPool.create(mc.num_layers, num_blocks, block_size, mc.num_kv_heads, mc.head_dim,
                                   dtype=model.dtype, device=model.device)
         self.num_heads, self.num_layers = mc.num_heads, mc.num_layers
