@@ -6,11 +6,11 @@ import random
 
 import pytest
 import torch
+from factories import make_tiny_hf_llama
 
 from kvcourse.kernels import EngineConfig, LLMEngine, SamplingParams, Transformer, generate
 from kvcourse.kernels.events import EventKind
 from kvcourse.kernels.llm_engine import RequestStatus
-from tests.factories import make_tiny_hf_llama
 
 NEW = 12
 

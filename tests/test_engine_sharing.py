@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from factories import make_tiny_hf_llama
+from test_engine_llm import prompts
 
 from kvcourse.kernels import EngineConfig, LLMEngine, SamplingParams, Transformer, generate
 from kvcourse.kernels.beam_search import beam_search
 from kvcourse.kernels.caches import NoCacheBackend
 from kvcourse.kernels.events import EventKind
-from tests.factories import make_tiny_hf_llama
-from tests.test_engine_llm import prompts
 
 
 @pytest.fixture(scope="module")

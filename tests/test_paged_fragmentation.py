@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from factories import make_config
 
 from kvcourse.kernels.fragmentation import (
     TraceRequest,
@@ -12,7 +13,6 @@ from kvcourse.kernels.fragmentation import (
 )
 from kvcourse.kernels.memory_budget import MemoryBudget, block_bytes, num_blocks_for_budget
 from kvcourse.kernels.reservation import ReservationAllocator
-from tests.factories import make_config
 
 
 def test_first_fit_and_external_fragmentation():
