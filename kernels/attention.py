@@ -10,7 +10,7 @@ Grouped-query attention: query head h reads KV head h // (num_heads // num_kv_he
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -132,8 +132,12 @@ def tiled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_start: 
     return (acc / denom).to(q.dtype)
 
 
+# Below this many multiply-adds, CPU attention runs on one thread (see cpu_threads_for).
+SINGLE_THREAD_WORK = 1 << 22
+
+
 @contextmanager
-def _one_thread_if_small(num_values: int, limit: int = 1 << 20):
+def cpu_threads_for(work: int, device: torch.device, limit: int = SINGLE_THREAD_WORK) -> Iterator[None]:
     """Run tiny batched ops on one thread: their parallel regions cost more than they save.
 
     Splitting three heads' worth of a mat-vec over threads buys nothing, and every parallel
@@ -141,7 +145,7 @@ def _one_thread_if_small(num_values: int, limit: int = 1 << 20):
     (measured: 5 ms per bmm call with 2 threads on 2 oversubscribed cores, 0.01 ms on one).
     """
     previous = torch.get_num_threads()
-    if previous == 1 or num_values > limit:
+    if device.type != "cpu" or previous == 1 or work >= limit:
         yield
         return
     torch.set_num_threads(1)
@@ -162,7 +166,7 @@ def grouped_decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     group = _check(q, k, v, q_start)
     num_heads, num_q, head_dim = q.shape
     num_kv = k.shape[0]
-    with _one_thread_if_small(k.numel() * max(1, num_q) if q.device.type == "cpu" else 1 << 30):
+    with cpu_threads_for(k.numel() * max(1, num_q), q.device, limit=1 << 20):
         qg = q.reshape(num_kv, group * num_q, head_dim).float()  # (Hkv, G*Tq, D)
         scores = torch.bmm(qg, k.float().transpose(1, 2)) * (1.0 / math.sqrt(head_dim))  # (Hkv, G*Tq, Tk)
         if num_q > 1 or window is not None or q_start + num_q != k.shape[1]:

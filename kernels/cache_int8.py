@@ -6,8 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .backend import StepMetadata
-from .caches import _SequenceBackend
+from .caches import _GrowingCache
 from .config import ModelConfig
 
 INT8_MAX = 127
@@ -46,7 +45,7 @@ class QuantizationError:
         self.squared_norm += x.float().pow(2).sum().item()
 
 
-class Int8KVBackend(_SequenceBackend):
+class Int8KVBackend(_GrowingCache):
     """Like the contiguous cache, but K and V are stored as int8 plus a float32 scale per (token, KV head).
 
     Bytes per token: 2 x layers x kv_heads x (head_dim x 1 + 4), see costs.quantized_kv_bytes_per_token.
@@ -67,37 +66,14 @@ class Int8KVBackend(_SequenceBackend):
         self.num_tokens = 0
         self.error: QuantizationError | None = QuantizationError() if measure_error else None
 
-    @property
-    def capacity(self) -> int:
-        return self.k_q[0].shape[1]
-
-    @property
-    def num_cached_tokens(self) -> int:
-        return self.num_tokens
+    def _stores(self) -> tuple[list[torch.Tensor], ...]:
+        return self.k_q, self.v_q, self.k_scale, self.v_scale
 
     @property
     def kv_cache_bytes(self) -> int:
         """int8 values plus their scales for the filled slots, measured on the tensors."""
         tensors = self.k_q + self.v_q + self.k_scale + self.v_scale
         return sum(t[:, : self.num_tokens].numel() * t.element_size() for t in tensors)
-
-    def _grow(self, needed: int) -> None:
-        new_capacity = max(needed, 2 * self.capacity)
-        for store in (self.k_q, self.v_q, self.k_scale, self.v_scale):
-            for i, old in enumerate(store):
-                new = old.new_zeros((old.shape[0], new_capacity, *old.shape[2:]))
-                new[:, : self.num_tokens] = old[:, : self.num_tokens]
-                store[i] = new
-
-    def begin_step(self, meta: StepMetadata) -> None:
-        super().begin_step(meta)
-        if meta.end_pos > self.capacity:
-            self._grow(meta.end_pos)
-
-    def end_step(self) -> None:
-        if self.meta is not None:
-            self.num_tokens = self.meta.end_pos
-        super().end_step()
 
     def attend(self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         if self.meta is None:

@@ -73,7 +73,43 @@ class NoCacheBackend(_SequenceBackend):
         return outs[0] if len(outs) == 1 else torch.cat(outs)
 
 
-class ContiguousKVBackend(_SequenceBackend):
+class _GrowingCache(_SequenceBackend):
+    """Per-layer buffers with a token axis (axis 1) that fill in order and double when full."""
+
+    num_tokens: int
+
+    def _stores(self) -> tuple[list[torch.Tensor], ...]:
+        """Every per-layer list of buffers; each buffer is (num_kv_heads, capacity, ...)."""
+        raise NotImplementedError
+
+    @property
+    def capacity(self) -> int:
+        return self._stores()[0][0].shape[1]
+
+    @property
+    def num_cached_tokens(self) -> int:
+        return self.num_tokens
+
+    def _grow(self, needed: int) -> None:
+        new_capacity = max(needed, 2 * self.capacity)
+        for store in self._stores():
+            for i, old in enumerate(store):
+                new = old.new_zeros((old.shape[0], new_capacity, *old.shape[2:]))
+                new[:, : self.num_tokens] = old[:, : self.num_tokens]
+                store[i] = new
+
+    def begin_step(self, meta: StepMetadata) -> None:
+        super().begin_step(meta)
+        if meta.end_pos > self.capacity:
+            self._grow(meta.end_pos)
+
+    def end_step(self) -> None:
+        if self.meta is not None:
+            self.num_tokens = self.meta.end_pos
+        super().end_step()
+
+
+class ContiguousKVBackend(_GrowingCache):
     """One preallocated (num_kv_heads, capacity, head_dim) buffer per layer for K and for V (lessons 05-06).
 
     A step writes its new K/V into the next free slots and attends over everything so far.
@@ -91,13 +127,8 @@ class ContiguousKVBackend(_SequenceBackend):
         self.v_cache = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(config.num_layers)]
         self.num_tokens = 0
 
-    @property
-    def capacity(self) -> int:
-        return self.k_cache[0].shape[1]
-
-    @property
-    def num_cached_tokens(self) -> int:
-        return self.num_tokens
+    def _stores(self) -> tuple[list[torch.Tensor], ...]:
+        return self.k_cache, self.v_cache
 
     @property
     def kv_cache_bytes(self) -> int:
@@ -108,24 +139,6 @@ class ContiguousKVBackend(_SequenceBackend):
     def reserved_bytes(self) -> int:
         """Bytes allocated, filled or not."""
         return sum(t.numel() * t.element_size() for t in self.k_cache + self.v_cache)
-
-    def _grow(self, needed: int) -> None:
-        new_capacity = max(needed, 2 * self.capacity)
-        for cache in (self.k_cache, self.v_cache):
-            for i, old in enumerate(cache):
-                new = old.new_zeros((old.shape[0], new_capacity, old.shape[2]))
-                new[:, : self.num_tokens] = old[:, : self.num_tokens]
-                cache[i] = new
-
-    def begin_step(self, meta: StepMetadata) -> None:
-        super().begin_step(meta)
-        if meta.end_pos > self.capacity:
-            self._grow(meta.end_pos)
-
-    def end_step(self) -> None:
-        if self.meta is not None:
-            self.num_tokens = self.meta.end_pos
-        super().end_step()
 
     def attend(self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         if self.meta is None:

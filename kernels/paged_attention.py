@@ -9,30 +9,9 @@ and the Triton kernel in ``triton_paged_attention`` must agree with both.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-
 import torch
 
-# Below this many multiply-adds, attention runs on one CPU thread: waking a second thread for a
-# few microseconds of work costs more than it saves, and on a shared, oversubscribed CPU each
-# fork/join can wait a whole scheduler time slice (measured: 24 us single-threaded versus 15 ms
-# with two threads for one decode step's attention while other jobs ran).
-SINGLE_THREAD_WORK = 1 << 22
-
-
-@contextmanager
-def cpu_threads_for(work: int, device: torch.device) -> Iterator[None]:
-    """Run small CPU attention single-threaded; leave large or GPU work alone."""
-    threads = torch.get_num_threads()
-    if device.type != "cpu" or threads == 1 or work >= SINGLE_THREAD_WORK:
-        yield
-        return
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
+from .attention import cpu_threads_for
 
 
 def write_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
