@@ -46,6 +46,34 @@ def check_float(name: str, value: Any, low: float, high: float) -> float:
     return float(value)
 
 
+class GenerationSteps:
+    """A generation stepped one new token at a time; subclasses give ``tokens_per_step`` (lessons 02, 05)."""
+
+    def __init__(self, config: Any) -> None:
+        self.config = config  # any validated config with num_new_tokens
+        self.num_steps_done = 0
+
+    @property
+    def tokens_per_step(self) -> list[int]:
+        """Tokens the model processes at each step of the whole generation."""
+        raise NotImplementedError
+
+    @property
+    def done(self) -> bool:
+        return self.num_steps_done >= self.config.num_new_tokens
+
+    def step(self) -> int:
+        """Run one step; return how many tokens it processed."""
+        if self.done:
+            raise InvalidInput("every new token has been generated; press Reset to start again.")
+        processed = self.tokens_per_step[self.num_steps_done]
+        self.num_steps_done += 1
+        return processed
+
+    def reset(self) -> None:
+        self.num_steps_done = 0
+
+
 class SimulatorView:
     """Controls, Step/Reset buttons, a message line and one figure redrawn in place (lesson 01).
 

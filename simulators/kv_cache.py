@@ -9,7 +9,14 @@ import ipywidgets as widgets
 import numpy as np
 from matplotlib.ticker import MaxNLocator
 
-from kvcourse.simulators.base import InvalidInput, SimulatorView, check_int, draw_per_step, int_control
+from kvcourse.simulators.base import (
+    GenerationSteps,
+    InvalidInput,
+    SimulatorView,
+    check_int,
+    draw_per_step,
+    int_control,
+)
 from kvcourse.simulators.rereading import tokens_processed_without_cache
 
 MAX_TOKENS = 100_000
@@ -35,27 +42,10 @@ class KVCacheConfig:
             raise InvalidInput(f"use_cache must be True or False, got {self.use_cache!r}")
 
 
-class KVCacheSim:
+class KVCacheSim(GenerationSteps):
     """Step through a generation; the cache holds one K/V entry per token processed (lesson 05)."""
 
-    def __init__(self, config: KVCacheConfig) -> None:
-        self.config = config
-        self.num_steps_done = 0
-
-    @property
-    def done(self) -> bool:
-        return self.num_steps_done >= self.config.num_new_tokens
-
-    def step(self) -> int:
-        """Run one step; return the tokens it processed."""
-        if self.done:
-            raise InvalidInput("every new token has been generated; press Reset to start again.")
-        processed = self.tokens_per_step[self.num_steps_done]
-        self.num_steps_done += 1
-        return processed
-
-    def reset(self) -> None:
-        self.num_steps_done = 0
+    config: KVCacheConfig
 
     @property
     def tokens_per_step(self) -> list[int]:

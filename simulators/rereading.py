@@ -8,7 +8,13 @@ from typing import Any
 import numpy as np
 from matplotlib.ticker import MaxNLocator
 
-from kvcourse.simulators.base import InvalidInput, SimulatorView, check_int, draw_per_step, int_control
+from kvcourse.simulators.base import (
+    GenerationSteps,
+    SimulatorView,
+    check_int,
+    draw_per_step,
+    int_control,
+)
 
 MAX_TOKENS = 100_000
 MAX_DRAWN_TOKENS = 400  # beyond this the staircase picture would be too fine to see: say so instead
@@ -32,27 +38,10 @@ def tokens_processed_without_cache(prompt_len: int, num_new_tokens: int) -> list
     return [prompt_len + i for i in range(num_new_tokens)]
 
 
-class Rereading:
+class Rereading(GenerationSteps):
     """Step through an uncached generation; each step rereads prompt + answer so far (lesson 02)."""
 
-    def __init__(self, config: RereadingConfig) -> None:
-        self.config = config
-        self.num_steps_done = 0
-
-    @property
-    def done(self) -> bool:
-        return self.num_steps_done >= self.config.num_new_tokens
-
-    def step(self) -> int:
-        """Run one step; return how many tokens it processed."""
-        if self.done:
-            raise InvalidInput("every new token has been generated; press Reset to start again.")
-        processed = self.config.prompt_len + self.num_steps_done
-        self.num_steps_done += 1
-        return processed
-
-    def reset(self) -> None:
-        self.num_steps_done = 0
+    config: RereadingConfig
 
     @property
     def tokens_per_step(self) -> list[int]:
