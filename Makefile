@@ -28,7 +28,7 @@ test: $(STAMP)
 	$(VENV)/bin/pytest
 
 timing-lab: $(STAMP)
-	$(VENV)/bin/kvcourse timing-lab
+	$(VENV)/bin/kvcourse timing-lab $(TIMING_ARGS)
 
 bench: $(STAMP)
 	$(PY) -m benchmarks
