@@ -11,8 +11,8 @@ import torch
 from benchmarks.common import set_threads
 
 
-def load_engine_model():
-    """(Transformer, hf_model, tokenizer) for SmolLM2-135M-Instruct in float32 on the CPU.
+def load_engine_model(dtype: torch.dtype = torch.float32):
+    """(Transformer, hf_model, tokenizer) for SmolLM2-135M-Instruct in ``dtype`` on the CPU.
 
     Two threads, the course's reference machine; KVCOURSE_BENCH_THREADS overrides it (on an
     oversubscribed CPU every two-thread matrix product waits for a descheduled thread, and
@@ -22,7 +22,7 @@ def load_engine_model():
     from kvcourse.kernels.generate import as_transformer
     from kvcourse.models import load_model
 
-    hf_model, tokenizer = load_model(dtype=torch.float32, device="cpu")
+    hf_model, tokenizer = load_model(dtype=dtype, device="cpu")
     return as_transformer(hf_model), hf_model, tokenizer
 
 
