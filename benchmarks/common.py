@@ -5,9 +5,7 @@ from __future__ import annotations
 import json
 import os
 import platform
-import statistics
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -36,18 +34,6 @@ def machine_header() -> dict:
         "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
         "when": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
-
-
-def median_seconds(fn: Callable[[], object], repeats: int = 5, warmup: int = 1) -> tuple[float, list[float]]:
-    """Median wall time of ``fn`` over ``repeats`` runs after ``warmup`` runs."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times), times
 
 
 def write_result(name: str, payload: dict) -> Path:
