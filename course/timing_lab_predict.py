@@ -26,16 +26,6 @@ from kvcourse.kernels.config import ModelConfig
 from kvcourse.timing_lab import HF_CACHE, HF_NO_CACHE
 
 
-def tokens_processed(prompt_len: int, num_new_tokens: int, use_cache: bool) -> int:
-    """Token positions run through the model to generate num_new_tokens greedily (lesson 17)."""
-    if prompt_len < 1 or num_new_tokens < 1:
-        raise ValueError(f"prompt_len and num_new_tokens must be positive, got {prompt_len}, {num_new_tokens}")
-    n = num_new_tokens
-    if use_cache:
-        return prompt_len + (n - 1)  # the prompt once, then one token per later step
-    return n * prompt_len + n * (n - 1) // 2  # step t re-reads prompt_len + t tokens
-
-
 @dataclass(frozen=True)
 class GenerationWork:
     """What one greedy generation computes: forward passes, token positions and FLOPs (lesson 17)."""

@@ -46,6 +46,18 @@ def _attr(config: Any, name: str) -> int:
     return _count(f"config.{name}", getattr(config, name))
 
 
+def tokens_processed(prompt_len: int, num_new_tokens: int, use_cache: bool) -> int:
+    """Token positions run through the model to write num_new_tokens (lessons 02, 05, 17).
+
+    With a cache: the prompt once, then one token per later step. Without one, step t
+    rereads the prompt plus the t tokens written so far: a rectangle plus a triangle.
+    """
+    prompt, n = _count("prompt_len", prompt_len), _count("num_new_tokens", num_new_tokens)
+    if use_cache:
+        return prompt + (n - 1)
+    return n * prompt + n * (n - 1) // 2
+
+
 def kv_bytes_per_token(config: Any, bytes_per_value: int = 2) -> int:
     """K and V for one token across all layers: 2 x layers x kv_heads x head_dim x bytes (lesson 07)."""
     bpv = _count("bytes_per_value", bytes_per_value)

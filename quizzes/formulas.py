@@ -38,9 +38,7 @@ def _config(values: dict[str, Any]):
 
 
 def _no_cache_tokens(values: dict[str, Any]) -> float:
-    # Without a cache, step i (0-based) feeds the prompt plus the i tokens written so far.
-    prompt, new = values["prompt_tokens"], values["new_tokens"]
-    return new * prompt + new * (new - 1) // 2
+    return costs.tokens_processed(values["prompt_tokens"], values["new_tokens"], use_cache=False)
 
 
 def _max_users(values: dict[str, Any]) -> float:

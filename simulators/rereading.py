@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 from matplotlib.ticker import MaxNLocator
 
+from kvcourse.kernels import costs
 from kvcourse.simulators.base import (
     GenerationSteps,
     SimulatorView,
@@ -51,8 +52,7 @@ class Rereading(GenerationSteps):
     @property
     def total_tokens_processed(self) -> int:
         """A triangle on top of a rectangle: n*P + n(n-1)/2."""
-        p, n = self.config.prompt_len, self.config.num_new_tokens
-        return n * p + n * (n - 1) // 2
+        return costs.tokens_processed(self.config.prompt_len, self.config.num_new_tokens, use_cache=False)
 
     @property
     def tokens_processed_so_far(self) -> int:

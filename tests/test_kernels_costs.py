@@ -113,3 +113,11 @@ def test_duck_typed_config_and_missing_attribute():
     assert costs.kv_bytes_per_token(Shape(), 1) == 16
     with pytest.raises(ValueError, match="config has no attribute"):
         costs.kv_bytes_per_token(object())
+
+
+def test_tokens_processed_with_and_without_cache():
+    # 5 new tokens after a 3-token prompt: 3 + 1 + 1 + 1 + 1 with a cache; 3 + 4 + 5 + 6 + 7 without.
+    assert costs.tokens_processed(3, 5, use_cache=True) == 7
+    assert costs.tokens_processed(3, 5, use_cache=False) == 25
+    with pytest.raises(ValueError, match="num_new_tokens"):
+        costs.tokens_processed(3, 0, use_cache=False)

@@ -9,6 +9,7 @@ import torch
 from factories import make_config, make_tiny_hf_llama
 
 from kvcourse.kernels import costs
+from kvcourse.kernels.costs import tokens_processed
 from kvcourse.timing_lab import (
     HF_CACHE,
     HF_NO_CACHE,
@@ -22,7 +23,6 @@ from kvcourse.timing_lab_predict import (
     calibrate,
     generation_work,
     predict_sweep,
-    tokens_processed,
 )
 from kvcourse.timing_lab_report import format_header, format_table, plot_sweep, write_json
 
