@@ -1,0 +1,271 @@
+"""Notebook helpers every lesson uses: predict, reveal, expect, solution (lesson 00 explains them).
+
+A lesson asks for a guess *before* it measures (``predict``), shows the guess beside the
+measurement afterwards (``reveal``), states what a cell confirms in words (``expect``) and hides
+exercise solutions behind a toggle (``solution``).
+
+Two environment switches, set by the course's own tooling and never by a learner:
+
+* ``KVCOURSE_HEADLESS=1`` (or nbgrader's ``NBGRADER_EXECUTION``): nothing waits for input;
+  ``predict`` notes that no guess was asked. A kernel with no input box (nbclient, nbconvert)
+  is treated the same way.
+* ``KVCOURSE_STRICT=1`` (the test harness): a false ``expect`` raises ``ExpectationFailed`` with
+  its sentence, so running a notebook is still a test. Otherwise it prints a verdict and goes on.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import os
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from IPython.core.error import StdinNotImplementedError
+
+from kvcourse.quizzes.progress import progress_dir
+from kvcourse.quizzes.units import AnswerFormatError, parse_quantity
+
+__all__ = ["ExpectationFailed", "Prediction", "expect", "predict", "reveal", "solution"]
+
+_MAX_TRIES = 3
+_MARK = {True: "✔", False: "✘"}
+
+
+class ExpectationFailed(AssertionError):
+    """A lesson's stated expectation did not hold (raised only under the test harness)."""
+
+
+def headless() -> bool:
+    """Whether this run has nobody at the keyboard (tests, nbgrader, nbconvert)."""
+    return bool(os.environ.get("KVCOURSE_HEADLESS") or os.environ.get("NBGRADER_EXECUTION"))
+
+
+def strict() -> bool:
+    """Whether a false ``expect`` should raise (the notebook test harness sets KVCOURSE_STRICT=1)."""
+    return bool(os.environ.get("KVCOURSE_STRICT"))
+
+
+# ---------------------------------------------------------------- expect
+
+
+def expect(condition: Any, sentence: str) -> bool:
+    """Print a one-line verdict on a claim the lesson makes; raise only under the test harness."""
+    held = bool(condition)
+    if held:
+        print(f"{_MARK[True]} {sentence}")
+    else:
+        print(f"{_MARK[False]} Expected: {sentence}. This run disagrees: look at the numbers printed above. "
+              "If you changed the code, that may be why; if not, please report it.")
+        if strict():
+            raise ExpectationFailed(sentence)
+    return held
+
+
+# ---------------------------------------------------------------- predict and reveal
+
+# The units a guess may be typed in, mapped to (dimension in kvcourse.quizzes.units, factor).
+_BYTE_UNITS = {"bytes": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12,
+               "kib": 2**10, "mib": 2**20, "gib": 2**30}
+_TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
+
+
+def _dimension(unit: str) -> tuple[str, float]:
+    key = unit.strip().lower()
+    if key in _BYTE_UNITS:
+        return "bytes", _BYTE_UNITS[key]
+    if key in _TIME_UNITS:
+        return "seconds", _TIME_UNITS[key]
+    if key in ("x", "×", "times"):
+        return "ratio", 1.0
+    if key in ("%", "percent"):
+        return "percent", 1.0
+    return "count", 1.0  # tokens, cells, GFLOP, users...: a plain number, "4k" and "2 million" allowed
+
+
+def parse_guess(text: str, unit: str) -> float:
+    """A typed guess as a number in ``unit``; "3 GB" is accepted where the unit is MB."""
+    dimension, factor = _dimension(unit)
+    if dimension == "count":
+        stripped = text.strip()
+        suffix = unit.strip()
+        if suffix and stripped.lower().endswith(suffix.lower()):
+            stripped = stripped[: -len(suffix)].strip()  # "0.3 GFLOP" where the unit is GFLOP
+        return parse_quantity(stripped, "count")
+    return parse_quantity(text, dimension) / factor
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """One guess, in the unit the lesson asked for (or the chosen option)."""
+
+    key: str
+    unit: str
+    guess: float | str | None
+
+
+def _store() -> Path:
+    return progress_dir() / "predictions.json"
+
+
+def _load() -> dict[str, dict]:
+    try:
+        data = json.loads(_store().read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _save(key: str, **fields: Any) -> None:
+    data = _load()
+    entry = data.setdefault(key, {})
+    entry.update(fields, when=datetime.now(UTC).isoformat(timespec="seconds"))
+    path = _store()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data, indent=1, sort_keys=True), encoding="utf-8")
+        tmp.replace(path)
+    except OSError as err:  # a read-only home must not stop the lesson
+        print(f"(Could not save your guess: {err})")
+
+
+def saved_predictions() -> dict[str, dict]:
+    """Every guess and measurement saved so far, by key (for ``kvcourse progress`` and tests)."""
+    return _load()
+
+
+def _ask(prompt: str, read: Callable[[str], str], parse: Callable[[str], Any]) -> Any | None:
+    """Ask until the answer parses (a few tries); an empty answer means no guess."""
+    for _ in range(_MAX_TRIES):
+        text = read(prompt).strip()
+        if not text:
+            return None
+        try:
+            return parse(text)
+        except (AnswerFormatError, ValueError) as err:
+            print(f"Could not read that: {err}. Try again, or press Enter to skip.")
+    return None
+
+
+def predict(key: str, question: str, *, unit: str = "", kind: str = "number",
+            options: Sequence[str] | None = None, read: Callable[[str], str] = input) -> Prediction:
+    """Ask for a guess before a measurement; ``reveal(key, measured)`` later shows how close it was.
+
+    ``kind="number"`` takes a number in ``unit`` (a unit may be typed: "3 GB" where MB is asked);
+    ``kind="choice"`` takes the letter of one of ``options``. The guess is saved with the learner's
+    progress. In a headless run nothing waits.
+    """
+    if kind not in ("number", "choice"):
+        raise ValueError(f"kind must be 'number' or 'choice', got {kind!r}")
+    if kind == "choice" and not options:
+        raise ValueError("a choice prediction needs its options")
+    print(f"Predict: {question}")
+    letters = "abcdefghij"[: len(options or [])]
+    if kind == "choice":
+        for letter, text in zip(letters, options):
+            print(f"  ({letter}) {text}")
+    if headless():
+        print("(Headless run: no guess asked.)")
+        return Prediction(key, unit, None)
+    if kind == "choice":
+        prompt = f"Your choice ({', '.join(letters)}), or Enter to skip: "
+        parse = lambda text: _choice(text, letters, options)
+    else:
+        prompt = f"Your guess{f' in {unit}' if unit else ''}, or Enter to skip: "
+        parse = lambda text: parse_guess(text, unit)
+    try:
+        guess = _ask(prompt, read, parse)
+    except (StdinNotImplementedError, EOFError):  # a front end with no input box, or stdin closed
+        print("(This front end has no input box: no guess asked.)")
+        return Prediction(key, unit, None)
+    if guess is None:
+        print("No guess this time; the measurement comes next.")
+    else:
+        shown = guess if kind == "choice" else _fmt(guess, unit)
+        print(f"Locked in: {shown}. Now run the measurement.")
+        _save(key, guess=guess, unit=unit, kind=kind)
+    return Prediction(key, unit, guess)
+
+
+def _choice(text: str, letters: str, options: Sequence[str]) -> str:
+    letter = text.strip().strip("()").lower()
+    if len(letter) != 1 or letter not in letters:
+        raise ValueError(f"answer with one of the letters {', '.join(letters)}")
+    return options[letters.index(letter)]
+
+
+def _fmt(value: float, unit: str) -> str:
+    if value != 0 and (abs(value) >= 1e6 or abs(value) < 1e-3):
+        number = f"{value:.3g}"
+    elif float(value).is_integer():
+        number = f"{value:,.0f}"
+    else:
+        number = f"{value:,.3g}"
+    return f"{number} {unit}".strip() if unit not in ("x", "%") else f"{number}{unit}"
+
+
+def reveal(key: str, measured: float | str, *, unit: str | None = None) -> str:
+    """Show the guess saved under ``key`` beside the measurement, and how far off it was."""
+    entry = _load().get(key, {})
+    unit = entry.get("unit", "") if unit is None else unit
+    guess = entry.get("guess")
+    if isinstance(measured, str):
+        line = _reveal_choice(guess, measured)
+    else:
+        line = _reveal_number(guess, float(measured), unit)
+    _save(key, measured=measured, unit=unit)
+    print(line)
+    return line
+
+
+def _reveal_choice(guess: Any, measured: str) -> str:
+    if guess is None:
+        return f"Measured: {measured}. (You made no guess for this one.)"
+    verdict = "right" if guess == measured else "not this time"
+    return f"You chose: {guess}. Measured: {measured}. Your guess was {verdict}."
+
+
+def _reveal_number(guess: Any, measured: float, unit: str) -> str:
+    shown = _fmt(measured, unit)
+    if not isinstance(guess, (int, float)):
+        return f"Measured: {shown}. (You made no guess for this one.)"
+    if guess > 0 and measured > 0:
+        ratio = measured / guess
+        if math.isclose(ratio, 1.0, rel_tol=0.05):
+            how = "within 5 %: well predicted"
+        elif ratio > 1:
+            how = f"{ratio:.3g}x your guess"
+        else:
+            how = f"{1 / ratio:.3g}x smaller than your guess"
+        return f"Your guess: {_fmt(guess, unit)}. Measured: {shown}. The measurement is {how}."
+    return f"Your guess: {_fmt(guess, unit)}. Measured: {shown}. Off by {_fmt(measured - guess, unit)}."
+
+
+# ---------------------------------------------------------------- solution
+
+
+_INLINE_CODE = re.compile(r"`([^`]+)`")
+
+
+def _paragraphs(text: str) -> str:
+    parts = [html.escape(part.strip()).replace("\n", " ") for part in text.strip().split("\n\n")]
+    parts = [_INLINE_CODE.sub(r"<code>\1</code>", part) for part in parts if part]
+    return "".join(f"<p>{part}</p>" for part in parts)
+
+
+def solution(text: str, code: str | None = None, *, title: str = "Show a solution") -> Any:
+    """A collapsed "show a solution" toggle for an exercise: explanation, then optional Python code."""
+    import ipywidgets as widgets
+
+    content = _paragraphs(text)
+    if code:
+        content += f'<pre style="white-space:pre-wrap"><code>{html.escape(code.strip(chr(10)))}</code></pre>'
+    box = widgets.Accordion(children=[widgets.HTML(content)], selected_index=None)
+    box.set_title(0, title)
+    return box

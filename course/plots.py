@@ -1,0 +1,81 @@
+"""Plotting helpers for lessons: one call per figure, so a cell shows the idea, not matplotlib.
+
+Every figure follows the course's rules (shared/LESSONS.md): a title that states the finding,
+labelled axes with units, at most two panels, log axes where a quantity doubles.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import matplotlib.pyplot as plt
+from matplotlib.axes import Axes
+
+__all__ = ["bars", "lines", "mark", "panels"]
+
+_SIZE_ONE, _SIZE_TWO = (7.0, 3.8), (11.5, 3.8)
+
+
+def panels(count: int = 1) -> list[Axes]:
+    """A new figure with one or two side-by-side panels."""
+    if count not in (1, 2):
+        raise ValueError(f"a lesson figure has one or two panels, not {count}")
+    fig, axes = plt.subplots(1, count, figsize=_SIZE_ONE if count == 1 else _SIZE_TWO, squeeze=False)
+    fig.set_layout_engine("tight")
+    return list(axes[0])
+
+
+def lines(x: Sequence[float] | Mapping[str, Sequence[float]], series: Mapping[str, Sequence[float]], *,
+          title: str, xlabel: str, ylabel: str, logx: bool = False, logy: bool = False,
+          ax: Axes | None = None, styles: Mapping[str, str] | None = None) -> Axes:
+    """One line per series against x (or against x[name] where each series has its own x)."""
+    ax = ax or panels(1)[0]
+    styles = styles or {}
+    for i, (name, ys) in enumerate(series.items()):
+        xs = x[name] if isinstance(x, Mapping) else x
+        ax.plot(list(xs), list(ys), styles.get(name, "o-"), color=f"C{i}", label=name)
+    _decorate(ax, title, xlabel, ylabel, logx, logy)
+    if len(series) > 1:
+        ax.legend()
+    return ax
+
+
+def bars(labels: Sequence[str], values: Mapping[str, Sequence[float]] | Sequence[float], *, title: str,
+         ylabel: str, logy: bool = False, ax: Axes | None = None, stacked: bool = False) -> Axes:
+    """Bars per label: one series, or several series side by side (or stacked)."""
+    ax = ax or panels(1)[0]
+    named = values if isinstance(values, Mapping) else {"": values}
+    positions = range(len(labels))
+    width = 0.8 if stacked else 0.8 / len(named)
+    bottom = [0.0] * len(labels)
+    for i, (name, ys) in enumerate(named.items()):
+        ys = list(ys)
+        if stacked:
+            ax.bar(positions, ys, width, bottom=bottom, label=name or None, color=f"C{i}")
+            bottom = [b + y for b, y in zip(bottom, ys)]
+        else:
+            offset = (i - (len(named) - 1) / 2) * width
+            ax.bar([p + offset for p in positions], ys, width, label=name or None, color=f"C{i}")
+    ax.set_xticks(list(positions), list(labels))
+    _decorate(ax, title, "", ylabel, False, logy)
+    if len(named) > 1:
+        ax.legend()
+    return ax
+
+
+def mark(ax: Axes, x: float, label: str, *, horizontal: bool = False) -> None:
+    """A dashed line across the panel at x (or at y with horizontal=True), labelled in the legend."""
+    line = ax.axhline if horizontal else ax.axvline
+    line(x, linestyle="--", color="0.35", label=label)
+    ax.legend()
+
+
+def _decorate(ax: Axes, title: str, xlabel: str, ylabel: str, logx: bool, logy: bool) -> None:
+    if logx:
+        ax.set_xscale("log", base=2)
+    if logy:
+        ax.set_yscale("log")
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
