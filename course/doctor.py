@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import os
+import platform
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 # (distribution name, import name, why the course needs it)
 PACKAGES: tuple[tuple[str, str, str], ...] = (
@@ -64,6 +70,58 @@ def check_device() -> Check:
     return Check("device", True, f"{device.type} (set KVCOURSE_DEVICE to override)")
 
 
+def check_dtype(cpuinfo: str | None = None) -> Check:
+    """Which dtype the model will run in ($KVCOURSE_DTYPE or the device's default), and what bf16 costs here."""
+    import torch
+
+    from kvcourse.models import (
+        DTYPE_ENV,
+        DTYPE_NAMES,
+        ModelNotAvailableError,
+        cpu_has_native_bf16,
+        dtype_name,
+        resolve_device,
+        resolve_dtype,
+    )
+
+    try:
+        device = resolve_device("auto")
+    except ModelNotAvailableError:
+        device = torch.device("cpu")  # the device line reports that problem
+    try:
+        dtype = resolve_dtype(None, device)
+    except ValueError as err:
+        return Check("dtype", False, str(err))
+    if os.environ.get(DTYPE_ENV, "").strip():
+        detail = f"{dtype_name(dtype)} (from {DTYPE_ENV})"
+    else:
+        detail = f"{dtype_name(dtype)} (default on {device.type}; set {DTYPE_ENV}={'|'.join(DTYPE_NAMES)} to choose)"
+    if device.type == "cpu":
+        detail += "; " + cpu_dtype_note(dtype, cpu_has_native_bf16(cpuinfo))
+    return Check("dtype", True, detail)
+
+
+def cpu_dtype_note(dtype: torch.dtype, native_bf16: bool | None) -> str:
+    """What running in ``dtype`` means on this CPU, given whether it has native bf16 (None: unknown)."""
+    import torch
+
+    flags = "avx512_bf16 or amx_bf16" if platform.machine().lower() in ("x86_64", "amd64", "i686", "x86") \
+        else "bf16"
+    if dtype == torch.float16:
+        return "most CPUs have no native float16 arithmetic, so float16 is usually slower than float32 here"
+    if native_bf16:
+        if dtype == torch.bfloat16:
+            return "this CPU has native bf16 instructions, so bf16 arithmetic runs in hardware here"
+        return ("this CPU has native bf16 instructions, so bfloat16 would halve the weights' memory; "
+                "float32 stays the default because most CPUs lack them")
+    why = (f"this CPU has no native bf16 instructions (no {flags} flag in /proc/cpuinfo)" if native_bf16 is False
+           else "could not read /proc/cpuinfo to tell whether this CPU has native bf16 instructions")
+    if dtype == torch.bfloat16:
+        return (f"{why}; without them bf16 is emulated (converted to and from float32 around the arithmetic), "
+                "so it runs but is slower than float32, which is why the CPU default is float32")
+    return f"{why}; bfloat16 would be emulated there and slower than float32, which is why the default stays float32"
+
+
 def check_model() -> Check:
     """Whether the default model file is installed, and whether its converted cache is ready."""
     from kvcourse.models import CACHE_ENTRY, ModelNotAvailableError, cache_dir, cache_is_valid, find_gguf
@@ -78,8 +136,8 @@ def check_model() -> Check:
 
 
 def environment_report() -> list[Check]:
-    """Every check: packages, device, model."""
-    return [*check_packages(), check_device(), check_model()]
+    """Every check: packages, device, dtype, model."""
+    return [*check_packages(), check_device(), check_dtype(), check_model()]
 
 
 def format_report(checks: list[Check]) -> str:

@@ -74,18 +74,68 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
     return dev
 
 
-def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:
-    """None means float32 on the CPU and bfloat16 on CUDA; strings like "bf16" are accepted."""
-    if dtype is None:
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
-    if isinstance(dtype, torch.dtype):
-        return dtype
-    names = {"float32": torch.float32, "fp32": torch.float32, "float": torch.float32,
-             "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-             "float16": torch.float16, "fp16": torch.float16, "half": torch.float16}
-    if str(dtype).lower() not in names:
-        raise ValueError(f"unknown dtype {dtype!r}; use one of {sorted(names)}")
-    return names[str(dtype).lower()]
+DTYPE_ENV = "KVCOURSE_DTYPE"
+DTYPE_NAMES = ("float32", "bfloat16", "float16")  # what KVCOURSE_DTYPE and dtype= accept (plus aliases)
+_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float": torch.float32,
+           "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+           "float16": torch.float16, "fp16": torch.float16, "half": torch.float16}
+# /proc/cpuinfo flags that mean bf16 arithmetic in hardware: x86 (AVX512-BF16, AMX) and Arm (FEAT_BF16).
+NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """"float32" for torch.float32: the name KVCOURSE_DTYPE and reports use."""
+    return str(dtype).removeprefix("torch.")
+
+
+def parse_dtype(name: str | torch.dtype, source: str = "dtype") -> torch.dtype:
+    """A torch dtype from "float32", "bfloat16", "float16" (or fp32, bf16, fp16); ValueError otherwise."""
+    if isinstance(name, torch.dtype):
+        return name
+    key = str(name).strip().lower().removeprefix("torch.")
+    if key not in _DTYPES:
+        raise ValueError(
+            f"unknown dtype: {source}={name!r}. The course runs its model in one of "
+            f"{', '.join(DTYPE_NAMES)} (fp32, bf16 and fp16 work too). Without a dtype argument and "
+            f"with {DTYPE_ENV} unset it uses float32 on a CPU and bfloat16 on a CUDA GPU; to choose, "
+            f"pass dtype=\"bfloat16\" or `export {DTYPE_ENV}=bfloat16`."
+        )
+    return _DTYPES[key]
+
+
+def resolve_dtype(dtype: str | torch.dtype | None = None, device: str | torch.device = "auto") -> torch.dtype:
+    """The dtype to run in: ``dtype`` if given, else $KVCOURSE_DTYPE, else float32 on a CPU, bfloat16 on CUDA."""
+    if dtype is not None:
+        return parse_dtype(dtype)
+    if os.environ.get(DTYPE_ENV, "").strip():
+        return parse_dtype(os.environ[DTYPE_ENV], source=DTYPE_ENV)
+    dev = resolve_device(device) if str(device) == "auto" else torch.device(device)
+    return torch.bfloat16 if dev.type == "cuda" else torch.float32
+
+
+def default_dtype(device: str | torch.device = "auto") -> torch.dtype:
+    """What load_model uses when given no dtype: $KVCOURSE_DTYPE, else fp32 on a CPU, bf16 on CUDA (lesson 00)."""
+    return resolve_dtype(None, device)
+
+
+def cpu_has_native_bf16(cpuinfo: str | None = None) -> bool | None:
+    """Whether this CPU does bf16 arithmetic in hardware, from /proc/cpuinfo's flags; None if unknown (lesson 00).
+
+    x86 needs avx512_bf16 or amx_bf16, Arm the bf16 feature. Without them PyTorch still runs bf16,
+    by converting to and from float32 around the arithmetic, which makes it slower than float32.
+    None where there is no /proc/cpuinfo to read (macOS, Windows).
+    """
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return None
+    flags: set[str] = set()
+    for line in cpuinfo.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip().lower() in ("flags", "features"):  # x86 says flags, Arm says Features
+            flags.update(value.split())
+    return bool(flags & NATIVE_BF16_FLAGS)
 
 
 def find_gguf() -> Path:
@@ -108,9 +158,12 @@ def find_gguf() -> Path:
 
 def load_model(name: str = DEFAULT_MODEL, dtype: str | torch.dtype | None = None,
                device: str | torch.device = "auto"):
-    """Return ``(hf_model, tokenizer)`` in eval mode; the default model loads offline."""
+    """Return ``(hf_model, tokenizer)`` in eval mode; the default model loads offline.
+
+    ``dtype=None`` means $KVCOURSE_DTYPE when set, else float32 on a CPU and bfloat16 on CUDA.
+    """
     dev = resolve_device(device)
-    torch_dtype = resolve_dtype(dtype, dev)
+    torch_dtype = resolve_dtype(dtype, dev)  # None: $KVCOURSE_DTYPE, else fp32 on a CPU, bf16 on CUDA
     start = time.perf_counter()
     if name.lower() in ALIASES and not _in_hf_cache(HF_ID):
         model, tokenizer, source, path = _load_default(torch_dtype)
@@ -120,7 +173,7 @@ def load_model(name: str = DEFAULT_MODEL, dtype: str | torch.dtype | None = None
     model = model.to(dev).eval()
     model.kvcourse_load_info = LoadInfo(
         name=name, source=source, path=str(path), seconds=time.perf_counter() - start,
-        device=str(dev), dtype=str(torch_dtype).removeprefix("torch."),
+        device=str(dev), dtype=dtype_name(torch_dtype),
     )
     return model, tokenizer
 

@@ -32,7 +32,8 @@ def add_timing_lab(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--engine", action="store_true",
                    help="also time the course's own engine (kvcourse.kernels.generate) in every cache mode")
     p.add_argument("--threads", default=None, metavar="T", help="CPU threads for PyTorch (default: PyTorch's)")
-    p.add_argument("--dtype", default="float32", metavar="|".join(DTYPES), help="weights dtype (default float32)")
+    p.add_argument("--dtype", default=None, metavar="|".join(DTYPES),
+                   help="weights dtype (default: $KVCOURSE_DTYPE, else float32 on a CPU, bfloat16 on CUDA)")
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1 ... (default auto: CUDA if present)")
     p.add_argument("--json", default=None, metavar="PATH", help="write every repeat plus header metadata here")
     p.add_argument("--plot", default=None, metavar="PATH", help="save a PNG of time and speedup vs length")
@@ -44,7 +45,7 @@ def run_timing_lab(args: argparse.Namespace) -> int:
     """Validate everything cheap first, then load, measure, report; exit 1 if tokens differ."""
     import torch
 
-    from kvcourse.models import load_model
+    from kvcourse.models import DTYPE_ENV, dtype_name, load_model, resolve_dtype
     from kvcourse.timing_lab import (
         DEFAULT_LENGTHS,
         DEFAULT_PROMPT,
@@ -60,8 +61,12 @@ def run_timing_lab(args: argparse.Namespace) -> int:
     threads = None if args.threads is None else _whole("--threads", args.threads)
     if threads is not None and threads < 1:
         raise ValueError(f"--threads must be at least 1, got {threads}")
-    if args.dtype not in DTYPES:
+    if args.dtype is not None and args.dtype not in DTYPES:
         raise ValueError(f"--dtype must be one of {', '.join(DTYPES)}, got {args.dtype!r}")
+    dtype = args.dtype or dtype_name(resolve_dtype(None, args.device))  # KVCOURSE_DTYPE or the device's default
+    if dtype not in DTYPES:
+        raise ValueError(f"{DTYPE_ENV}={dtype}: the timing lab runs in {' or '.join(DTYPES)}; "
+                         f"pass --dtype or change {DTYPE_ENV}")
     for flag, path in (("--json", args.json), ("--plot", args.plot)):
         if path is not None:
             check_output_path(flag, path)
@@ -72,8 +77,8 @@ def run_timing_lab(args: argparse.Namespace) -> int:
     engine_modes = engine_cache_modes() if args.engine else ()
     config = SweepConfig(config.lengths, config.num_repeats, config.num_warmup, config.prompt, engine_modes)
 
-    print(f"loading {args.model} ({args.dtype}, device {args.device}) ...", file=sys.stderr)
-    model, tokenizer = load_model(args.model, dtype=args.dtype, device=args.device)
+    print(f"loading {args.model} ({dtype}, device {args.device}) ...", file=sys.stderr)
+    model, tokenizer = load_model(args.model, dtype=dtype, device=args.device)
     result = run_sweep(model, tokenizer, config.lengths, config.num_repeats, num_warmup=config.num_warmup,
                        prompt=config.prompt, engine_modes=config.engine_modes, progress=not args.no_progress)
 

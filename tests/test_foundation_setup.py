@@ -13,7 +13,7 @@ import yaml
 from packaging.requirements import Requirement
 
 from kvcourse.cli import main
-from kvcourse.doctor import PACKAGES, Check, check_packages, environment_report, format_report
+from kvcourse.doctor import PACKAGES, Check, check_dtype, check_packages, environment_report, format_report
 from kvcourse.syllabus import REPO_ROOT, format_syllabus, get_lesson, load_syllabus
 
 
@@ -90,11 +90,44 @@ def test_cli_syllabus_prints_every_lesson(capsys):
 def test_doctor_reports_ok_per_package_device_and_model(capsys):
     checks = environment_report()
     names = [c.name for c in checks]
-    assert names == [p[0] for p in PACKAGES] + ["device", "model"]
+    assert names == [p[0] for p in PACKAGES] + ["device", "dtype", "model"]
     assert all(c.ok for c in checks), format_report(checks)
     assert main(["doctor"]) == 0
     out = capsys.readouterr().out
     assert out.count("[OK]") == len(checks) and "All checks passed." in out
+
+
+NO_BF16 = "processor\t: 0\nflags\t\t: fpu avx2 avx512f\n"
+HAS_BF16 = "processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512_bf16 amx_bf16\n"
+
+
+def test_doctor_shows_the_dtype_and_why_the_cpu_default_is_float32(monkeypatch):
+    monkeypatch.setenv("KVCOURSE_DEVICE", "cpu")
+    monkeypatch.delenv("KVCOURSE_DTYPE", raising=False)
+    check = check_dtype(NO_BF16)
+    assert check.ok and check.detail.startswith("float32 (default on cpu; set KVCOURSE_DTYPE=")
+    assert "bfloat16 would be emulated" in check.detail and "why the default stays float32" in check.detail
+    assert "native bf16" in check_dtype(HAS_BF16).detail and "emulated" not in check_dtype(HAS_BF16).detail
+
+
+def test_doctor_says_an_explicit_bf16_on_a_cpu_without_it_is_emulated_and_slower(monkeypatch):
+    monkeypatch.setenv("KVCOURSE_DEVICE", "cpu")
+    monkeypatch.setenv("KVCOURSE_DTYPE", "bf16")
+    check = check_dtype(NO_BF16)
+    assert check.ok and check.detail.startswith("bfloat16 (from KVCOURSE_DTYPE)")
+    assert "no native bf16" in check.detail and "emulated" in check.detail
+    assert "slower than float32" in check.detail and "why the CPU default is float32" in check.detail
+    assert "emulated" not in check_dtype(HAS_BF16).detail
+    monkeypatch.setenv("KVCOURSE_DTYPE", "float16")
+    assert "slower than float32" in check_dtype(NO_BF16).detail
+
+
+def test_doctor_fails_on_a_bad_kvcourse_dtype(monkeypatch, capsys):
+    monkeypatch.setenv("KVCOURSE_DTYPE", "fp8")
+    check = check_dtype(NO_BF16)
+    assert not check.ok and "KVCOURSE_DTYPE='fp8'" in check.detail and "bfloat16" in check.detail
+    assert main(["doctor"]) == 1
+    assert "[FAIL] dtype" in capsys.readouterr().out
 
 
 def test_doctor_names_the_fix_for_a_missing_package(monkeypatch):

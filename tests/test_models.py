@@ -11,11 +11,14 @@ import torch
 from kvcourse import models
 from kvcourse.models import (
     CACHE_ENTRY,
+    DTYPE_ENV,
     MANIFEST,
     CacheFolderError,
     ModelNotAvailableError,
     cache_dir,
     cache_is_valid,
+    cpu_has_native_bf16,
+    default_dtype,
     load_model,
     resolve_device,
     resolve_dtype,
@@ -123,12 +126,89 @@ def test_unwritable_cache_folder_names_kvcourse_cache(monkeypatch, tmp_path):
 
 def test_device_and_dtype_resolution(monkeypatch):
     monkeypatch.setenv("KVCOURSE_DEVICE", "cpu")
+    monkeypatch.delenv(DTYPE_ENV, raising=False)
     assert resolve_device("auto") == torch.device("cpu")
-    assert resolve_dtype(None, torch.device("cpu")) == torch.float32
+    assert resolve_dtype(None, torch.device("cpu")) == torch.float32 == default_dtype()
+    assert resolve_dtype(None, torch.device("cuda")) == torch.bfloat16 == default_dtype("cuda")
     assert resolve_dtype("bf16", torch.device("cpu")) == torch.bfloat16
-    with pytest.raises(ValueError, match="unknown dtype"):
-        resolve_dtype("float8", torch.device("cpu"))
+    assert resolve_dtype(torch.float16) == torch.float16
     if not torch.cuda.is_available():
         monkeypatch.setenv("KVCOURSE_DEVICE", "cuda")
         with pytest.raises(ModelNotAvailableError, match="KVCOURSE_DEVICE"):
             resolve_device("auto")
+
+
+@pytest.mark.parametrize("value, expected", [("float32", torch.float32), ("bfloat16", torch.bfloat16),
+                                             ("float16", torch.float16), (" BF16 ", torch.bfloat16),
+                                             ("fp32", torch.float32), ("", torch.float32)])
+def test_kvcourse_dtype_is_the_default_on_every_device(monkeypatch, value, expected):
+    monkeypatch.setenv(DTYPE_ENV, value)
+    assert resolve_dtype(None, "cpu") == expected == default_dtype("cpu")
+    if value:
+        assert resolve_dtype(None, "cuda") == expected  # the variable beats the device's default
+    assert resolve_dtype("float32", "cpu") == torch.float32  # an explicit argument beats the variable
+
+
+def test_a_bad_dtype_gets_one_paragraph_naming_the_accepted_values(monkeypatch):
+    monkeypatch.setenv(DTYPE_ENV, "float8")
+    with pytest.raises(ValueError) as err:
+        resolve_dtype(None, "cpu")
+    message = str(err.value)
+    assert "KVCOURSE_DTYPE='float8'" in message and "\n" not in message
+    assert all(name in message for name in ("float32", "bfloat16", "float16"))
+    with pytest.raises(ValueError, match=r"unknown dtype: dtype='int4'.*float32, bfloat16, float16"):
+        resolve_dtype("int4", "cpu")
+
+
+def test_load_model_honours_kvcourse_dtype(monkeypatch):
+    seen = {}
+
+    def fake_load(name, dtype):
+        seen["dtype"] = dtype
+        return torch.nn.Linear(2, 2).to(dtype), None, name
+
+    monkeypatch.setattr(models, "_load_hf", fake_load)
+    monkeypatch.setenv(DTYPE_ENV, "bfloat16")
+    model, _ = load_model("some-org/some-model", device="cpu")
+    assert seen["dtype"] == torch.bfloat16 and model.kvcourse_load_info.dtype == "bfloat16"
+    model, _ = load_model("some-org/some-model", dtype="float32", device="cpu")
+    assert seen["dtype"] == torch.float32 and model.kvcourse_load_info.dtype == "float32"
+    monkeypatch.setenv(DTYPE_ENV, "bogus")
+    with pytest.raises(ValueError, match="KVCOURSE_DTYPE='bogus'"):
+        load_model("some-org/some-model", device="cpu")
+
+
+X86 = "processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f{}\nbogomips\t: 4000\n"
+
+
+@pytest.mark.parametrize("cpuinfo, expected", [
+    (X86.format(""), False),
+    (X86.format(" avx512_bf16"), True),
+    (X86.format(" amx_tile amx_bf16"), True),
+    (X86.format(" avx512_bf16x"), False),  # a whole flag, not a prefix
+    ("processor\t: 0\nFeatures\t: fp asimd sve bf16 i8mm\n", True),  # Arm
+    ("processor\t: 0\nFeatures\t: fp asimd\n", False),
+    ("", False),
+])
+def test_native_bf16_is_read_from_cpuinfo_flags(cpuinfo, expected):
+    assert cpu_has_native_bf16(cpuinfo) is expected
+
+
+def test_native_bf16_is_unknown_without_cpuinfo(monkeypatch):
+    def unreadable(self, *args, **kwargs):
+        raise FileNotFoundError(self)
+
+    monkeypatch.setattr(models.Path, "read_text", unreadable)
+    assert cpu_has_native_bf16() is None
+
+
+@pytest.mark.parametrize("value, message", [
+    ("float8", "KVCOURSE_DTYPE='float8'"),
+    ("float16", "KVCOURSE_DTYPE=float16: the timing lab runs in float32 or bfloat16"),
+])
+def test_timing_lab_default_dtype_follows_kvcourse_dtype(monkeypatch, capsys, value, message):
+    from kvcourse.cli import main
+
+    monkeypatch.setenv(DTYPE_ENV, value)  # checked before any model is loaded
+    assert main(["timing-lab", "--no-progress", "--device", "cpu", "--model", "no-such/model"]) == 2
+    assert message in capsys.readouterr().err
