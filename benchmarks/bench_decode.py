@@ -87,7 +87,7 @@ def hf_linears(hf_model) -> list[torch.nn.Module]:
 
 
 def our_linears(model) -> list[torch.nn.Module]:
-    from kvcourse.kernels.layers import Linear
+    from kvcourse.kernels.model.layers import Linear
 
     return [mod for mod in model.modules() if isinstance(mod, Linear)]
 

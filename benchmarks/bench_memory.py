@@ -15,7 +15,11 @@ BLOCK_SIZE = 16
 
 
 def fragmentation() -> dict:
-    from kvcourse.kernels.fragmentation import mixed_length_trace, simulate_paging, simulate_reservation
+    from kvcourse.kernels.baselines.fragmentation import (
+        mixed_length_trace,
+        simulate_paging,
+        simulate_reservation,
+    )
 
     trace = mixed_length_trace(num_requests=200, max_len=2048, seed=0)
     num_slots = 16 * 2048
@@ -31,7 +35,7 @@ def fragmentation() -> dict:
 
 def sharing(model, tokenizer) -> dict:
     from kvcourse.kernels import EngineConfig, LLMEngine, SamplingParams
-    from kvcourse.kernels.beam_search import beam_search
+    from kvcourse.kernels.engine.beam_search import beam_search
 
     messages = [{"role": "system", "content": "You are a helpful assistant. " * 20},
                 {"role": "user", "content": "Explain in two sentences why a KV cache speeds up generation."}]

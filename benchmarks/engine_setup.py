@@ -19,7 +19,7 @@ def load_engine_model(dtype: torch.dtype = torch.float32):
     the figures measure the queue, not the engine). The count used is written in each JSON.
     """
     set_threads(int(os.environ.get("KVCOURSE_BENCH_THREADS", "2")))
-    from kvcourse.kernels.generate import as_transformer
+    from kvcourse.kernels.engine.generate import as_transformer
     from kvcourse.models import load_model
 
     hf_model, tokenizer = load_model(dtype=dtype, device="cpu")

@@ -39,8 +39,8 @@ def make_case(batch, heads, kv_heads, head_dim, block_size, context, dtype, devi
 
 
 def check_correctness(device) -> list[dict]:
-    from kvcourse.kernels.paged_attention import paged_decode_attention
-    from kvcourse.kernels.triton_paged_attention import triton_paged_decode
+    from kvcourse.kernels.attention.paged import paged_decode_attention
+    from kvcourse.kernels.attention.triton_paged import triton_paged_decode
 
     rows = []
     for heads, kv_heads, head_dim in [(9, 3, 64), (32, 8, 128), (16, 16, 64), (8, 1, 64), (6, 2, 80)]:
@@ -78,7 +78,7 @@ def copy_bandwidth(device) -> float:
 
 
 def decode_bandwidth(device) -> dict:
-    from kvcourse.kernels.triton_paged_attention import triton_paged_decode
+    from kvcourse.kernels.attention.triton_paged import triton_paged_decode
 
     batch, heads, kv_heads, head_dim, block_size, context = 128, 32, 8, 128, 16, 4096
     q, kc, vc, tables, lens = make_case(batch, heads, kv_heads, head_dim, block_size, context, torch.bfloat16, device)
@@ -104,7 +104,7 @@ def decode_bandwidth(device) -> dict:
 
 def end_to_end(device) -> dict:
     from kvcourse.kernels import EngineConfig, LLMEngine, SamplingParams, generate
-    from kvcourse.kernels.generate import as_transformer
+    from kvcourse.kernels.engine.generate import as_transformer
     from kvcourse.models import load_model
 
     hf_model, tok = load_model(dtype=torch.float32, device=device)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from kvcourse.kernels import costs
-from kvcourse.kernels.config import ModelConfig
+from kvcourse.kernels.model.config import ModelConfig
 from kvcourse.timing_lab import HF_CACHE, HF_NO_CACHE
 
 

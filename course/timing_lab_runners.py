@@ -64,6 +64,6 @@ def make_runners(model, tokenizer, prompt_ids: torch.Tensor, config: SweepConfig
 
 def to_engine_model(model):
     """The course engine's own model built from the Hugging Face one, converted once, not per run."""
-    from kvcourse.kernels.generate import as_transformer
+    from kvcourse.kernels.engine.generate import as_transformer
 
     return as_transformer(model)

@@ -1,13 +1,27 @@
-"""The course's engine: model, attention, caches, allocator, scheduler (lessons 01-17)."""
+"""The course's engine, one sub-package per layer (lessons 01-17).
 
-from . import costs, paged_cache  # noqa: F401  (importing paged_cache registers generate(cache="paged"))
-from .backend import AttentionBackend, StepMetadata
-from .config import ModelConfig
-from .generate import CACHE_BACKENDS, GenerationResult, Phase, StepStats, generate, register_cache
-from .llm_engine import EngineConfig, LLMEngine
-from .model import Transformer
-from .model_configs import EXAMPLE_13B, MODEL_CONFIGS, get_model_config
-from .sampling import SamplingParams, sample
+``model/`` the decoder; ``attention/`` attention on contiguous and paged K/V; ``memory/`` the
+block pool, the KV-cache manager and the KV tensors; ``engine/`` sequences, scheduler, model
+runner, LLMEngine and generate; ``costs`` the analytic formulas; ``baselines/`` what paging
+replaced. Imports run one way: engine -> memory -> attention -> model.
+"""
+
+from kvcourse.kernels import costs
+from kvcourse.kernels.attention.backend import AttentionBackend, StepMetadata
+from kvcourse.kernels.engine import paged_generate  # noqa: F401  (registers generate(cache="paged"))
+from kvcourse.kernels.engine.generate import (
+    CACHE_BACKENDS,
+    GenerationResult,
+    Phase,
+    StepStats,
+    generate,
+    register_cache,
+)
+from kvcourse.kernels.engine.llm_engine import EngineConfig, LLMEngine
+from kvcourse.kernels.engine.sampling import SamplingParams, sample
+from kvcourse.kernels.model.config import ModelConfig
+from kvcourse.kernels.model.config_table import EXAMPLE_13B, MODEL_CONFIGS, get_model_config
+from kvcourse.kernels.model.transformer import Transformer
 
 __all__ = [
     "CACHE_BACKENDS",

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kvcourse.kernels import costs
-from kvcourse.kernels.model_configs import MODEL_CONFIGS
+from kvcourse.kernels.model.config_table import MODEL_CONFIGS
 
 if TYPE_CHECKING:
     from .model import Question

@@ -9,8 +9,8 @@ import ipywidgets as widgets
 import numpy as np
 import torch
 
-from kvcourse.kernels.caches import NoCacheBackend
-from kvcourse.kernels.generate import as_transformer
+from kvcourse.kernels.engine.generate import as_transformer
+from kvcourse.kernels.memory.caches import NoCacheBackend
 from kvcourse.simulators.base import InvalidInput, SimulatorView, check_int
 
 

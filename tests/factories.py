@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from kvcourse.kernels.config import ModelConfig
+from kvcourse.kernels.model.config import ModelConfig
 
 TINY_DEFAULTS: dict[str, Any] = dict(
     vocab_size=96,

@@ -9,8 +9,8 @@ import torch
 from factories import make_tiny_hf_llama
 
 from kvcourse.kernels import EngineConfig, LLMEngine, SamplingParams, Transformer, generate
-from kvcourse.kernels.events import EventKind
-from kvcourse.kernels.llm_engine import RequestStatus
+from kvcourse.kernels.engine.llm_engine import RequestStatus
+from kvcourse.kernels.memory.events import EventKind
 
 NEW = 12
 
@@ -52,8 +52,8 @@ def test_generate_paged_equals_none_and_contiguous(model):
 
 
 def test_paged_cache_with_scattered_blocks(model):
-    from kvcourse.kernels.generate import register_cache
-    from kvcourse.kernels.paged_cache import PagedSequenceCache
+    from kvcourse.kernels.engine.generate import register_cache
+    from kvcourse.kernels.engine.paged_generate import PagedSequenceCache
 
     register_cache("paged-scattered-test",
                    lambda req: PagedSequenceCache(req.model, req.max_tokens, block_size=4, scatter=True, seed=3))
@@ -205,7 +205,7 @@ def test_a_stuck_queue_head_is_refused_not_waited_on_forever(model):
 
 
 def test_pool_sized_from_a_byte_budget(model):
-    from kvcourse.kernels.memory_budget import MemoryBudget, block_bytes
+    from kvcourse.kernels.memory.budget import MemoryBudget, block_bytes
 
     budget = MemoryBudget.for_model(model.config, total_bytes=2_000_000, bytes_per_value=4)
     engine = LLMEngine(model, EngineConfig(block_size=4, memory_budget=budget))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kvcourse.kernels import EngineConfig, LLMEngine, SamplingParams, generate
-from kvcourse.kernels.generate import as_transformer
+from kvcourse.kernels.engine.generate import as_transformer
 
 NEW = 8
 QUESTIONS = ["What is a KV cache?", "Name three colours."]  # 32 and 29 tokens with the chat template

@@ -8,9 +8,9 @@ from factories import make_tiny_hf_llama
 from test_engine_llm import prompts
 
 from kvcourse.kernels import EngineConfig, LLMEngine, SamplingParams, Transformer, generate
-from kvcourse.kernels.beam_search import beam_search
-from kvcourse.kernels.caches import NoCacheBackend
-from kvcourse.kernels.events import EventKind
+from kvcourse.kernels.engine.beam_search import beam_search
+from kvcourse.kernels.memory.caches import NoCacheBackend
+from kvcourse.kernels.memory.events import EventKind
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvcourse.kernels import costs
-from kvcourse.kernels.attention import (
+from kvcourse.kernels.attention.reference import (
     ATTENTION_IMPLS,
     AttentionStats,
     causal_mask,

@@ -7,10 +7,10 @@ import torch
 from factories import make_config, make_tiny_hf_llama
 
 from kvcourse.kernels import MODEL_CONFIGS, Transformer, costs, generate
-from kvcourse.kernels.backend import StepMetadata
-from kvcourse.kernels.cache_int8 import Int8KVBackend, dequantize_int8, quantize_int8
-from kvcourse.kernels.cache_sliding import SlidingWindowBackend
-from kvcourse.kernels.caches import ContiguousKVBackend, NoCacheBackend
+from kvcourse.kernels.attention.backend import StepMetadata
+from kvcourse.kernels.memory.cache_int8 import Int8KVBackend, dequantize_int8, quantize_int8
+from kvcourse.kernels.memory.cache_sliding import SlidingWindowBackend
+from kvcourse.kernels.memory.caches import ContiguousKVBackend, NoCacheBackend
 
 PROMPT = [5, 17, 33, 42, 61, 8, 90, 12]
 

@@ -8,7 +8,7 @@ import math
 import pytest
 from factories import hf_config_for, make_config, make_tiny_hf_llama
 
-from kvcourse.kernels.config import ModelConfig
+from kvcourse.kernels.model.config import ModelConfig
 
 
 def test_head_dim_defaults_to_hidden_over_heads():

@@ -8,7 +8,7 @@ import pytest
 from factories import make_config, make_tiny_hf_llama
 
 from kvcourse.kernels import costs
-from kvcourse.kernels.model_configs import EXAMPLE_13B
+from kvcourse.kernels.model.config_table import EXAMPLE_13B
 
 
 def test_chapter_003_example_13b():
@@ -34,7 +34,7 @@ def test_max_cached_tokens_is_free_memory_over_bytes_per_token():
 
 @pytest.mark.parametrize("arch,tied", [("llama", False), ("llama", True), ("qwen2", False)])
 def test_num_parameters_matches_real_tensors(arch, tied):
-    from kvcourse.kernels.config import ModelConfig
+    from kvcourse.kernels.model.config import ModelConfig
 
     model = make_tiny_hf_llama(arch, tie_word_embeddings=tied)
     config = ModelConfig.from_hf(model.config)

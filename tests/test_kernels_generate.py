@@ -7,8 +7,8 @@ import torch
 from factories import make_tiny_hf_llama
 
 from kvcourse.kernels import SamplingParams, Transformer, costs, generate, register_cache
-from kvcourse.kernels.caches import ContiguousKVBackend
-from kvcourse.kernels.generate import CACHE_BACKENDS, Phase, as_transformer
+from kvcourse.kernels.engine.generate import CACHE_BACKENDS, Phase, as_transformer
+from kvcourse.kernels.memory.caches import ContiguousKVBackend
 
 PROMPT = [5, 17, 33, 2 + 40, 61, 8, 90, 12]
 

@@ -7,7 +7,7 @@ import torch
 from factories import make_config, make_tiny_hf_llama
 
 from kvcourse.kernels import Transformer, costs
-from kvcourse.kernels.caches import NoCacheBackend
+from kvcourse.kernels.memory.caches import NoCacheBackend
 
 VARIANTS = [
     ("llama", {}),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kvcourse.kernels import costs
-from kvcourse.kernels.model_configs import EXAMPLE_13B, MODEL_CONFIGS, get_model_config
+from kvcourse.kernels.model.config_table import EXAMPLE_13B, MODEL_CONFIGS, get_model_config
 
 # 2 (K and V) x layers x kv_heads x head_dim x 2 bytes (bf16), worked out by hand.
 EXPECTED_BF16_BYTES_PER_TOKEN = {
@@ -55,7 +55,7 @@ def test_get_model_config_and_clear_key_error():
 
 @pytest.mark.slow
 def test_smollm2_entry_matches_the_real_model_config(real_model):
-    from kvcourse.kernels.config import ModelConfig
+    from kvcourse.kernels.model.config import ModelConfig
 
     hf_model, _ = real_model
     real = ModelConfig.from_hf(hf_model.config)

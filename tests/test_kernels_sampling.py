@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from kvcourse.kernels.sampling import SamplingParams, filter_logits, make_generator, sample
+from kvcourse.kernels.engine.sampling import SamplingParams, filter_logits, make_generator, sample
 
 LOGITS = torch.tensor([1.0, 3.0, 2.0, 0.5, 2.9])
 

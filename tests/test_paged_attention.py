@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from kvcourse.kernels.block_manager import BlockCopy
-from kvcourse.kernels.paged_attention import paged_attention_reference, paged_decode_attention
-from kvcourse.kernels.paged_backend import KVPool, PagedAttentionBackend, PagedMetadata
+from kvcourse.kernels.attention.paged import paged_attention_reference, paged_decode_attention
+from kvcourse.kernels.attention.paged_backend import PagedAttentionBackend, PagedMetadata
+from kvcourse.kernels.memory.kv_pool import BlockCopy, KVPool
 
 
 def dense_causal(q, k, v):

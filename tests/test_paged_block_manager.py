@@ -16,11 +16,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvcourse.kernels.block_allocator import BlockAllocator, OutOfBlocksError
-from kvcourse.kernels.block_manager import BlockManager
-from kvcourse.kernels.events import EventKind
-from kvcourse.kernels.prefix_cache import block_hash
-from kvcourse.kernels.sequence import Sequence
+from kvcourse.kernels.engine.sequence import Sequence
+from kvcourse.kernels.memory.block_allocator import BlockAllocator, OutOfBlocksError
+from kvcourse.kernels.memory.events import EventKind
+from kvcourse.kernels.memory.kv_cache_manager import BlockManager
+from kvcourse.kernels.memory.prefix_cache import block_hash
 
 BS = 4
 

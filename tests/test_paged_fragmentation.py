@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 from factories import make_config
 
-from kvcourse.kernels.fragmentation import (
+from kvcourse.kernels.baselines.fragmentation import (
     TraceRequest,
     mixed_length_trace,
     simulate_paging,
     simulate_reservation,
 )
-from kvcourse.kernels.memory_budget import MemoryBudget, block_bytes, num_blocks_for_budget
-from kvcourse.kernels.reservation import ReservationAllocator
+from kvcourse.kernels.baselines.reservation import ReservationAllocator
+from kvcourse.kernels.memory.budget import MemoryBudget, block_bytes, num_blocks_for_budget
 
 
 def test_first_fit_and_external_fragmentation():

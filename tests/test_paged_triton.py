@@ -17,8 +17,8 @@ pytest.importorskip("triton")
 
 SCRIPT = textwrap.dedent("""
     import torch
-    from kvcourse.kernels.paged_attention import paged_decode_attention
-    from kvcourse.kernels.triton_paged_attention import triton_paged_decode
+    from kvcourse.kernels.attention.paged import paged_decode_attention
+    from kvcourse.kernels.attention.triton_paged import triton_paged_decode
 
     torch.manual_seed(0)
     cases = [  # (heads, kv_heads, head_dim, block_size, context lens, dtype)
@@ -59,8 +59,8 @@ def test_triton_decode_kernel_on_cuda():
     import torch
 
     from benchmarks.gpu_check import make_case
-    from kvcourse.kernels.paged_attention import paged_decode_attention
-    from kvcourse.kernels.triton_paged_attention import triton_paged_decode
+    from kvcourse.kernels.attention.paged import paged_decode_attention
+    from kvcourse.kernels.attention.triton_paged import triton_paged_decode
 
     for dtype, tol in ((torch.float32, 1e-4), (torch.bfloat16, 3e-2)):
         q, kc, vc, tables, lens = make_case(5, 9, 3, 64, 16, 200, dtype, torch.device("cuda"))

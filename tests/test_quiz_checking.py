@@ -7,7 +7,7 @@ import math
 import pytest
 
 from kvcourse.kernels import costs
-from kvcourse.kernels.model_configs import EXAMPLE_13B, MODEL_CONFIGS
+from kvcourse.kernels.model.config_table import EXAMPLE_13B, MODEL_CONFIGS
 from kvcourse.quizzes import graded
 from kvcourse.quizzes.bank import load_quiz
 from kvcourse.quizzes.checking import check, prompt_for

@@ -8,8 +8,8 @@ import torch
 from factories import make_tiny_hf_llama
 
 from kvcourse.kernels import Transformer, costs, generate
-from kvcourse.kernels.attention import AttentionStats, naive_attention, tiled_attention
-from kvcourse.kernels.caches import NoCacheBackend
+from kvcourse.kernels.attention.reference import AttentionStats, naive_attention, tiled_attention
+from kvcourse.kernels.memory.caches import NoCacheBackend
 from kvcourse.simulators.kv_cache import KVCacheConfig, KVCacheSim
 from kvcourse.simulators.qkv import QKVExplorer, record_qkv
 from kvcourse.simulators.rereading import Rereading, RereadingConfig

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from kvcourse.kernels import costs
-from kvcourse.kernels.model_configs import MODEL_CONFIGS
+from kvcourse.kernels.model.config_table import MODEL_CONFIGS
 from kvcourse.simulators.base import InvalidInput, check_float, check_int
 from kvcourse.simulators.kv_cache import KVCacheConfig, KVCacheSim, tokens_processed_with_cache
 from kvcourse.simulators.qkv import QKV, QKVExplorer, attend_one

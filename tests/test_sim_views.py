@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from kvcourse.kernels import costs
-from kvcourse.kernels.model_configs import MODEL_CONFIGS
+from kvcourse.kernels.model.config_table import MODEL_CONFIGS
 from kvcourse.simulators.base import SimulatorView
 from kvcourse.simulators.kv_cache import KVCacheView
 from kvcourse.simulators.qkv import QKV, QKVView

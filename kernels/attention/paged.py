@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from .attention import cpu_threads_for
+from kvcourse.kernels.attention.reference import cpu_threads_for
 
 
 def write_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor,

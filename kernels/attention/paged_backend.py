@@ -9,11 +9,11 @@ the pool and that metadata, so nothing travels through a module global.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
-from kvcourse.kernels.block_manager import BlockCopy
-from kvcourse.kernels.paged_attention import (
+from kvcourse.kernels.attention.paged import (
     causal_attention,
     decode_mask,
     gather_kv,
@@ -22,39 +22,14 @@ from kvcourse.kernels.paged_attention import (
 )
 
 
-@dataclass
-class KVPool:
-    """The preallocated K and V blocks of every layer: (num_layers, num_blocks, block_size, kv_heads, D)."""
+class KVBlocks(Protocol):
+    """What the backend needs of a KV pool: K and V blocks of every layer (see memory.kv_pool.KVPool)."""
 
-    k: torch.Tensor
+    k: torch.Tensor  # (num_layers, num_blocks, block_size, num_kv_heads, head_dim)
     v: torch.Tensor
 
-    @classmethod
-    def create(cls, num_layers: int, num_blocks: int, block_size: int, num_kv_heads: int, head_dim: int,
-               dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu") -> KVPool:
-        shape = (num_layers, num_blocks, block_size, num_kv_heads, head_dim)
-        return cls(torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
-
     @property
-    def num_blocks(self) -> int:
-        return self.k.shape[1]
-
-    @property
-    def block_size(self) -> int:
-        return self.k.shape[2]
-
-    @property
-    def nbytes(self) -> int:
-        return self.k.nbytes + self.v.nbytes
-
-    def copy_blocks(self, copies: list[BlockCopy]) -> None:
-        """Copy-on-write: duplicate whole blocks in every layer before they are written (lesson 12)."""
-        if not copies:
-            return
-        src = torch.tensor([c.src for c in copies], device=self.k.device)
-        dst = torch.tensor([c.dst for c in copies], device=self.k.device)
-        self.k[:, dst] = self.k[:, src]
-        self.v[:, dst] = self.v[:, src]
+    def block_size(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -105,7 +80,7 @@ class PagedMetadata:
 class PagedAttentionBackend:
     """Writes K/V into the pool at ``slot_mapping`` and attends through the block tables (lesson 10)."""
 
-    def __init__(self, pool: KVPool, metadata: PagedMetadata, use_triton: bool | None = None) -> None:
+    def __init__(self, pool: KVBlocks, metadata: PagedMetadata, use_triton: bool | None = None) -> None:
         self.pool = pool
         self.metadata = metadata
         self.use_triton = pool.k.is_cuda if use_triton is None else use_triton
@@ -130,7 +105,7 @@ class PagedAttentionBackend:
                 rows: torch.Tensor | None, scale: float) -> torch.Tensor:
         tables, context, mask = self._decode_batch(rows)
         if self.use_triton:
-            from kvcourse.kernels.triton_paged_attention import triton_paged_decode
+            from kvcourse.kernels.attention.triton_paged import triton_paged_decode
 
             return triton_paged_decode(q, k_cache, v_cache, tables, context, scale)
         return paged_decode_attention(q, k_cache, v_cache, tables, context, scale, mask)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from . import costs
+from kvcourse.kernels import costs
 
 
 @dataclass

@@ -13,9 +13,9 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from kvcourse.kernels.block_manager import BlockManager
-from kvcourse.kernels.reservation import ReservationAllocator
-from kvcourse.kernels.sequence import Sequence
+from kvcourse.kernels.baselines.reservation import ReservationAllocator
+from kvcourse.kernels.engine.sequence import Sequence
+from kvcourse.kernels.memory.kv_cache_manager import BlockManager
 
 
 @dataclass(frozen=True)

@@ -15,10 +15,11 @@ from dataclasses import dataclass
 
 import torch
 
-from kvcourse.kernels.block_manager import BlockManager
-from kvcourse.kernels.events import EventLog
-from kvcourse.kernels.paged_backend import KVPool, PagedAttentionBackend, PagedMetadata
-from kvcourse.kernels.sequence import Sequence
+from kvcourse.kernels.attention.paged_backend import PagedAttentionBackend, PagedMetadata
+from kvcourse.kernels.engine.sequence import Sequence
+from kvcourse.kernels.memory.events import EventLog
+from kvcourse.kernels.memory.kv_cache_manager import BlockManager
+from kvcourse.kernels.memory.kv_pool import KVPool
 
 
 @dataclass(frozen=True)

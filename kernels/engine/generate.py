@@ -15,13 +15,13 @@ from typing import Any
 
 import torch
 
-from . import costs
-from .backend import SequenceCache, StepMetadata
-from .cache_int8 import Int8KVBackend
-from .cache_sliding import SlidingWindowBackend
-from .caches import ContiguousKVBackend, NoCacheBackend
-from .model import Transformer
-from .sampling import SamplingParams, make_generator, sample
+from kvcourse.kernels import costs
+from kvcourse.kernels.attention.backend import SequenceCache, StepMetadata
+from kvcourse.kernels.engine.sampling import SamplingParams, make_generator, sample
+from kvcourse.kernels.memory.cache_int8 import Int8KVBackend
+from kvcourse.kernels.memory.cache_sliding import SlidingWindowBackend
+from kvcourse.kernels.memory.caches import ContiguousKVBackend, NoCacheBackend
+from kvcourse.kernels.model.transformer import Transformer
 
 
 class Phase(str, Enum):  # noqa: UP042  (StrEnum needs Python 3.11; we support 3.10)

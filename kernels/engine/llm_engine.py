@@ -15,13 +15,14 @@ from enum import Enum
 
 import torch
 
-from kvcourse.kernels.block_manager import BlockManager
-from kvcourse.kernels.events import EventKind, EventLog
-from kvcourse.kernels.memory_budget import MemoryBudget, num_blocks_for_budget
-from kvcourse.kernels.paged_backend import KVPool, PagedAttentionBackend, PagedMetadata
-from kvcourse.kernels.sampling import SamplingParams, make_generator, sample
-from kvcourse.kernels.scheduler import Scheduler
-from kvcourse.kernels.sequence import Sequence
+from kvcourse.kernels.attention.paged_backend import PagedAttentionBackend, PagedMetadata
+from kvcourse.kernels.engine.sampling import SamplingParams, make_generator, sample
+from kvcourse.kernels.engine.scheduler import Scheduler
+from kvcourse.kernels.engine.sequence import Sequence
+from kvcourse.kernels.memory.budget import MemoryBudget, num_blocks_for_budget
+from kvcourse.kernels.memory.events import EventKind, EventLog
+from kvcourse.kernels.memory.kv_cache_manager import BlockManager
+from kvcourse.kernels.memory.kv_pool import KVPool
 
 DEFAULT_NUM_BLOCKS = 512
 

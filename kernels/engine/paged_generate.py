@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import torch
 
-from kvcourse.kernels.backend import StepMetadata
-from kvcourse.kernels.block_manager import BlockManager
-from kvcourse.kernels.generate import CacheRequest, register_cache
-from kvcourse.kernels.paged_backend import KVPool, PagedAttentionBackend, PagedMetadata
-from kvcourse.kernels.sequence import Sequence
+from kvcourse.kernels.attention.backend import StepMetadata
+from kvcourse.kernels.attention.paged_backend import PagedAttentionBackend, PagedMetadata
+from kvcourse.kernels.engine.generate import CacheRequest, register_cache
+from kvcourse.kernels.engine.sequence import Sequence
+from kvcourse.kernels.memory.kv_cache_manager import BlockManager
+from kvcourse.kernels.memory.kv_pool import KVPool
 
 DEFAULT_BLOCK_SIZE = 16
 

@@ -12,9 +12,10 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from kvcourse.kernels.block_manager import BlockCopy, BlockManager
-from kvcourse.kernels.events import EventKind
-from kvcourse.kernels.sequence import Sequence, SequenceStatus
+from kvcourse.kernels.engine.sequence import Sequence, SequenceStatus
+from kvcourse.kernels.memory.events import EventKind
+from kvcourse.kernels.memory.kv_cache_manager import BlockManager
+from kvcourse.kernels.memory.kv_pool import BlockCopy
 
 
 @dataclass

@@ -11,8 +11,8 @@ from __future__ import annotations
 import random
 from collections import deque
 
-from kvcourse.kernels.events import EventKind, EventLog
-from kvcourse.kernels.prefix_cache import PrefixCache
+from kvcourse.kernels.memory.events import EventKind, EventLog
+from kvcourse.kernels.memory.prefix_cache import PrefixCache
 
 
 class OutOfBlocksError(RuntimeError):

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .caches import _GrowingCache
-from .config import ModelConfig
+from kvcourse.kernels.memory.caches import _GrowingCache
+from kvcourse.kernels.model.config import ModelConfig
 
 INT8_MAX = 127
 

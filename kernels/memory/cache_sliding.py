@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from .caches import _SequenceBackend
-from .config import ModelConfig
+from kvcourse.kernels.memory.caches import _SequenceBackend
+from kvcourse.kernels.model.config import ModelConfig
 
 
 class SlidingWindowBackend(_SequenceBackend):

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from .attention import AttentionStats, get_attention
-from .backend import StepMetadata
-from .config import ModelConfig
+from kvcourse.kernels.attention.backend import StepMetadata
+from kvcourse.kernels.attention.reference import AttentionStats, get_attention
+from kvcourse.kernels.model.config import ModelConfig
 
 
 class _SequenceBackend:

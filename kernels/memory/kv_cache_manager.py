@@ -7,20 +7,30 @@ number of block tables that hold a block; the prefix cache holds none of its own
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import Protocol
 
-from kvcourse.kernels.block_allocator import BlockAllocator
-from kvcourse.kernels.events import EventKind, EventLog
-from kvcourse.kernels.prefix_cache import PrefixCache, block_hash
-from kvcourse.kernels.sequence import Sequence
+from kvcourse.kernels.memory.block_allocator import BlockAllocator
+from kvcourse.kernels.memory.events import EventKind, EventLog
+from kvcourse.kernels.memory.kv_pool import BlockCopy
+from kvcourse.kernels.memory.prefix_cache import PrefixCache, block_hash
 
 
-@dataclass(frozen=True)
-class BlockCopy:
-    """Copy the K/V of physical block ``src`` into ``dst`` before the next forward (lesson 12)."""
+class Sequence(Protocol):
+    """What the manager reads and writes on a sequence (engine.sequence.Sequence is one)."""
 
-    src: int
-    dst: int
+    seq_id: int
+    block_table: list[int]
+    block_hashes: list[bytes]
+    num_computed_tokens: int
+    num_cached_tokens: int
+
+    @property
+    def num_tokens(self) -> int: ...
+
+    @property
+    def num_blocks(self) -> int: ...
+
+    def block_tokens(self, index: int) -> list[int]: ...
 
 
 class BlockManager:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .config import ModelConfig
+from kvcourse.kernels.model.config import ModelConfig
 
 MODEL_CONFIGS: dict[str, ModelConfig] = {
     # meta-llama/Llama-2-7b-hf: multi-head attention (32 KV heads).

@@ -13,9 +13,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .backend import AttentionBackend
-from .config import ModelConfig
-from .layers import Linear, RMSNorm, RotaryEmbedding
+from kvcourse.kernels.attention.backend import AttentionBackend
+from kvcourse.kernels.model.config import ModelConfig
+from kvcourse.kernels.model.layers import Linear, RMSNorm, RotaryEmbedding
 
 
 class Attention(nn.Module):
