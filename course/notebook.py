@@ -21,7 +21,6 @@ import math
 import os
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -31,7 +30,7 @@ from IPython.core.error import StdinNotImplementedError
 from kvcourse.quizzes.progress import progress_dir
 from kvcourse.quizzes.units import AnswerFormatError, parse_quantity
 
-__all__ = ["ExpectationFailed", "Prediction", "expect", "predict", "reveal", "solution"]
+__all__ = ["ExpectationFailed", "expect", "predict", "reveal", "saved_predictions", "solution"]
 
 _MAX_TRIES = 3
 _MARK = {True: "✔", False: "✘"}
@@ -54,7 +53,7 @@ def strict() -> bool:
 # ---------------------------------------------------------------- expect
 
 
-def expect(condition: Any, sentence: str) -> bool:
+def expect(condition: Any, sentence: str) -> None:
     """Print a one-line verdict on a claim the lesson makes; raise only under the test harness."""
     held = bool(condition)
     if held:
@@ -64,7 +63,6 @@ def expect(condition: Any, sentence: str) -> bool:
               "If you changed the code, that may be why; if not, please report it.")
         if strict():
             raise ExpectationFailed(sentence)
-    return held
 
 
 # ---------------------------------------------------------------- predict and reveal
@@ -98,15 +96,6 @@ def parse_guess(text: str, unit: str) -> float:
             stripped = stripped[: -len(suffix)].strip()  # "0.3 GFLOP" where the unit is GFLOP
         return parse_quantity(stripped, "count")
     return parse_quantity(text, dimension) / factor
-
-
-@dataclass(frozen=True)
-class Prediction:
-    """One guess, in the unit the lesson asked for (or the chosen option)."""
-
-    key: str
-    unit: str
-    guess: float | str | None
 
 
 def _store() -> Path:
@@ -154,12 +143,13 @@ def _ask(prompt: str, read: Callable[[str], str], parse: Callable[[str], Any]) -
 
 
 def predict(key: str, question: str, *, unit: str = "", kind: str = "number",
-            options: Sequence[str] | None = None, read: Callable[[str], str] = input) -> Prediction:
+            options: Sequence[str] | None = None, read: Callable[[str], str] = input) -> None:
     """Ask for a guess before a measurement; ``reveal(key, measured)`` later shows how close it was.
 
     ``kind="number"`` takes a number in ``unit`` (a unit may be typed: "3 GB" where MB is asked);
     ``kind="choice"`` takes the letter of one of ``options``. The guess is saved with the learner's
-    progress. In a headless run nothing waits.
+    progress (``saved_predictions()``). In a headless run nothing waits. Returns nothing, so a
+    predict cell shows only the question and the learner's answer.
     """
     if kind not in ("number", "choice"):
         raise ValueError(f"kind must be 'number' or 'choice', got {kind!r}")
@@ -172,7 +162,7 @@ def predict(key: str, question: str, *, unit: str = "", kind: str = "number",
             print(f"  ({letter}) {text}")
     if headless():
         print("(Headless run: no guess asked.)")
-        return Prediction(key, unit, None)
+        return
     if kind == "choice":
         prompt = f"Your choice ({', '.join(letters)}), or Enter to skip: "
         parse = lambda text: _choice(text, letters, options)
@@ -183,14 +173,13 @@ def predict(key: str, question: str, *, unit: str = "", kind: str = "number",
         guess = _ask(prompt, read, parse)
     except (StdinNotImplementedError, EOFError):  # a front end with no input box, or stdin closed
         print("(This front end has no input box: no guess asked.)")
-        return Prediction(key, unit, None)
+        return
     if guess is None:
         print("No guess this time; the measurement comes next.")
     else:
         shown = guess if kind == "choice" else _fmt(guess, unit)
         print(f"Locked in: {shown}. Now run the measurement.")
         _save(key, guess=guess, unit=unit, kind=kind)
-    return Prediction(key, unit, guess)
 
 
 def _choice(text: str, letters: str, options: Sequence[str]) -> str:
