@@ -33,6 +33,7 @@ from kvcourse.quizzes.units import AnswerFormatError, parse_quantity
 __all__ = ["ExpectationFailed", "expect", "predict", "reveal", "saved_predictions", "solution"]
 
 _MAX_TRIES = 3
+_UNITS: dict[str, str] = {}  # key -> unit of every prediction asked in this process, guessed or not
 _MARK = {True: "✔", False: "✘"}
 
 
@@ -155,6 +156,7 @@ def predict(key: str, question: str, *, unit: str = "", kind: str = "number",
         raise ValueError(f"kind must be 'number' or 'choice', got {kind!r}")
     if kind == "choice" and not options:
         raise ValueError("a choice prediction needs its options")
+    _UNITS[key] = unit
     print(f"Predict: {question}")
     letters = "abcdefghij"[: len(options or [])]
     if kind == "choice":
@@ -202,7 +204,7 @@ def _fmt(value: float, unit: str) -> str:
 def reveal(key: str, measured: float | str, *, unit: str | None = None) -> str:
     """Show the guess saved under ``key`` beside the measurement, and how far off it was."""
     entry = _load().get(key, {})
-    unit = entry.get("unit", "") if unit is None else unit
+    unit = entry.get("unit", _UNITS.get(key, "")) if unit is None else unit
     guess = entry.get("guess")
     if isinstance(measured, str):
         line = _reveal_choice(guess, measured)

@@ -39,6 +39,7 @@ def test_predict_headless_never_asks(monkeypatch, capsys, switch):
     monkeypatch.setenv(switch, "1")
     predict("t.size", "How big?", unit="MB", read=_never)
     assert "t.size" not in notebook.saved_predictions()
+    assert reveal("t.size", 4.0) == "Measured: 4 MB. (You made no guess for this one.)"
     assert "no guess asked" in capsys.readouterr().out
 
 
