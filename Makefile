@@ -25,7 +25,7 @@ lab: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m ruff check .
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest -n 2
 
 timing-lab: $(STAMP)
 	$(VENV)/bin/kvcourse timing-lab $(TIMING_ARGS)

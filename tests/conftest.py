@@ -10,7 +10,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-torch.set_num_threads(min(2, os.cpu_count() or 1))
+# Two threads in one process; one per worker when pytest-xdist runs two workers (make test).
+torch.set_num_threads(1 if os.environ.get("PYTEST_XDIST_WORKER") else min(2, os.cpu_count() or 1))
 
 
 def pytest_collection_modifyitems(config, items):
