@@ -8,8 +8,9 @@ from importlib import resources
 import pytest
 
 from kvcourse.quizzes.authoring import seal_text, unseal_text
-from kvcourse.quizzes.bank import bank_text, load_all, parse_quiz
-from kvcourse.quizzes.checking import check, expected_number, expected_results
+from kvcourse.quizzes.bank import bank_text, load_all, load_quiz, parse_quiz
+from kvcourse.quizzes.checking import check, expected_number, expected_results, prompt_for
+from kvcourse.quizzes.formulas import draw_params
 from kvcourse.quizzes.model import Kind
 from kvcourse.quizzes.sealing import seal, unseal
 from kvcourse.syllabus import load_syllabus
@@ -123,3 +124,33 @@ why = { a = "because a is wrong here" }
 def test_malformed_bank_errors_name_file_and_question(text, message):
     with pytest.raises(ValueError, match=message):
         parse_quiz(text, "quizzes/bank/07.toml")
+
+
+def test_lesson_00_and_09_apply_ideas_with_numbers_the_engine_agrees_with():
+    from kvcourse.kernels import MODEL_CONFIGS, costs
+
+    smol = MODEL_CONFIGS["smollm2-135m"]
+    quiz00, quiz09 = load_quiz("00"), load_quiz("09")
+    assert [q.id for q in quiz00.questions] == ["num_layers", "token_kv_bytes", "embedding_bytes"]
+    assert quiz00.question("token_kv_bytes").answer == costs.kv_bytes_per_token(smol, 4)
+    assert quiz00.question("embedding_bytes").answer == smol.vocab_size * smol.hidden_size * 4
+    for q, answers in [(quiz00.question("token_kv_bytes"), ["45 KiB", "46 kB", "46080"]),
+                       (quiz00.question("embedding_bytes"), ["113 MB", "108 MiB"])]:
+        assert q.unit == "bytes" and all(check(q, a).passed for a in answers), q.id
+    pool = quiz09.question("pool_utilisation")
+    assert pool.unit == "percent" and pool.answer == pytest.approx(100 * (300 + 700 + 500 + 1200) / 10240)
+    assert 20 <= pool.answer <= 40  # the seed's 20-40 % before paging, reproduced by computation
+    assert not {"kib", "what_is_graded", "old_utilisation"} & {q.id for quiz in load_all() for q in quiz.questions}
+
+
+def test_weight_bytes_makes_the_learner_count_the_parameters():
+    from kvcourse.kernels import MODEL_CONFIGS, costs
+
+    q = load_quiz("01").question("weight_bytes")
+    n = costs.num_parameters(MODEL_CONFIGS["smollm2-135m"])
+    for seed in ("alice", "bob", "s3"):
+        prompt = prompt_for(q, seed)
+        assert "numel()" in prompt and f"{n:,}" not in prompt and str(n) not in prompt
+        values = draw_params(q, seed)
+        assert expected_number(q, seed) == n * values["bytes_per_value"]
+        assert f"{n:,}" in check(q, expected_number(q, seed), seed).explanation  # shown after the attempt
