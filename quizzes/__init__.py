@@ -28,5 +28,5 @@ def check_answer(lesson: str | int, question_id: str, answer: Any) -> Verdict:
     question = load_quiz(lesson).question(question_id)
     verdict = check(question, answer, progress.seed)
     if not verdict.malformed:
-        progress.record(question.lesson, question.id, verdict.passed)
+        progress.record(question.lesson, question.id, verdict.passed, answered=verdict.self_assessed)
     return verdict

@@ -24,12 +24,17 @@ CODE_TIME_LIMIT_S = 2.0
 
 @dataclass(frozen=True)
 class Verdict:
-    """The outcome of one attempt: whether it passed, what to tell the learner, and why."""
+    """The outcome of one attempt: whether it passed, what to tell the learner, and why.
+
+    A free response is never checked by the course: a written answer gives ``passed=False``,
+    ``self_assessed=True``, and the model answer as the explanation, for the learner to compare.
+    """
 
     passed: bool
     message: str
     explanation: str = ""
     malformed: bool = False
+    self_assessed: bool = False
 
 
 def check(question: Question, answer: Any, seed: str = "") -> Verdict:
@@ -171,7 +176,9 @@ def _check_free(question: Question, answer: Any, seed: str) -> Verdict:
     if not isinstance(answer, str) or len(answer.strip()) < question.min_chars:
         return Verdict(False, f"Write your own answer first (at least {question.min_chars} characters); "
                               "then compare it with the model answer.", malformed=True)
-    return Verdict(True, "Compare your answer with this model answer:", question.model_answer)
+    return Verdict(False, "Answer saved. Nothing checks free text here: compare yours with this model answer "
+                          "and judge for yourself whether it makes the same points.",
+                   question.model_answer, self_assessed=True)
 
 
 def expected_number(question: Question, seed: str = "") -> float:

@@ -1,7 +1,9 @@
 """The self-learner's quick check: ipywidgets with instant feedback (every lesson; lesson 00 explains).
 
 Nothing about the answer is shown before an attempt. After a wrong attempt a "Show answer"
-button appears; using it is recorded as revealed, not as passed.
+button appears; using it is recorded as revealed, not as passed. A free response is submitted,
+not checked: the model answer appears after it for self-assessment, and progress records the
+question as answered, not passed.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from .progress import Progress
 from .units import DESCRIPTIONS, format_quantity
 
 _COLOURS = {True: "#1b7f3b", False: "#b3261e"}
+_SELF_ASSESSED = "#1a4f8b"  # neither right nor wrong: the learner judges
 
 
 def _html(text: str) -> str:
@@ -31,7 +34,7 @@ class QuestionView:
         self.prompt = widgets.HTML(f"<b>{question.id}</b> ({question.points} pt): "
                                    f"{_html(prompt_for(question, seed))}")
         self.input = self._make_input()
-        label = "Show model answer" if question.kind is Kind.FREE else "Check"
+        label = "Submit" if question.kind is Kind.FREE else "Check"
         self.check_button = widgets.Button(description=label, button_style="primary")
         self.reveal_button = widgets.Button(description="Show answer", layout=widgets.Layout(display="none"))
         self.feedback = widgets.HTML("")
@@ -39,7 +42,10 @@ class QuestionView:
         self.reveal_button.on_click(lambda _: self.reveal())
         self.box = widgets.VBox([self.prompt, self.input,
                                  widgets.HBox([self.check_button, self.reveal_button]), self.feedback])
-        if question.id in progress.passed(question.lesson):
+        if question.kind is Kind.FREE:
+            if question.id in progress.answered(question.lesson) | progress.passed(question.lesson):
+                self.feedback.value = "<i>Answered before. Write it again if you like.</i>"
+        elif question.id in progress.passed(question.lesson):
             self.feedback.value = "<i>Passed before. Try it again if you like.</i>"
 
     def _make_input(self) -> widgets.Widget:
@@ -59,10 +65,16 @@ class QuestionView:
         """Check what is in the input now, show the feedback and record the attempt."""
         verdict = check(self.question, self.input.value, self.seed)
         if not verdict.malformed:
-            self.progress.record(self.question.lesson, self.question.id, verdict.passed)
-        colour = _COLOURS[verdict.passed] if not verdict.malformed else "#8a5a00"
+            self.progress.record(self.question.lesson, self.question.id, verdict.passed,
+                                 answered=verdict.self_assessed)
+        if verdict.malformed:
+            colour = "#8a5a00"
+        else:
+            colour = _SELF_ASSESSED if verdict.self_assessed else _COLOURS[verdict.passed]
         text = f'<span style="color:{colour}">{_html(verdict.message)}</span>'
-        if verdict.explanation:
+        if verdict.self_assessed:
+            text += f"<br><b>Model answer:</b><br>{_html(verdict.explanation)}"
+        elif verdict.explanation:
             text += f"<br>{_html(verdict.explanation)}"
         if verdict.passed and self.question.kind is Kind.CHOICE:
             others = [f"({key}) {self.question.explanations[key]}" for key in self.question.option_keys

@@ -101,9 +101,11 @@ def test_code_answers_right_wrong_and_broken():
 def test_free_response_needs_an_attempt_before_the_model_answer():
     q = load_quiz("05").question("why_cacheable")
     short = check(q, "because")
-    assert not short.passed and short.explanation == ""
+    assert not short.passed and short.malformed and not short.self_assessed and short.explanation == ""
     full = check(q, "Keys and values of earlier tokens never change, because the causal mask hides later tokens.")
-    assert full.passed and full.explanation == q.model_answer
+    # Answered, not passed: nothing checks free text, the learner compares it with the model answer.
+    assert not full.passed and not full.malformed and full.self_assessed and full.explanation == q.model_answer
+    assert "judge for yourself" in full.message
 
 
 def test_graders_give_zero_never_crash(monkeypatch):

@@ -99,24 +99,42 @@ def test_code_and_free_response(progress_in_tmp):
     code.check_button.click()
     assert "pass" in code.feedback.value
     free = _item(view, "why_cacheable")
+    assert free.check_button.description == "Submit"
     free.check_button.click()
     assert "Write your own answer first" in free.feedback.value
     assert html.escape(free.question.model_answer[:40]) not in free.feedback.value
     free.input.value = "Because earlier tokens never see later ones, their keys and values stay the same."
     free.check_button.click()
+    # After submitting, the model answer is shown for self-assessment; no verdict, no Show answer.
+    assert "Model answer:" in free.feedback.value and "judge for yourself" in free.feedback.value
     assert html.escape(free.question.model_answer[:40]) in free.feedback.value
-    assert Progress().passed("05") == {"cached_work", "why_cacheable"}
+    assert free.reveal_button.layout.display == "none"
+    assert Progress().passed("05") == {"cached_work"}  # a free response is answered, never passed
+    assert Progress().answered("05") == {"why_cacheable"}
+    assert _saved(progress_in_tmp)["05"]["why_cacheable"]["answered"] is True
+    assert "Answered before" in _item(quick_check("05"), "why_cacheable").feedback.value
 
 
 def test_check_answer_and_progress_command(progress_in_tmp, capsys):
     assert check_answer("07", "per_token_13b", "819200 bytes").passed
     assert not check_answer("07", "main_cost", "c").passed
+    free = check_answer("07", "outgrow_weights", "The cache grows with every token and every user; weights do not.")
+    assert free.self_assessed and not free.passed
     assert progress_dir() == progress_in_tmp.parent
     assert main(["progress"]) == 0
     out = capsys.readouterr().out
     line07 = next(line for line in out.splitlines() if line.startswith("07 "))
-    assert "1/6" in line07
-    assert "0/3" in next(line for line in out.splitlines() if line.startswith("00 "))
+    assert "1/5 #...." in line07 and "1/1 answered" in line07  # passed and self-assessed, apart
+    line00 = next(line for line in out.splitlines() if line.startswith("00 "))
+    assert "0/3" in line00 and "answered" not in line00  # lesson 00 has no free response
+
+
+def test_a_free_response_saved_as_passed_by_an_older_version_counts_as_answered(progress_in_tmp):
+    from kvcourse.quizzes.progress import format_progress
+
+    Progress().record("05", "why_cacheable", True)  # what free responses used to record
+    line05 = next(line for line in format_progress().splitlines() if line.startswith("05 "))
+    assert "0/3" in line05 and "1/1 answered" in line05
 
 
 def test_damaged_progress_file_is_set_aside(progress_in_tmp):
