@@ -192,16 +192,16 @@ def _choice(text: str, letters: str, options: Sequence[str]) -> str:
 
 
 def _fmt(value: float, unit: str) -> str:
-    if value != 0 and (abs(value) >= 1e6 or abs(value) < 1e-3):
+    if value != 0 and (abs(value) >= 1e9 or abs(value) < 1e-3):
         number = f"{value:.3g}"
-    elif float(value).is_integer():
+    elif float(value).is_integer() or abs(value) >= 100:
         number = f"{value:,.0f}"
     else:
         number = f"{value:,.3g}"
     return f"{number} {unit}".strip() if unit not in ("x", "%") else f"{number}{unit}"
 
 
-def reveal(key: str, measured: float | str, *, unit: str | None = None) -> str:
+def reveal(key: str, measured: float | str, *, unit: str | None = None) -> None:
     """Show the guess saved under ``key`` beside the measurement, and how far off it was."""
     entry = _load().get(key, {})
     unit = entry.get("unit", _UNITS.get(key, "")) if unit is None else unit
@@ -212,7 +212,6 @@ def reveal(key: str, measured: float | str, *, unit: str | None = None) -> str:
         line = _reveal_number(guess, float(measured), unit)
     _save(key, measured=measured, unit=unit)
     print(line)
-    return line
 
 
 def _reveal_choice(guess: Any, measured: str) -> str:

@@ -39,7 +39,9 @@ def test_predict_headless_never_asks(monkeypatch, capsys, switch):
     monkeypatch.setenv(switch, "1")
     predict("t.size", "How big?", unit="MB", read=_never)
     assert "t.size" not in notebook.saved_predictions()
-    assert reveal("t.size", 4.0) == "Measured: 4 MB. (You made no guess for this one.)"
+    capsys.readouterr()
+    reveal("t.size", 4.0)
+    assert capsys.readouterr().out == "Measured: 4 MB. (You made no guess for this one.)\n"
     assert "no guess asked" in capsys.readouterr().out
 
 
@@ -55,7 +57,8 @@ def test_predict_without_an_input_box_goes_on(capsys):
 def test_guess_is_saved_and_revealed_beside_the_measurement(tmp_path, capsys):
     predict("t.size", "How big is it?", unit="MB", read=_answers("2 MB"))
     assert "Locked in: 2 MB" in capsys.readouterr().out
-    line = reveal("t.size", 4.6)
+    reveal("t.size", 4.6)
+    line = capsys.readouterr().out
     assert "Your guess: 2 MB" in line and "Measured: 4.6 MB" in line and "2.3x your guess" in line
     saved = json.loads((tmp_path / "predictions.json").read_text())
     assert saved["t.size"]["guess"] == 2.0 and saved["t.size"]["measured"] == 4.6
@@ -80,22 +83,26 @@ def test_choice_prediction_and_reveal(capsys):
     options = ["it doubles", "it stays the same", "it quadruples"]
     predict("t.choice", "Double the length?", kind="choice", options=options, read=_answers("z", "(c)"))
     assert notebook.saved_predictions()["t.choice"]["guess"] == "it quadruples"
-    assert "right" in reveal("t.choice", "it quadruples")
+    reveal("t.choice", "it quadruples")
+    assert "right" in capsys.readouterr().out
     with pytest.raises(ValueError, match="options"):
         predict("t.bad", "?", kind="choice")
     with pytest.raises(ValueError, match="kind"):
         predict("t.bad", "?", kind="slider")
 
 
-def test_reveal_without_a_guess_still_shows_the_measurement():
-    assert reveal("t.none", 1234.0, unit="tokens") == "Measured: 1,234 tokens. (You made no guess for this one.)"
+def test_reveal_without_a_guess_still_shows_the_measurement(capsys):
+    reveal("t.none", 2580.5, unit="kB")
+    assert capsys.readouterr().out == "Measured: 2,580 kB. (You made no guess for this one.)\n"
 
 
-def test_reveal_says_when_a_guess_is_close_or_too_large():
+def test_reveal_says_when_a_guess_is_close_or_too_large(capsys):
     predict("t.close", "?", unit="s", read=_answers("1.0"))
-    assert "well predicted" in reveal("t.close", 1.02)
+    reveal("t.close", 1.02)
+    assert "well predicted" in capsys.readouterr().out
     predict("t.big", "?", unit="x", read=_answers("10"))
-    assert "5x smaller than your guess" in reveal("t.big", 2.0)
+    reveal("t.big", 2.0)
+    assert "5x smaller than your guess" in capsys.readouterr().out
 
 
 def test_expect_prints_a_verdict_and_raises_only_under_the_harness(monkeypatch, capsys):
