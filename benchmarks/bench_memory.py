@@ -50,7 +50,7 @@ def sharing(model, tokenizer) -> dict:
     peak_used = peak_private = 0
     while engine.has_unfinished_requests:
         engine.step()
-        used = engine.block_manager.num_used_blocks
+        used = engine.kv_cache_manager.num_used_blocks
         if used > peak_used:
             peak_used, peak_private = used, sum(len(s.block_table) for s in engine.requests[rid].seqs)
     saved = 1 - peak_used / peak_private

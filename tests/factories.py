@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import torch
 
 from kvcourse.kernels.model.config import ModelConfig
@@ -80,3 +81,16 @@ def make_tiny_hf_llama(arch: str = "llama", seed: int = 0, dtype: torch.dtype = 
                 if name.endswith("proj.bias"):
                     param.normal_(0.0, initializer_range)
     return model.to(dtype).eval()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_cpu_thread():
+    """Tiny models run fastest on one thread (parallel regions cost more than they save on a busy CPU).
+
+    Import it into a test module to apply it there; it uses the engine's thread policy and restores
+    torch's thread count after the module.
+    """
+    from kvcourse.kernels.engine.threads import thread_policy
+
+    with thread_policy(1):
+        yield

@@ -6,10 +6,10 @@ import random
 
 import pytest
 import torch
-from factories import make_tiny_hf_llama
+from factories import make_tiny_hf_llama, one_cpu_thread  # noqa: F401  (one thread for the tiny model)
 
 from kvcourse.kernels import EngineConfig, LLMEngine, SamplingParams, Transformer, generate
-from kvcourse.kernels.engine.llm_engine import RequestStatus
+from kvcourse.kernels.engine.request import RequestStatus
 from kvcourse.kernels.memory.events import EventKind
 
 NEW = 12
@@ -40,7 +40,7 @@ def run(model, ps, num_new=NEW, **config) -> tuple[LLMEngine, list]:
     engine = LLMEngine(model, EngineConfig(**{"block_size": 4, **config}))
     outs = engine.generate(ps, SamplingParams(max_new_tokens=num_new))
     assert not engine.has_unfinished_requests
-    assert engine.block_manager.num_free_blocks == engine.num_blocks  # every block came back
+    assert engine.kv_cache_manager.num_free_blocks == engine.num_blocks  # every block came back
     return engine, outs
 
 
@@ -197,10 +197,10 @@ def test_a_stuck_queue_head_is_refused_not_waited_on_forever(model):
     engine = LLMEngine(model, EngineConfig(block_size=4, num_blocks=8))
     rid = engine.add_request(prompts([20])[0], SamplingParams(max_new_tokens=4))  # needs 6 of 8 blocks
     for _ in range(4):  # blocks leaked by a bug elsewhere: the head can never start
-        engine.block_manager.allocator.allocate()
+        engine.kv_cache_manager.block_pool.allocate()
     while engine.has_unfinished_requests:
         engine.step()
-    out = engine._output(engine.requests[rid])
+    out = engine.requests[rid].output()
     assert out.finished and "could not be given" in out.refusal
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from factories import make_tiny_hf_llama
+from factories import make_tiny_hf_llama, one_cpu_thread  # noqa: F401  (one thread for the tiny model)
 from test_engine_llm import prompts
 
 from kvcourse.kernels import EngineConfig, LLMEngine, SamplingParams, Transformer, generate
@@ -26,10 +26,10 @@ def test_greedy_parallel_samples_equal_single_generation_and_share_blocks(model)
     while engine.has_unfinished_requests:
         engine.step()
         seqs = engine.requests[rid].seqs
-        if engine.block_manager.num_used_blocks > peak_used:
-            peak_used = engine.block_manager.num_used_blocks
+        if engine.kv_cache_manager.num_used_blocks > peak_used:
+            peak_used = engine.kv_cache_manager.num_used_blocks
             peak_private = sum(len(s.block_table) for s in seqs)
-    out = engine._output(engine.requests[rid])
+    out = engine.requests[rid].output()
     expected = generate(model, p, 10, cache="none").tokens
     assert out.samples == [expected] * 4
     assert len(engine.events.of_kind(EventKind.COPY_ON_WRITE)) == 3  # three of four writers copy, the last owns it

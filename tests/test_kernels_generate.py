@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from factories import make_tiny_hf_llama
+from factories import make_tiny_hf_llama, one_cpu_thread  # noqa: F401  (one thread for the tiny model)
 
 from kvcourse.kernels import SamplingParams, Transformer, costs, generate, register_cache
 from kvcourse.kernels.engine.generate import CACHE_BACKENDS, Phase, as_transformer
@@ -68,8 +68,12 @@ def test_hf_model_eos_comes_from_its_config(hf_llama):
     assert 2 not in result.tokens[:-1]
 
 
-def test_hf_conversion_is_cached_on_the_model(hf_llama):
-    assert as_transformer(hf_llama) is as_transformer(hf_llama)
+def test_hf_conversion_is_explicit_and_never_stored_on_the_model(hf_llama):
+    """Regression: a converted copy kept on the HF model doubled memory and went stale after a weight update."""
+    first, second = as_transformer(hf_llama), as_transformer(hf_llama)
+    assert first is not second and "_kvcourse_transformer" not in hf_llama.__dict__
+    result = generate(hf_llama, PROMPT, 3)
+    assert result.converted and not generate(first, PROMPT, 3).converted
 
 
 @pytest.mark.parametrize("cache", ["none", "contiguous", "int8", "sliding"])

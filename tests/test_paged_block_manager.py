@@ -1,9 +1,9 @@
-"""Block allocator and block manager: unit tests and a 10,000-operation random walk (lessons 10-13).
+"""Block pool and KV-cache manager: unit tests and a 10,000-operation random walk (lessons 10-13).
 
 Invariant checked after every operation, stated precisely: for every physical block,
 ``ref_count == number of live block tables that contain it`` (the prefix cache holds no
-references); a block with reference count 0 is either in the free list or parked in the prefix
-cache's LRU list, never both; ``num_free_blocks + num_used_blocks == num_blocks``. A simulated
+references); a block with reference count 0 sits in the pool's one free queue exactly once,
+and no used block does; ``num_free_blocks + num_used_blocks == num_blocks``. A simulated
 pool stores token ids in place of K/V, so every computed token of every live sequence must be
 found at its slot: sharing and copy-on-write never corrupt another sequence's data.
 """
@@ -17,10 +17,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvcourse.kernels.engine.sequence import Sequence
-from kvcourse.kernels.memory.block_allocator import BlockAllocator, OutOfBlocksError
+from kvcourse.kernels.memory.block_pool import BlockPool, OutOfBlocksError, block_hash
 from kvcourse.kernels.memory.events import EventKind
-from kvcourse.kernels.memory.kv_cache_manager import BlockManager
-from kvcourse.kernels.memory.prefix_cache import block_hash
+from kvcourse.kernels.memory.kv_cache_manager import KVCacheManager
 
 BS = 4
 
@@ -51,26 +50,24 @@ class PoolSim:
             assert self.slots[seq.slot(pos)] == seq.token_ids[pos], (seq.seq_id, pos)
 
 
-def check_invariants(bm: BlockManager, seqs: list[Sequence]) -> None:
-    alloc = bm.allocator
+def check_invariants(bm: KVCacheManager, seqs: list[Sequence]) -> None:
+    pool = bm.block_pool
     held = [0] * bm.num_blocks
     for s in seqs:
         assert len(set(s.block_table)) == len(s.block_table)
         for b in s.block_table:
             held[b] += 1
-    assert alloc.ref_counts == held
-    free_list = set(alloc._free)
-    parked = set(bm.prefix_cache._evictable) if bm.prefix_cache else set()
-    assert not free_list & parked
-    assert free_list | parked == {b for b in range(bm.num_blocks) if held[b] == 0}
-    assert len(alloc._free) == len(free_list)  # no block listed twice
+    pool.check_invariants(held)
+    free = pool.free_block_ids
+    assert set(free) == {b for b in range(bm.num_blocks) if held[b] == 0}
+    assert len(free) == len(set(free))  # no block listed twice
     assert bm.num_free_blocks + bm.num_used_blocks == bm.num_blocks
     assert bm.num_used_blocks == sum(1 for h in held if h > 0)
 
 
-def random_walk(seed: int, num_ops: int, num_blocks: int = 24, prefix: bool = True) -> BlockManager:
+def random_walk(seed: int, num_ops: int, num_blocks: int = 24, prefix: bool = True) -> KVCacheManager:
     rng = random.Random(seed)
-    bm = BlockManager(num_blocks, BS, enable_prefix_caching=prefix)
+    bm = KVCacheManager(num_blocks, BS, enable_prefix_caching=prefix)
     pool = PoolSim(num_blocks, BS)
     live: list[Sequence] = []
     next_id = 0
@@ -88,7 +85,7 @@ def random_walk(seed: int, num_ops: int, num_blocks: int = 24, prefix: bool = Tr
                 assert bm.num_free_blocks == free_before - needed  # the ask predicted the do
                 pool.check(seq)  # prefix hits must hold exactly this sequence's tokens
                 pool.compute(seq)
-                bm.cache_computed_blocks(seq)
+                bm.cache_full_blocks(seq)
                 live.append(seq)
             else:
                 assert needed > bm.num_free_blocks
@@ -100,7 +97,7 @@ def random_walk(seed: int, num_ops: int, num_blocks: int = 24, prefix: bool = Tr
                 pool.copy(bm.append_slot(seq))
                 assert bm.num_free_blocks == free_before - needed
                 pool.compute(seq)
-                bm.cache_computed_blocks(seq)
+                bm.cache_full_blocks(seq)
             else:
                 seq.token_ids.pop()
         elif op == "fork" and live:
@@ -141,8 +138,8 @@ def test_random_walks_hypothesis(seed, num_blocks):
     random_walk(seed, num_ops=300, num_blocks=num_blocks)
 
 
-def test_allocator_free_plus_used_and_errors():
-    alloc = BlockAllocator(3)
+def test_block_pool_free_plus_used_and_errors():
+    alloc = BlockPool(3)
     blocks = [alloc.allocate() for _ in range(3)]
     assert alloc.num_used_blocks == 3 and alloc.num_free_blocks == 0
     with pytest.raises(OutOfBlocksError):
@@ -160,7 +157,7 @@ def test_allocator_free_plus_used_and_errors():
 
 
 def test_fork_then_diverge_copies_only_the_shared_partial_block():
-    bm = BlockManager(16, BS)
+    bm = KVCacheManager(16, BS)
     parent = make_seq(0, list(range(10)))  # blocks: [0..3] [4..7] [8, 9]
     bm.allocate(parent)
     parent.num_computed_tokens = parent.num_tokens
@@ -179,11 +176,11 @@ def test_fork_then_diverge_copies_only_the_shared_partial_block():
 
 def test_prefix_hit_leaves_the_last_token_to_compute():
     """Regression: a fully cached prompt must still compute its last token (and own its block)."""
-    bm = BlockManager(16, BS, enable_prefix_caching=True)
+    bm = KVCacheManager(16, BS, enable_prefix_caching=True)
     first = make_seq(0, list(range(8)))  # exactly two full blocks
     bm.allocate(first)
     first.num_computed_tokens = 8
-    bm.cache_computed_blocks(first)
+    bm.cache_full_blocks(first)
     second = make_seq(1, list(range(8)))
     bm.allocate(second)
     assert second.num_cached_tokens == 4 and second.num_uncomputed_tokens == 4
@@ -198,25 +195,25 @@ def test_hash_chain_depends_on_the_parent():
 
 
 def test_token_guard_rejects_a_colliding_hash():
-    bm = BlockManager(8, BS, enable_prefix_caching=True)
+    bm = KVCacheManager(8, BS, enable_prefix_caching=True)
     seq = make_seq(0, [1, 2, 3, 4, 5])
     bm.allocate(seq)
     seq.num_computed_tokens = 5
-    bm.cache_computed_blocks(seq)
+    bm.cache_full_blocks(seq)
     # forge a collision: the same hash now claims different tokens
     h = seq.block_hashes[0]
-    assert bm.prefix_cache.lookup(h, [1, 2, 3, 4]) == seq.block_table[0]
-    assert bm.prefix_cache.lookup(h, [9, 9, 9, 9]) is None
+    assert bm.block_pool.lookup(h, [1, 2, 3, 4]) == seq.block_table[0]
+    assert bm.block_pool.lookup(h, [9, 9, 9, 9]) is None
 
 
 def test_lru_evicts_least_recently_used_unreferenced_block():
-    bm = BlockManager(4, BS, enable_prefix_caching=True)
+    bm = KVCacheManager(4, BS, enable_prefix_caching=True)
     seqs = []
     for i in range(2):
         s = make_seq(i, [10 * i + t for t in range(5)])  # one full block + one partial
         bm.allocate(s)
         s.num_computed_tokens = 5
-        bm.cache_computed_blocks(s)
+        bm.cache_full_blocks(s)
         seqs.append(s)
     cached_first = seqs[0].block_table[0]
     for s in seqs:
@@ -226,3 +223,16 @@ def test_lru_evicts_least_recently_used_unreferenced_block():
     bm.allocate(big)
     evicted = [e.block_id for e in bm.events.of_kind(EventKind.EVICT)]
     assert evicted[0] == cached_first
+
+
+def test_free_queue_hands_out_uncached_blocks_before_cached_ones():
+    """One queue in eviction order: a freed plain block goes first, cached blocks wait, oldest first."""
+    pool = BlockPool(4)
+    a, b, c, d = (pool.allocate() for _ in range(4))
+    pool.cache_block(a, block_hash(None, [1]), [1])
+    pool.cache_block(b, block_hash(None, [2]), [2])
+    for block_id in (a, c, b, d):
+        pool.release(block_id)
+    assert pool.free_block_ids == [d, c, a, b]
+    assert [pool.allocate() for _ in range(3)] == [d, c, a]
+    assert pool.num_cached_blocks == 1 and pool.lookup(block_hash(None, [2]), [2]) == b

@@ -51,12 +51,13 @@ class StepMetadata:
 class SequenceCache(AttentionBackend, Protocol):
     """An attention backend that serves one growing sequence, as ``generate`` drives it (lessons 02-06, 16).
 
-    ``num_cached_tokens`` is how many leading tokens need not be fed again: 0 for the
-    no-cache backend (every step reruns the whole sequence), the sequence length otherwise.
+    ``num_computed_tokens`` is how many leading tokens have their K/V held, so need not be fed
+    again: 0 for the no-cache backend (every step reruns the whole sequence), the sequence
+    length otherwise (the engine's Sequence uses the name with the same meaning).
     """
 
     @property
-    def num_cached_tokens(self) -> int: ...
+    def num_computed_tokens(self) -> int: ...
 
     @property
     def kv_cache_bytes(self) -> int:

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import torch
 
-from kvcourse.kernels.attention.reference import cpu_threads_for
-
 
 def write_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
              slot_mapping: torch.Tensor) -> None:
@@ -38,16 +36,15 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: f
     num_queries, context_len = q.shape[0], k.shape[0]
     num_heads, num_kv_heads = q.shape[1], k.shape[1]
     qh, kh, vh = q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1)  # (heads, len, D)
-    with cpu_threads_for(num_queries * context_len * num_heads * q.shape[-1], q.device):
-        if num_queries == context_len:
-            out = torch.nn.functional.scaled_dot_product_attention(
-                qh, kh, vh, is_causal=True, scale=scale, enable_gqa=num_heads != num_kv_heads)
-        else:
-            # the cached prefix is fully visible; the new tokens see each other causally
-            mask = torch.ones(num_queries, context_len, dtype=torch.bool, device=q.device)
-            mask = mask.tril(diagonal=context_len - num_queries)
-            out = torch.nn.functional.scaled_dot_product_attention(
-                qh, kh, vh, attn_mask=mask, scale=scale, enable_gqa=num_heads != num_kv_heads)
+    if num_queries == context_len:
+        out = torch.nn.functional.scaled_dot_product_attention(
+            qh, kh, vh, is_causal=True, scale=scale, enable_gqa=num_heads != num_kv_heads)
+    else:
+        # the cached prefix is fully visible; the new tokens see each other causally
+        mask = torch.ones(num_queries, context_len, dtype=torch.bool, device=q.device)
+        mask = mask.tril(diagonal=context_len - num_queries)
+        out = torch.nn.functional.scaled_dot_product_attention(
+            qh, kh, vh, attn_mask=mask, scale=scale, enable_gqa=num_heads != num_kv_heads)
     return out.transpose(0, 1)  # (n, num_heads, D)
 
 
@@ -97,6 +94,5 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     k = k_cache.index_select(0, flat).view(batch, num_keys, num_kv_heads, head_dim).transpose(1, 2)  # (B, kv, S, D)
     v = v_cache.index_select(0, flat).view(batch, num_keys, num_kv_heads, head_dim).transpose(1, 2)  # (B, kv, S, D)
     qg = q.view(batch, num_kv_heads, group, head_dim)  # (B, kv, group, D): query heads sharing a KV head
-    with cpu_threads_for(batch * num_heads * num_keys * head_dim, q.device):
-        out = torch.nn.functional.scaled_dot_product_attention(qg, k, v, attn_mask=mask, scale=scale)
+    out = torch.nn.functional.scaled_dot_product_attention(qg, k, v, attn_mask=mask, scale=scale)
     return out.reshape(batch, num_heads, head_dim)  # (B, num_heads, D)

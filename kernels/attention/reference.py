@@ -10,8 +10,7 @@ Grouped-query attention: query head h reads KV head h // (num_heads // num_kv_he
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -132,29 +131,6 @@ def tiled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_start: 
     return (acc / denom).to(q.dtype)
 
 
-# Below this many multiply-adds, CPU attention runs on one thread (see cpu_threads_for).
-SINGLE_THREAD_WORK = 1 << 22
-
-
-@contextmanager
-def cpu_threads_for(work: int, device: torch.device, limit: int = SINGLE_THREAD_WORK) -> Iterator[None]:
-    """Run tiny batched ops on one thread: their parallel regions cost more than they save.
-
-    Splitting three heads' worth of a mat-vec over threads buys nothing, and every parallel
-    region is a barrier; on a busy machine each barrier can wait a whole scheduler slice
-    (measured: 5 ms per bmm call with 2 threads on 2 oversubscribed cores, 0.01 ms on one).
-    """
-    previous = torch.get_num_threads()
-    if device.type != "cpu" or previous == 1 or work >= limit:
-        yield
-        return
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
-
-
 def grouped_decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_start: int,
                              window: int | None = None, stats: AttentionStats | None = None) -> torch.Tensor:
     """Plain-matmul attention in float32 that never repeats K/V for grouped heads: fast for a decode step.
@@ -166,14 +142,13 @@ def grouped_decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     group = _check(q, k, v, q_start)
     num_heads, num_q, head_dim = q.shape
     num_kv = k.shape[0]
-    with cpu_threads_for(k.numel() * max(1, num_q), q.device, limit=1 << 20):
-        qg = q.reshape(num_kv, group * num_q, head_dim).float()  # (Hkv, G*Tq, D)
-        scores = torch.bmm(qg, k.float().transpose(1, 2)) * (1.0 / math.sqrt(head_dim))  # (Hkv, G*Tq, Tk)
-        if num_q > 1 or window is not None or q_start + num_q != k.shape[1]:
-            mask = causal_mask(num_q, k.shape[1], q_start, window, q.device).repeat(group, 1)  # (G*Tq, Tk)
-            scores = scores.masked_fill(~mask, float("-inf"))
-        weights = torch.softmax(scores, dim=-1)
-        out = torch.bmm(weights, v.float())  # (Hkv, G*Tq, D)
+    qg = q.reshape(num_kv, group * num_q, head_dim).float()  # (Hkv, G*Tq, D)
+    scores = torch.bmm(qg, k.float().transpose(1, 2)) * (1.0 / math.sqrt(head_dim))  # (Hkv, G*Tq, Tk)
+    if num_q > 1 or window is not None or q_start + num_q != k.shape[1]:
+        mask = causal_mask(num_q, k.shape[1], q_start, window, q.device).repeat(group, 1)  # (G*Tq, Tk)
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    out = torch.bmm(weights, v.float())  # (Hkv, G*Tq, D)
     if stats is not None:
         stats.record(visible_keys_per_query(num_q, k.shape[1], q_start, window) * num_heads,
                      scores.numel() * scores.element_size())

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from kvcourse.kernels.baselines.reservation import ReservationAllocator
 from kvcourse.kernels.engine.sequence import Sequence
-from kvcourse.kernels.memory.kv_cache_manager import BlockManager
+from kvcourse.kernels.memory.kv_cache_manager import KVCacheManager
 
 
 @dataclass(frozen=True)
@@ -125,7 +125,7 @@ def simulate_reservation(trace: list[TraceRequest], num_slots: int) -> MemoryRep
 
 def simulate_paging(trace: list[TraceRequest], num_blocks: int, block_size: int = 16) -> MemoryReport:
     """Blocks on demand from the real block manager; the newest request is preempted when none is free."""
-    manager = BlockManager(num_blocks, block_size)
+    manager = KVCacheManager(num_blocks, block_size)
     report = MemoryReport("paging", num_blocks * block_size)
     pending = sorted(enumerate(trace), key=lambda p: p[1].arrival_step)
     waiting: list[Sequence] = []
@@ -168,5 +168,6 @@ def simulate_paging(trace: list[TraceRequest], num_blocks: int, block_size: int 
             manager.free(seq)
         step += 1
     report.num_steps = step
-    assert manager.num_free_blocks == num_blocks
+    if manager.num_free_blocks != num_blocks:
+        raise RuntimeError(f"the paging replay leaked {manager.num_used_blocks} blocks")
     return report

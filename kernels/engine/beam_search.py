@@ -15,11 +15,11 @@ from dataclasses import dataclass
 
 import torch
 
-from kvcourse.kernels.attention.paged_backend import PagedAttentionBackend, PagedMetadata
+from kvcourse.kernels.engine.model_runner import ModelRunner
 from kvcourse.kernels.engine.sequence import Sequence
 from kvcourse.kernels.memory.events import EventLog
-from kvcourse.kernels.memory.kv_cache_manager import BlockManager
-from kvcourse.kernels.memory.kv_pool import KVPool
+from kvcourse.kernels.memory.kv_cache_manager import KVCacheManager
+from kvcourse.kernels.memory.kv_pool import BlockCopy
 
 
 @dataclass(frozen=True)
@@ -42,15 +42,9 @@ class BeamSearchResult:
         return 1 - self.peak_blocks_shared / self.peak_blocks_unshared
 
 
-def _forward(model: torch.nn.Module, pool: KVPool, seqs: list[Sequence], block_size: int) -> torch.Tensor:
-    """Compute every sequence's uncomputed tokens; logits of each sequence's last token."""
-    device = model.device
-    query_lens = [s.num_uncomputed_tokens for s in seqs]
-    meta = PagedMetadata.build([s.block_table for s in seqs], [s.num_computed_tokens for s in seqs],
-                               query_lens, block_size, device)
-    input_ids = torch.tensor([t for s in seqs for t in s.token_ids[s.num_computed_tokens:]], device=device)
-    last = torch.tensor(list(itertools.accumulate(query_lens)), device=device) - 1
-    logits = model(input_ids, meta.positions, PagedAttentionBackend(pool, meta), last)  # (B, vocab)
+def _forward(runner: ModelRunner, seqs: list[Sequence], copies: list[BlockCopy] | None = None) -> torch.Tensor:
+    """Compute every sequence's uncomputed tokens; logits (len(seqs), vocab) of each last token."""
+    logits = runner.run(seqs, [s.num_uncomputed_tokens for s in seqs], copies)
     for s in seqs:
         s.num_computed_tokens = s.num_tokens
     return logits
@@ -65,24 +59,21 @@ def beam_search(model: torch.nn.Module, prompt_ids: list[int], beam_width: int, 
     total = len(prompt_ids) + max_new_tokens
     if num_blocks is None:  # enough for every beam to hold a private copy
         num_blocks = beam_width * ((total + block_size - 1) // block_size + 1)
-    mc = model.config
-    manager = BlockManager(num_blocks, block_size)
-    pool = KVPool.create(mc.num_layers, num_blocks, block_size, mc.num_kv_heads, mc.head_dim,
-                         dtype=model.dtype, device=model.device)
+    manager = KVCacheManager(num_blocks, block_size)
+    runner = ModelRunner.for_model(model, num_blocks, block_size)
     seq_ids = itertools.count()
     root = Sequence(next(seq_ids), list(prompt_ids), len(prompt_ids), block_size)
     manager.allocate(root)
     beams, scores = [root], torch.zeros(1, device=model.device)
-    logits = _forward(model, pool, beams, block_size)
+    logits = _forward(runner, beams)
     peak_shared = peak_unshared = 0
     for step in range(max_new_tokens):
         if step > 0:
-            for beam in beams:
-                pool.copy_blocks(manager.append_slot(beam))
+            copies = [copy for beam in beams for copy in manager.append_slot(beam)]
             if manager.num_used_blocks > peak_shared:
                 peak_shared = manager.num_used_blocks
                 peak_unshared = sum(len(b.block_table) for b in beams)
-            logits = _forward(model, pool, beams, block_size)
+            logits = _forward(runner, beams, copies)
         candidates = scores[:, None] + torch.log_softmax(logits.float(), dim=-1)  # (beams, vocab)
         best = torch.topk(candidates.flatten(), beam_width)
         vocab = candidates.shape[1]
@@ -101,5 +92,6 @@ def beam_search(model: torch.nn.Module, prompt_ids: list[int], beam_width: int, 
                               peak_shared, max(peak_unshared, 1), manager.events)
     for beam in beams:
         manager.free(beam)
-    assert manager.num_free_blocks == manager.num_blocks
+    if manager.num_free_blocks != manager.num_blocks:
+        raise RuntimeError(f"beam search leaked {manager.num_used_blocks} blocks")
     return result

@@ -11,13 +11,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 
 from kvcourse.kernels import costs
 from kvcourse.kernels.attention.backend import SequenceCache, StepMetadata
 from kvcourse.kernels.engine.sampling import SamplingParams, make_generator, sample
+from kvcourse.kernels.engine.threads import thread_policy
 from kvcourse.kernels.memory.cache_int8 import Int8KVBackend
 from kvcourse.kernels.memory.cache_sliding import SlidingWindowBackend
 from kvcourse.kernels.memory.caches import ContiguousKVBackend, NoCacheBackend
@@ -55,6 +56,7 @@ class GenerationResult:
     prompt_len: int = 0
     stopped_on_eos: bool = False
     backend: Any = None  # the cache object, for inspection (e.g. the int8 cache's .error)
+    converted: bool = False  # True when a Hugging Face model was converted for this call
 
     @property
     def decode_seconds(self) -> float:
@@ -75,7 +77,25 @@ class CacheRequest:
     attention: str = "auto"
 
 
-CacheFactory = Callable[[CacheRequest], SequenceCache]
+@runtime_checkable
+class ModelRunningCache(Protocol):
+    """A cache that runs the model itself: the paged cache, through the engine's model runner (lesson 10)."""
+
+    @property
+    def num_computed_tokens(self) -> int: ...
+
+    @property
+    def kv_cache_bytes(self) -> int: ...
+
+    @property
+    def num_score_cells(self) -> int: ...
+
+    def forward(self, token_ids: list[int]) -> torch.Tensor:
+        """Compute the tokens not yet cached; logits (1, vocab) of the last one."""
+        ...
+
+
+CacheFactory = Callable[[CacheRequest], SequenceCache | ModelRunningCache]
 
 
 def _no_cache(req: CacheRequest) -> SequenceCache:
@@ -110,19 +130,16 @@ def register_cache(name: str, factory: CacheFactory) -> None:
 
 
 def as_transformer(model: Any) -> Transformer:
-    """Our Transformer as is; a Hugging Face model converted once and remembered on the object."""
+    """Our Transformer as is; a Hugging Face model converted now, into a new copy (Transformer.from_hf).
+
+    Nothing is remembered on the Hugging Face model: convert once yourself and pass the result
+    to reuse one conversion across calls.
+    """
     if isinstance(model, Transformer):
         return model
     if not hasattr(model, "config") or not hasattr(model, "state_dict"):
         raise TypeError(f"expected a kvcourse Transformer or a transformers Llama/Qwen2 model, got {type(model)}")
-    first = next(model.parameters())
-    key = (first.dtype, first.device, first.data_ptr())
-    cached = model.__dict__.get("_kvcourse_transformer")  # __dict__: not registered as a submodule
-    if cached is None or cached[0] != key:
-        converted = Transformer.from_hf(model).pack_weights()
-        model.__dict__["_kvcourse_transformer"] = (key, converted)
-        return converted
-    return cached[1]
+    return Transformer.from_hf(model).pack_weights()
 
 
 def _prompt_ids(ids: Any) -> list[int]:
@@ -140,25 +157,33 @@ def _prompt_ids(ids: Any) -> list[int]:
     return ids
 
 
-def _eos_ids(eos_token_id: int | list[int] | None, model: Any) -> set[int]:
+def _eos_ids(eos_token_id: int | list[int] | None, model: Transformer) -> set[int]:
     if eos_token_id is None:
-        eos_token_id = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-        if eos_token_id is None:
-            eos_token_id = getattr(getattr(model, "config", None), "eos_token_id", None)
-    if eos_token_id is None:
-        return set()
+        return set(model.config.eos_token_ids)
     return {int(eos_token_id)} if isinstance(eos_token_id, int) else {int(i) for i in eos_token_id}
+
+
+def _check_sampling(sampling: SamplingParams, cache: str, attention: str) -> None:
+    """Refuse settings that generate would otherwise silently ignore."""
+    if sampling.max_new_tokens is not None:
+        raise ValueError("generate takes max_new_tokens as its own argument; SamplingParams.max_new_tokens "
+                         "is LLMEngine's budget and would be ignored here")
+    if sampling.n != 1:
+        raise ValueError(f"generate makes one sample; for n = {sampling.n} samples use LLMEngine")
 
 
 def generate(model: Any, ids: Any, max_new_tokens: int, cache: str = "contiguous",
              sampling: SamplingParams | None = None, window: int | None = None,
-             eos_token_id: int | list[int] | None = None, attention: str = "auto") -> GenerationResult:
+             eos_token_id: int | list[int] | None = None, attention: str = "auto",
+             num_threads: int | None = None) -> GenerationResult:
     """Generate up to max_new_tokens after the prompt `ids` (lessons 02, 05, 06, 16).
 
     cache: "none" reruns the whole sequence every step; "contiguous" keeps K/V; "int8" keeps
     them quantised; "sliding" keeps the last `window` tokens; more modes via register_cache.
     sampling: None means greedy. EOS (from the argument, else the model's config) stops early
-    when sampling.stop_on_eos; the EOS token itself is included in .tokens.
+    when sampling.stop_on_eos; the EOS token itself is included in .tokens. A Hugging Face model
+    is converted for this call (result.converted says so; see as_transformer). num_threads is
+    the CPU thread policy for this call (None: torch's current setting).
     """
     transformer = as_transformer(model)
     prompt = _prompt_ids(ids)
@@ -175,12 +200,28 @@ def generate(model: Any, ids: Any, max_new_tokens: int, cache: str = "contiguous
     if window is not None and cache != "sliding":
         raise ValueError(f"window only applies to cache='sliding', not {cache!r}")
     sampling = sampling or SamplingParams()
-    eos = _eos_ids(eos_token_id, model) if sampling.stop_on_eos else set()
+    _check_sampling(sampling, cache, attention)
+    eos = _eos_ids(eos_token_id, transformer) if sampling.stop_on_eos else set()
     backend = CACHE_BACKENDS[cache](CacheRequest(transformer, len(prompt) + max_new_tokens, window, attention))
-    return _run(transformer, backend, prompt, max_new_tokens, sampling, eos, window)
+    with thread_policy(num_threads):
+        result = _run(transformer, backend, prompt, max_new_tokens, sampling, eos, window)
+    result.converted = transformer is not model
+    return result
 
 
-def _run(model: Transformer, backend: SequenceCache, prompt: list[int], max_new_tokens: int,
+def _forward(model: Transformer, backend: SequenceCache | ModelRunningCache, buffer: torch.Tensor,
+             positions: torch.Tensor, start: int, end: int) -> torch.Tensor:
+    """Logits (1, vocab) of token end - 1 after feeding tokens start .. end - 1."""
+    if isinstance(backend, ModelRunningCache):
+        return backend.forward(buffer[:end].tolist())
+    backend.begin_step(StepMetadata(start, end - start))
+    last = torch.tensor([end - start - 1], device=buffer.device)  # logits for the final row only
+    logits = model(buffer[start:end], positions[start:end], backend, logits_index=last)
+    backend.end_step()
+    return logits
+
+
+def _run(model: Transformer, backend: SequenceCache | ModelRunningCache, prompt: list[int], max_new_tokens: int,
          sampling: SamplingParams, eos: set[int], window: int | None) -> GenerationResult:
     device = model.device
     generator = make_generator(sampling, device)
@@ -191,15 +232,12 @@ def _run(model: Transformer, backend: SequenceCache, prompt: list[int], max_new_
     positions_all = torch.arange(len(buffer), device=device)
     result = GenerationResult(tokens=[], prompt_len=len(prompt), backend=backend)
     length = len(prompt)
-    last = torch.tensor([-1], device=device)  # logits for the final row only
     with torch.inference_mode():
         for step in range(max_new_tokens):
-            start = backend.num_cached_tokens
+            start = backend.num_computed_tokens
             cells_before = backend.num_score_cells
             tic = time.perf_counter()
-            backend.begin_step(StepMetadata(start, length - start))
-            logits = model(buffer[start:length], positions_all[start:length], backend, logits_index=last)
-            backend.end_step()
+            logits = _forward(model, backend, buffer, positions_all, start, length)
             token = int(sample(logits[0], sampling, generator))
             seconds = time.perf_counter() - tic
             result.stats.append(StepStats(

@@ -7,20 +7,23 @@ from dataclasses import dataclass
 
 import torch
 
+DEFAULT_MAX_NEW_TOKENS = 64  # LLMEngine's budget when SamplingParams.max_new_tokens is None
+
 
 @dataclass(frozen=True)
 class SamplingParams:
     """How to pick tokens. temperature 0 means greedy (argmax); seed makes sampling repeatable (lesson 05).
 
-    ``max_new_tokens`` is the budget the serving engine (LLMEngine) uses; ``generate`` takes its
-    own max_new_tokens argument.
+    ``max_new_tokens`` and ``n`` are for the serving engine (LLMEngine; None there means
+    ``DEFAULT_MAX_NEW_TOKENS``); ``generate`` takes its own max_new_tokens argument and one sample,
+    and refuses params that set them.
     """
 
     temperature: float = 0.0
     top_k: int | None = None
     top_p: float | None = None
     seed: int | None = None
-    max_new_tokens: int = 64
+    max_new_tokens: int | None = None
     stop_on_eos: bool = True
     n: int = 1  # parallel samples per prompt in LLMEngine; they share the prompt's blocks (lesson 12)
 
@@ -35,8 +38,8 @@ class SamplingParams:
             raise ValueError(f"top_p must be in (0, 1] or None, got {self.top_p!r}")
         if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
             raise ValueError(f"seed must be an integer or None, got {self.seed!r}")
-        if isinstance(self.max_new_tokens, bool) or not isinstance(self.max_new_tokens, int) \
-                or self.max_new_tokens < 0:
+        if self.max_new_tokens is not None and (isinstance(self.max_new_tokens, bool)
+                                                or not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 0):
             raise ValueError(f"max_new_tokens must be an integer >= 0, got {self.max_new_tokens!r}")
         if isinstance(self.n, bool) or not isinstance(self.n, int) or self.n < 1:
             raise ValueError(f"n (samples per prompt) must be an integer >= 1, got {self.n!r}")

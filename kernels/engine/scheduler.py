@@ -1,20 +1,26 @@
-"""Continuous batching: who runs this step, within a token budget and the block pool (lessons 08, 14).
+"""Continuous batching: who runs this step, and the bookkeeping once it has run (lessons 08, 12, 14).
 
-Every step the scheduler first keeps the running sequences going (one decode token each, or the
-next chunk of a long prompt), preempting the newest running sequence when blocks run out; then
-it admits waiting sequences, oldest first, while the token budget, the sequence limit and the
-free blocks allow. A preempted sequence loses its blocks and recomputes later (its finished
-prefix blocks may still be found in the prefix cache).
+``schedule`` first keeps the running sequences going (one decode token each, or the next chunk
+of a long prompt), preempting the newest running sequence when blocks run out; then it admits
+waiting sequences, oldest first, while the token budget, the sequence limit and the free blocks
+allow. A request with n samples is admitted only with room for all n sequences. A preempted
+sequence loses its blocks and recomputes later (its full prefix blocks may still be cached).
+
+``update`` is everything that follows a forward pass: count the computed tokens, cache newly
+full blocks, fork the samples of a request after its prompt, append the sampled tokens and
+retire the sequences that are done.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
 from dataclasses import dataclass, field
 
-from kvcourse.kernels.engine.sequence import Sequence, SequenceStatus
+from kvcourse.kernels.engine.model_runner import sampling_indices
+from kvcourse.kernels.engine.sequence import FinishReason, Sequence, SequenceStatus
 from kvcourse.kernels.memory.events import EventKind
-from kvcourse.kernels.memory.kv_cache_manager import BlockManager
+from kvcourse.kernels.memory.kv_cache_manager import KVCacheManager
 from kvcourse.kernels.memory.kv_pool import BlockCopy
 
 
@@ -35,58 +41,84 @@ class ScheduledBatch:
     def is_empty(self) -> bool:
         return not self.seqs
 
+    @property
+    def sampled_seqs(self) -> list[Sequence]:
+        """The sequences that get logits, and so new tokens, from this step (before ``update``)."""
+        return [self.seqs[i] for i in sampling_indices(self.seqs, self.query_lens)]
+
+    def add(self, seq: Sequence, num_new_tokens: int) -> None:
+        self.seqs.append(seq)
+        self.query_lens.append(num_new_tokens)
+
 
 class Scheduler:
     """FCFS continuous batching with recompute preemption (lessons 08 and 14)."""
 
-    def __init__(self, block_manager: BlockManager, max_num_seqs: int, max_num_batched_tokens: int) -> None:
-        self.block_manager = block_manager
+    def __init__(self, kv_cache_manager: KVCacheManager, max_num_seqs: int, max_num_batched_tokens: int,
+                 max_model_len: int, eos_token_ids: frozenset[int] = frozenset()) -> None:
+        self.kv_cache_manager = kv_cache_manager
+        self.events = kv_cache_manager.events
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
+        self.max_model_len = max_model_len
+        self.eos_token_ids = eos_token_ids
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
+        self._seq_ids = itertools.count()
 
     @property
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
 
+    @property
+    def num_reserved_seqs(self) -> int:
+        """Running sequences plus the samples they will fork: what ``max_num_seqs`` limits."""
+        return sum(1 + s.num_pending_forks for s in self.running)
+
+    def next_seq_id(self) -> int:
+        return next(self._seq_ids)
+
     def add(self, seq: Sequence) -> None:
         seq.status = SequenceStatus.WAITING
         self.waiting.append(seq)
 
-    def add_running(self, seq: Sequence) -> None:
-        """A forked child that already holds blocks joins the running batch directly."""
+    def _run(self, seq: Sequence) -> None:
         seq.status = SequenceStatus.RUNNING
         self.running.append(seq)
 
-    def finish(self, seq: Sequence) -> None:
-        self.block_manager.free(seq)
-        seq.status = SequenceStatus.FINISHED
-        self.running.remove(seq)
-        self.block_manager.events.record(EventKind.FINISH, seq.seq_id)
+    def finish(self, seq: Sequence, reason: FinishReason) -> None:
+        """Retire a running or waiting sequence and give its blocks back."""
+        if seq.status is SequenceStatus.RUNNING:
+            self.running.remove(seq)
+        elif seq.status is SequenceStatus.WAITING:
+            self.waiting.remove(seq)
+        self.kv_cache_manager.free(seq)
+        seq.status, seq.finish_reason = SequenceStatus.FINISHED, reason
+        self.events.record(EventKind.FINISH, seq.seq_id, detail=reason.value)
 
     def preempt(self, seq: Sequence) -> None:
         """Take all blocks back; the sequence waits at the head of the queue and recomputes."""
         self.running.remove(seq)
-        self.block_manager.free(seq)
+        self.kv_cache_manager.free(seq)
         seq.status = SequenceStatus.WAITING
         self.waiting.appendleft(seq)
-        self.block_manager.events.record(EventKind.PREEMPT, seq.seq_id, detail="recompute")
+        self.events.record(EventKind.PREEMPT, seq.seq_id, detail="recompute")
+
+    # ---- before the forward pass ----------------------------------------------------------------
 
     def schedule(self) -> ScheduledBatch:
         batch = ScheduledBatch()
-        budget = self.max_num_batched_tokens
-        self._schedule_running(batch, budget)
-        self._schedule_waiting(batch, budget - batch.num_tokens)
+        self._schedule_running(batch, self.max_num_batched_tokens)
+        self._schedule_waiting(batch, self.max_num_batched_tokens - batch.num_tokens)
         return batch
 
     def _schedule_running(self, batch: ScheduledBatch, budget: int) -> None:
-        queue = list(self.running)
-        while queue and budget > 0:
-            seq = queue.pop(0)
+        for seq in list(self.running):
+            if budget <= 0:
+                break
             if seq.status is not SequenceStatus.RUNNING:
                 continue  # preempted earlier in this loop
-            while not self.block_manager.can_append(seq):
+            while not self.kv_cache_manager.can_append(seq):
                 victim = self.running[-1]  # the newest running sequence gives way
                 self.preempt(victim)
                 batch.preempted.append(victim)
@@ -94,23 +126,59 @@ class Scheduler:
                     break
             if seq.status is not SequenceStatus.RUNNING:
                 continue
-            batch.copies += self.block_manager.append_slot(seq)
-            num_new = min(seq.num_uncomputed_tokens, budget)
-            batch.seqs.append(seq)
-            batch.query_lens.append(num_new)
-            budget -= num_new
+            batch.copies += self.kv_cache_manager.append_slot(seq)
+            batch.add(seq, min(seq.num_uncomputed_tokens, budget))
+            budget -= batch.query_lens[-1]
 
     def _schedule_waiting(self, batch: ScheduledBatch, budget: int) -> None:
-        while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
+        while self.waiting and budget > 0:
             seq = self.waiting[0]
-            if seq in batch.preempted or not self.block_manager.can_allocate(seq):
+            if self.num_reserved_seqs + 1 + seq.num_pending_forks > self.max_num_seqs:
+                break
+            if seq in batch.preempted or not self.kv_cache_manager.can_allocate(seq):
                 break  # first come, first served: nobody overtakes the head of the queue
             self.waiting.popleft()
-            self.block_manager.allocate(seq)
-            self.block_manager.events.record(EventKind.ADMIT, seq.seq_id,
-                                             detail=f"{seq.num_cached_tokens} tokens from the prefix cache")
-            self.add_running(seq)
-            num_new = min(seq.num_uncomputed_tokens, budget)
-            batch.seqs.append(seq)
-            batch.query_lens.append(num_new)
-            budget -= num_new
+            self.kv_cache_manager.allocate(seq)
+            self.events.record(EventKind.ADMIT, seq.seq_id,
+                               detail=f"{seq.num_cached_tokens} tokens from the prefix cache")
+            self._run(seq)
+            batch.add(seq, min(seq.num_uncomputed_tokens, budget))
+            budget -= batch.query_lens[-1]
+
+    # ---- after the forward pass ------------------------------------------------------------------
+
+    def update(self, batch: ScheduledBatch, sampled: list[list[int]]) -> list[Sequence]:
+        """Bookkeeping after the pass; ``sampled`` holds one token per ``batch.sampled_seqs`` entry
+        (``1 + num_pending_forks`` tokens where samples split). Returns every sequence that got a token."""
+        sampled_seqs = batch.sampled_seqs
+        if len(sampled) != len(sampled_seqs):
+            raise ValueError(f"{len(sampled)} sampled token lists for {len(sampled_seqs)} sampled sequences")
+        for seq, n in zip(batch.seqs, batch.query_lens):
+            seq.num_computed_tokens += n
+            self.kv_cache_manager.cache_full_blocks(seq)
+        grown = []
+        for seq, tokens in zip(sampled_seqs, sampled):
+            if len(tokens) != 1 + seq.num_pending_forks:
+                raise ValueError(f"sequence {seq.seq_id} needs {1 + seq.num_pending_forks} tokens, got {len(tokens)}")
+            family = [seq, *self._fork(seq, len(tokens) - 1)]
+            for member, token in zip(family, tokens):
+                self._append_token(member, token)
+            grown += family
+        return grown
+
+    def _fork(self, parent: Sequence, num_children: int) -> list[Sequence]:
+        """Parallel sampling: after the prompt, children share the parent's blocks (lesson 12)."""
+        children = []
+        for _ in range(num_children):
+            child = parent.fork(self.next_seq_id(), list(parent.token_ids))
+            self.kv_cache_manager.fork(parent, child)
+            self._run(child)
+            children.append(child)
+        return children
+
+    def _append_token(self, seq: Sequence, token: int) -> None:
+        seq.token_ids.append(token)
+        if seq.params.stop_on_eos and token in self.eos_token_ids:
+            self.finish(seq, FinishReason.STOP)
+        elif seq.num_completion_tokens >= seq.params.max_new_tokens or seq.num_tokens >= self.max_model_len:
+            self.finish(seq, FinishReason.LENGTH)

@@ -1,14 +1,20 @@
 """A sequence and its block table: logical blocks mapped to physical ones (lessons 10-11).
 
 The sequence owns its token ids and its ``block_table`` (physical block ids, one per logical
-block of ``block_size`` tokens). ``num_computed_tokens`` counts the tokens whose K/V already
-sit in the pool; the next forward pass computes the tokens after them.
+block of ``block_size`` tokens). Two counts, used with one meaning throughout the engine:
+``num_computed_tokens`` is how many leading tokens have their K/V in the pool now (the next
+forward pass computes the tokens after them); ``num_cached_tokens`` is how many of those were
+found in the prefix cache at admission instead of being computed.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
+
+import torch
+
+from kvcourse.kernels.engine.sampling import SamplingParams
 
 
 class SequenceStatus(Enum):
@@ -19,6 +25,14 @@ class SequenceStatus(Enum):
     FINISHED = "finished"
 
 
+class FinishReason(Enum):
+    """Why a sequence stopped: its stop token, its length budget, or an abort (lesson 08)."""
+
+    STOP = "stop"
+    LENGTH = "length"
+    ABORT = "abort"
+
+
 @dataclass(eq=False)
 class Sequence:
     """One token stream with its block table (lesson 10)."""
@@ -27,11 +41,15 @@ class Sequence:
     token_ids: list[int]
     num_prompt_tokens: int
     block_size: int
+    params: SamplingParams = field(default_factory=SamplingParams)
+    request_id: int | None = None
+    generator: torch.Generator | None = None  # shared by the samples of one request
     block_table: list[int] = field(default_factory=list)
     num_computed_tokens: int = 0
-    num_cached_tokens: int = 0  # how many of the computed tokens came from the prefix cache
+    num_cached_tokens: int = 0
     block_hashes: list[bytes] = field(default_factory=list)  # one per full, computed block
     status: SequenceStatus = SequenceStatus.WAITING
+    finish_reason: FinishReason | None = None
     cumulative_logprob: float = 0.0  # beam search ranks sequences by this
 
     @property
@@ -56,8 +74,9 @@ class Sequence:
         return self.num_tokens - self.num_computed_tokens
 
     @property
-    def last_block_num_tokens(self) -> int:
-        return self.num_tokens - (self.num_blocks - 1) * self.block_size
+    def num_pending_forks(self) -> int:
+        """Samples still to split off this sequence: n - 1 until its first token, then 0 (lesson 12)."""
+        return self.params.n - 1 if self.num_completion_tokens == 0 else 0
 
     def block_tokens(self, index: int) -> list[int]:
         """The token ids held by logical block ``index``."""
@@ -66,3 +85,8 @@ class Sequence:
     def slot(self, position: int) -> int:
         """The pool slot (physical block * block_size + offset) that holds token ``position``."""
         return self.block_table[position // self.block_size] * self.block_size + position % self.block_size
+
+    def fork(self, seq_id: int, token_ids: list[int]) -> Sequence:
+        """A sibling with the same prompt, params and request; it gets blocks from the manager's fork."""
+        return Sequence(seq_id, token_ids, self.num_prompt_tokens, self.block_size, self.params,
+                        self.request_id, self.generator)

@@ -27,7 +27,7 @@ class SlidingWindowBackend(_SequenceBackend):
         self.num_tokens = 0  # tokens absorbed so far, the next token's position
 
     @property
-    def num_cached_tokens(self) -> int:
+    def num_computed_tokens(self) -> int:
         return self.num_tokens
 
     @property

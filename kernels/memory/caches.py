@@ -23,9 +23,9 @@ class _SequenceBackend:
         return self.stats.num_score_cells
 
     def begin_step(self, meta: StepMetadata) -> None:
-        if meta.start_pos != self.num_cached_tokens:
+        if meta.start_pos != self.num_computed_tokens:
             raise ValueError(f"this step starts at position {meta.start_pos}, but the backend expects "
-                             f"{self.num_cached_tokens} (tokens must be fed in order, each once)")
+                             f"{self.num_computed_tokens} (tokens must be fed in order, each once)")
         self.meta = meta
 
     def end_step(self) -> None:
@@ -53,7 +53,7 @@ class NoCacheBackend(_SequenceBackend):
         self.seq_lens = seq_lens
 
     @property
-    def num_cached_tokens(self) -> int:
+    def num_computed_tokens(self) -> int:
         return 0
 
     @property
@@ -87,7 +87,7 @@ class _GrowingCache(_SequenceBackend):
         return self._stores()[0][0].shape[1]
 
     @property
-    def num_cached_tokens(self) -> int:
+    def num_computed_tokens(self) -> int:
         return self.num_tokens
 
     def _grow(self, needed: int) -> None:

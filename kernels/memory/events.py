@@ -2,14 +2,17 @@
 
 Every bookkeeping decision the engine takes (a block allocated, shared, copied, evicted, a
 sequence preempted) is recorded as one ``Event`` with the step it happened in. A simulator can
-replay a real run from this list instead of inventing its own trace.
+replay a real run from this list instead of inventing its own trace. The log is bounded: it
+keeps the last ``max_events`` events (0 keeps none) and counts every event ever recorded.
 """
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from enum import Enum
+
+DEFAULT_MAX_EVENTS = 100_000
 
 
 class EventKind(Enum):
@@ -41,20 +44,29 @@ class Event:
 
 @dataclass
 class EventLog:
-    """An append-only list of events; ``step`` is the engine step events are stamped with."""
+    """The last ``max_events`` events and a count of every kind; ``step`` stamps new events."""
 
+    max_events: int = DEFAULT_MAX_EVENTS
     step: int = 0
-    events: list[Event] = field(default_factory=list)
+    events: deque[Event] = field(init=False)
+    _counts: Counter[str] = field(init=False, default_factory=Counter)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.max_events, bool) or not isinstance(self.max_events, int) or self.max_events < 0:
+            raise ValueError(f"max_events must be an integer >= 0, got {self.max_events!r}")
+        self.events = deque(maxlen=self.max_events)
 
     def record(self, kind: EventKind, seq_id: int | None = None, block_id: int | None = None,
                detail: str = "") -> None:
-        """Append one event stamped with the current step."""
-        self.events.append(Event(self.step, kind, seq_id, block_id, detail))
+        """Count one event and keep it, stamped with the current step (the oldest falls off when full)."""
+        self._counts[kind.value] += 1
+        if self.max_events:
+            self.events.append(Event(self.step, kind, seq_id, block_id, detail))
 
     def of_kind(self, kind: EventKind) -> list[Event]:
-        """The events of one kind, in order."""
+        """The kept events of one kind, in order."""
         return [e for e in self.events if e.kind == kind]
 
     def counts(self) -> dict[str, int]:
-        """How many events of each kind were recorded."""
-        return dict(Counter(e.kind.value for e in self.events))
+        """How many events of each kind were recorded, kept or not."""
+        return dict(self._counts)

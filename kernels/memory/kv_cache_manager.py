@@ -1,18 +1,18 @@
-"""Block tables on demand: allocate, append, fork, copy on write, free (lessons 10-13).
+"""Block tables on demand: allocate, append, fork, copy on write, free, prefix hits (lessons 10-13).
 
-The ask/do pairs (``can_allocate``/``allocate``, ``can_append``/``append_slot``) let the
+The ask/do pairs (``can_allocate``/``allocate``, ``can_append``/``append_slots``) let the
 scheduler check memory before it commits to a decision. Reference counts always equal the
-number of block tables that hold a block; the prefix cache holds none of its own.
+number of block tables that hold a block; the block pool keeps every unreferenced block, cached
+or not, in its one free queue.
 """
 
 from __future__ import annotations
 
 from typing import Protocol
 
-from kvcourse.kernels.memory.block_allocator import BlockAllocator
+from kvcourse.kernels.memory.block_pool import BlockPool, block_hash
 from kvcourse.kernels.memory.events import EventKind, EventLog
 from kvcourse.kernels.memory.kv_pool import BlockCopy
-from kvcourse.kernels.memory.prefix_cache import PrefixCache, block_hash
 
 
 class Sequence(Protocol):
@@ -33,43 +33,44 @@ class Sequence(Protocol):
     def block_tokens(self, index: int) -> list[int]: ...
 
 
-class BlockManager:
+class KVCacheManager:
     """Maps sequences to physical blocks, with sharing and prefix caching (lessons 10-13)."""
 
     def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = False,
                  events: EventLog | None = None) -> None:
-        if block_size < 1:
-            raise ValueError(f"block_size must be >= 1, got {block_size}")
+        if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+            raise ValueError(f"block_size must be a positive integer, got {block_size!r}")
         self.block_size = block_size
+        self.enable_prefix_caching = enable_prefix_caching
         self.events = events if events is not None else EventLog()
-        self.prefix_cache = PrefixCache() if enable_prefix_caching else None
-        self.allocator = BlockAllocator(num_blocks, self.prefix_cache, self.events)
+        self.block_pool = BlockPool(num_blocks, self.events)
+        self.num_prefix_queries = 0  # full prompt blocks looked up, for the hit rate of lesson 13
+        self.num_prefix_hits = 0
 
     @property
     def num_blocks(self) -> int:
-        return self.allocator.num_blocks
+        return self.block_pool.num_blocks
 
     @property
     def num_free_blocks(self) -> int:
-        return self.allocator.num_free_blocks
+        return self.block_pool.num_free_blocks
 
     @property
     def num_used_blocks(self) -> int:
-        return self.allocator.num_used_blocks
+        return self.block_pool.num_used_blocks
 
     def _prefix_hits(self, seq: Sequence) -> list[tuple[int, bytes]]:
         """Cached (block, hash) pairs for the longest cached prefix of ``seq``."""
-        if self.prefix_cache is None:
+        if not self.enable_prefix_caching:
             return []
         # Only blocks that end before the last token may hit: the last token must be computed
         # to produce logits, and its block must be the sequence's own to write into.
-        num_candidates = (seq.num_tokens - 1) // self.block_size
         hits: list[tuple[int, bytes]] = []
         parent = None
-        for i in range(num_candidates):
+        for i in range((seq.num_tokens - 1) // self.block_size):
             tokens = seq.block_tokens(i)
             h = block_hash(parent, tokens)
-            block_id = self.prefix_cache.lookup(h, tokens)
+            block_id = self.block_pool.lookup(h, tokens)
             if block_id is None:
                 break
             hits.append((block_id, h))
@@ -77,13 +78,13 @@ class BlockManager:
         return hits
 
     def num_blocks_to_allocate(self, seq: Sequence) -> int:
-        """Free blocks that admitting ``seq`` would consume (hits on parked blocks count)."""
+        """Free blocks that admitting ``seq`` would take (a hit on a block in the free queue counts)."""
         hits = self._prefix_hits(seq)
-        num_parked_hits = sum(1 for block_id, _ in hits if self.allocator.ref_counts[block_id] == 0)
-        return seq.num_blocks - len(hits) + num_parked_hits
+        num_free_hits = sum(1 for block_id, _ in hits if self.block_pool.ref_counts[block_id] == 0)
+        return seq.num_blocks - len(hits) + num_free_hits
 
     def can_allocate(self, seq: Sequence) -> bool:
-        return self.allocator.can_allocate(self.num_blocks_to_allocate(seq))
+        return self.block_pool.can_allocate(self.num_blocks_to_allocate(seq))
 
     def allocate(self, seq: Sequence) -> None:
         """Give a new sequence blocks for all its tokens, reusing cached prefix blocks."""
@@ -91,15 +92,16 @@ class BlockManager:
             raise ValueError(f"sequence {seq.seq_id} already has blocks")
         hits = self._prefix_hits(seq)
         for block_id, h in hits:
-            self.allocator.hold(block_id)  # hold hits first so allocating cannot evict them
+            self.block_pool.hold(block_id)  # hold hits first so allocating cannot evict them
             seq.block_table.append(block_id)
             seq.block_hashes.append(h)
             self.events.record(EventKind.PREFIX_HIT, seq.seq_id, block_id)
-        if self.prefix_cache is not None:
-            self.prefix_cache.record_query((seq.num_tokens - 1) // self.block_size, len(hits))
+        if self.enable_prefix_caching:
+            self.num_prefix_queries += (seq.num_tokens - 1) // self.block_size
+            self.num_prefix_hits += len(hits)
         seq.num_computed_tokens = seq.num_cached_tokens = len(hits) * self.block_size
         while len(seq.block_table) < seq.num_blocks:
-            seq.block_table.append(self.allocator.allocate(seq.seq_id))
+            seq.block_table.append(self.block_pool.allocate(seq.seq_id))
 
     def _first_write_block(self, seq: Sequence) -> int:
         return seq.num_computed_tokens // self.block_size
@@ -107,25 +109,25 @@ class BlockManager:
     def num_blocks_to_append(self, seq: Sequence) -> int:
         """Free blocks needed before the uncomputed tokens can be written (new + copy on write)."""
         first = self._first_write_block(seq)
-        shared = sum(1 for b in seq.block_table[first:] if self.allocator.ref_counts[b] > 1)
+        shared = sum(1 for b in seq.block_table[first:] if self.block_pool.ref_counts[b] > 1)
         return seq.num_blocks - len(seq.block_table) + shared
 
     def can_append(self, seq: Sequence) -> bool:
-        return self.allocator.can_allocate(self.num_blocks_to_append(seq))
+        return self.block_pool.can_allocate(self.num_blocks_to_append(seq))
 
     def append_slot(self, seq: Sequence) -> list[BlockCopy]:
-        """Make every block that this step writes exist and be the sequence's own."""
+        """Make every block that this step writes exist and be the sequence's own (lesson 12)."""
         copies = []
         for i in range(self._first_write_block(seq), len(seq.block_table)):
             old = seq.block_table[i]
-            if self.allocator.ref_counts[old] > 1:
-                new = self.allocator.allocate(seq.seq_id)
-                self.allocator.release(old, seq.seq_id)
+            if self.block_pool.ref_counts[old] > 1:  # shared: copy on write
+                new = self.block_pool.allocate(seq.seq_id)
+                self.block_pool.release(old, seq.seq_id)
                 seq.block_table[i] = new
                 copies.append(BlockCopy(old, new))
                 self.events.record(EventKind.COPY_ON_WRITE, seq.seq_id, new, f"from block {old}")
         while len(seq.block_table) < seq.num_blocks:
-            seq.block_table.append(self.allocator.allocate(seq.seq_id))
+            seq.block_table.append(self.block_pool.allocate(seq.seq_id))
         return copies
 
     def fork(self, parent: Sequence, child: Sequence) -> None:
@@ -133,7 +135,7 @@ class BlockManager:
         if child.block_table:
             raise ValueError(f"sequence {child.seq_id} already has blocks")
         for block_id in parent.block_table:
-            self.allocator.hold(block_id)
+            self.block_pool.hold(block_id)
             self.events.record(EventKind.FORK, child.seq_id, block_id, f"from sequence {parent.seq_id}")
         child.block_table = list(parent.block_table)
         child.block_hashes = list(parent.block_hashes)
@@ -143,20 +145,20 @@ class BlockManager:
     def free(self, seq: Sequence) -> None:
         """Drop the sequence's holds; the tail goes first so eviction takes tails before heads."""
         for block_id in reversed(seq.block_table):
-            self.allocator.release(block_id, seq.seq_id)
+            self.block_pool.release(block_id, seq.seq_id)
         seq.block_table = []
         seq.block_hashes = []
         seq.num_computed_tokens = 0
         seq.num_cached_tokens = 0
 
-    def cache_computed_blocks(self, seq: Sequence) -> None:
+    def cache_full_blocks(self, seq: Sequence) -> None:
         """Register each newly full, computed block in the prefix cache (lesson 13)."""
-        if self.prefix_cache is None:
+        if not self.enable_prefix_caching:
             return
         for i in range(len(seq.block_hashes), seq.num_computed_tokens // self.block_size):
             parent = seq.block_hashes[-1] if seq.block_hashes else None
             tokens = seq.block_tokens(i)
             h = block_hash(parent, tokens)
             seq.block_hashes.append(h)
-            if self.prefix_cache.insert(seq.block_table[i], h, tokens):
+            if self.block_pool.cache_block(seq.block_table[i], h, tokens):
                 self.events.record(EventKind.CACHE_INSERT, seq.seq_id, seq.block_table[i])

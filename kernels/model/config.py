@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -44,6 +44,8 @@ class ModelConfig:
     tie_word_embeddings: bool = False
     attention_bias: bool = False
     attention_out_bias: bool = False
+    # The tokens that end an answer; not part of the shape, so equal shapes compare equal.
+    eos_token_ids: tuple[int, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads",
@@ -67,6 +69,9 @@ class ModelConfig:
         for name in ("tie_word_embeddings", "attention_bias", "attention_out_bias"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
+        if not isinstance(self.eos_token_ids, tuple) or not all(
+                isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in self.eos_token_ids):
+            raise ValueError(f"eos_token_ids must be a tuple of token ids, got {self.eos_token_ids!r}")
 
     @property
     def num_queries_per_kv(self) -> int:
@@ -103,6 +108,8 @@ class ModelConfig:
         head_dim = getattr(hf_config, "head_dim", None)
         llama_bias = bool(getattr(hf_config, "attention_bias", False))
         qkv_bias = True if model_type == "qwen2" else llama_bias
+        eos = getattr(hf_config, "eos_token_id", None)
+        eos_ids = () if eos is None else (int(eos),) if isinstance(eos, int) else tuple(int(t) for t in eos)
         return cls(
             vocab_size=hf_config.vocab_size,
             hidden_size=hf_config.hidden_size,
@@ -117,4 +124,5 @@ class ModelConfig:
             tie_word_embeddings=bool(getattr(hf_config, "tie_word_embeddings", False)),
             attention_bias=qkv_bias,
             attention_out_bias=llama_bias and model_type != "qwen2",
+            eos_token_ids=eos_ids,
         )

@@ -154,36 +154,7 @@ class Transformer(nn.Module):
 
     @classmethod
     def from_hf(cls, hf_model: Any) -> Transformer:
-        """Copy the weights of a transformers Llama- or Qwen2-architecture model (same dtype and device)."""
-        config = ModelConfig.from_hf(hf_model.config)
-        state = hf_model.state_dict()
-        ref = state["model.embed_tokens.weight"]
-        with torch.device("meta"):
-            model = cls(config)
-        model = model.to_empty(device=ref.device).to(ref.dtype)
-        with torch.no_grad():
-            model.embed_tokens.weight.copy_(ref)
-            model.norm.weight.copy_(state["model.norm.weight"])
-            if not config.tie_word_embeddings:
-                model.lm_head.weight.copy_(state["lm_head.weight"])
-            for i, layer in enumerate(model.layers):
-                _copy_layer(layer, state, f"model.layers.{i}.", config)
-        if config.tie_word_embeddings:
-            model.lm_head.weight = model.embed_tokens.weight
-        return model.eval()
+        """A new Transformer with a copy of a transformers Llama/Qwen2 model's weights (see model.hf)."""
+        from kvcourse.kernels.model.hf import convert_hf_model
 
-
-def _copy_layer(layer: DecoderLayer, state: dict[str, torch.Tensor], prefix: str, config: ModelConfig) -> None:
-    attn = prefix + "self_attn."
-    layer.input_layernorm.weight.copy_(state[prefix + "input_layernorm.weight"])
-    layer.post_attention_layernorm.weight.copy_(state[prefix + "post_attention_layernorm.weight"])
-    layer.self_attn.qkv_proj.weight.copy_(
-        torch.cat([state[attn + f"{p}_proj.weight"] for p in "qkv"], dim=0))
-    if config.attention_bias:
-        layer.self_attn.qkv_proj.bias.copy_(torch.cat([state[attn + f"{p}_proj.bias"] for p in "qkv"], dim=0))
-    layer.self_attn.o_proj.weight.copy_(state[attn + "o_proj.weight"])
-    if config.attention_out_bias:
-        layer.self_attn.o_proj.bias.copy_(state[attn + "o_proj.bias"])
-    mlp = prefix + "mlp."
-    layer.mlp.gate_up_proj.weight.copy_(torch.cat([state[mlp + "gate_proj.weight"], state[mlp + "up_proj.weight"]]))
-    layer.mlp.down_proj.weight.copy_(state[mlp + "down_proj.weight"])
+        return convert_hf_model(hf_model)

@@ -1,0 +1,54 @@
+"""The serving engine's settings as one frozen, validated dataclass (lessons 08, 14)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvcourse.kernels.engine.threads import check_num_threads
+from kvcourse.kernels.memory.budget import MemoryBudget
+from kvcourse.kernels.memory.events import DEFAULT_MAX_EVENTS
+
+DEFAULT_NUM_BLOCKS = 512
+
+
+def _check_optional_positive(name: str, value: object) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Pool and batching limits; the pool is ``num_blocks`` or sized from ``memory_budget`` (lesson 08).
+
+    ``eos_token_id`` None means the model's own stop tokens (``model.config.eos_token_ids``).
+    ``num_threads`` is the CPU thread policy, applied once when the engine is made (None: leave
+    torch's setting). ``max_events`` bounds the event log (0 keeps none; counts are always kept).
+    """
+
+    block_size: int = 16
+    num_blocks: int | None = None
+    memory_budget: MemoryBudget | None = None
+    max_num_seqs: int = 64
+    max_num_batched_tokens: int = 2048  # the token budget of one step
+    max_model_len: int | None = None  # defaults to the model's max_position_embeddings
+    enable_prefix_caching: bool = False
+    use_triton: bool | None = None  # None: on CUDA yes, on the CPU the PyTorch path
+    eos_token_id: int | None = None
+    num_threads: int | None = None
+    max_events: int = DEFAULT_MAX_EVENTS
+
+    def __post_init__(self) -> None:
+        for name in ("block_size", "max_num_seqs", "max_num_batched_tokens"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.num_blocks is not None and self.memory_budget is not None:
+            raise ValueError("give num_blocks or memory_budget, not both")
+        _check_optional_positive("num_blocks", self.num_blocks)
+        _check_optional_positive("max_model_len", self.max_model_len)
+        if self.eos_token_id is not None and (isinstance(self.eos_token_id, bool)
+                                              or not isinstance(self.eos_token_id, int) or self.eos_token_id < 0):
+            raise ValueError(f"eos_token_id must be a token id or None, got {self.eos_token_id!r}")
+        check_num_threads(self.num_threads)
+        if isinstance(self.max_events, bool) or not isinstance(self.max_events, int) or self.max_events < 0:
+            raise ValueError(f"max_events must be an integer >= 0, got {self.max_events!r}")
