@@ -1,0 +1,74 @@
+"""Named regressions for issue 18's "no hidden state" items (lessons 08, 12, 14)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from factories import make_tiny_hf_llama, one_cpu_thread  # noqa: F401  (one thread for the tiny model)
+
+from kvcourse.kernels import EngineConfig, LLMEngine, SamplingParams, Transformer, generate
+from kvcourse.kernels.engine.threads import thread_policy
+from kvcourse.kernels.memory.events import EventKind, EventLog
+
+PROMPT = [5, 6, 7, 8, 9, 10]
+
+
+@pytest.fixture(scope="module")
+def model() -> Transformer:
+    return Transformer.from_hf(make_tiny_hf_llama())
+
+
+def test_engine_takes_the_models_eos_by_default(model):
+    assert model.config.eos_token_ids == (2,)
+    engine = LLMEngine(model, EngineConfig(block_size=4))
+    assert engine.eos_token_ids == {2}
+    assert LLMEngine(model, EngineConfig(block_size=4, eos_token_id=7)).eos_token_ids == {7}
+
+
+def test_forked_samples_respect_max_num_seqs(model):
+    engine = LLMEngine(model, EngineConfig(block_size=4, max_num_seqs=4))
+    for _ in range(3):
+        engine.add_request(PROMPT, SamplingParams(max_new_tokens=4, n=3))
+    while engine.has_unfinished_requests:
+        engine.step()
+        assert len(engine.scheduler.running) <= 4
+    refused = engine.requests[engine.add_request(PROMPT, SamplingParams(n=5))]
+    assert "max_num_seqs" in refused.refusal
+
+
+def test_generate_refuses_what_it_would_ignore(model):
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        generate(model, PROMPT, 3, sampling=SamplingParams(max_new_tokens=3))
+    with pytest.raises(ValueError, match="n = 2"):
+        generate(model, PROMPT, 3, sampling=SamplingParams(n=2))
+    with pytest.raises(ValueError, match="paged"):
+        generate(model, PROMPT, 3, cache="paged", attention="naive")
+
+
+def test_thread_policy_is_set_once_and_restored(model):
+    before = torch.get_num_threads()
+    with thread_policy(1):
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
+    generate(model, PROMPT, 2, num_threads=1)
+    assert torch.get_num_threads() == before
+
+
+def test_event_log_is_bounded_and_optional(model):
+    log = EventLog(max_events=3)
+    for _ in range(10):
+        log.record(EventKind.ALLOCATE)
+    assert len(log.events) == 3 and log.counts() == {"allocate": 10}
+    engine = LLMEngine(model, EngineConfig(block_size=4, max_events=0))
+    engine.generate([PROMPT], SamplingParams(max_new_tokens=3))
+    assert not engine.events.events and engine.events.counts()["allocate"] > 0
+
+
+def test_abort_frees_blocks_and_reports_the_reason(model):
+    engine = LLMEngine(model, EngineConfig(block_size=4))
+    rid = engine.add_request(PROMPT, SamplingParams(max_new_tokens=20, n=2))
+    engine.step()
+    engine.abort_request(rid)
+    out = engine.requests[rid].output()
+    assert out.finished and set(out.finish_reasons) == {"abort"}
+    assert engine.kv_cache_manager.num_free_blocks == engine.num_blocks
