@@ -1,65 +1,134 @@
-"""Throughput versus batch size on the same total work (lesson 14): memory buys throughput.
+"""Decode throughput versus batch size at realistic contexts, graded against the bare linears (lesson 14).
 
-64 requests of 4 prompt tokens and 6 new tokens each, served by LLMEngine with at most B
-sequences running at once, B = 1 ... 64. Same tokens every time; only the batch changes.
-Target: batch 32 >= 8x the tokens/s of batch 1. Measured in float32 and in bfloat16: in float32
-the batch-32 step is bound by the CPU's float32 matrix products, in bfloat16 less so.
-Run: python -m benchmarks.bench_batch_throughput
+For each batch size B, an LLMEngine holding at most B sequences takes B requests from one
+seeded workload (prompts of 128-384 tokens, answers of 64-256 tokens) and prefills them; then
+full-batch decode steps (every one of the B sequences adds a token, reading its whole context)
+are timed in interleaved rounds across all B, beside the engine's bare linears pushed with B
+rows (benchmarks/floor.py). Sequences never finish inside the timed steps, so the batch stays B.
+
+Memory buys throughput only as far as the CPU's matrix products do: 32 rows through a linear
+layer cost more than one row, by a factor that depends on the CPU. So batch scaling is graded
+against the same ratio for the bare linears, measured in the same run:
+    engine(B=32) tok/s / engine(B=1) tok/s  >=  0.85 x  linears(32 rows) rows/s / linears(1 row) rows/s
+(attention reads each sequence's own K/V, so some shortfall at long contexts is expected).
+Measured in float32 and in bfloat16 (bf16 graded only where the CPU computes it natively).
+Run: .venv/bin/python -m benchmarks.bench_batch_throughput [--rounds 5] [--steps 8] [--dtypes fp32 bf16]
+Writes benchmarks/results/batch_throughput.json.
 """
 
 from __future__ import annotations
 
+import argparse
+
 import torch
 
-from benchmarks.common import write_result
-from benchmarks.engine_setup import load_engine_model, random_prompts, timed
+from benchmarks.common import bf16_note, cpu_facts, interleaved, paired_ratio, summary, write_result
+from benchmarks.engine_setup import load_engine_model
+from benchmarks.floor import engine_linears, linears_seconds
+from benchmarks.workloads import Workload
 
-NUM_REQUESTS, PROMPT_LEN, NEW_TOKENS = 64, 4, 6
-BATCH_SIZES = [1, 2, 4, 8, 16, 32, 64]
+BATCH_SIZES = [1, 4, 8, 16, 32]
+TARGET_FRACTION_OF_LINEARS = 0.85
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
-def sweep(dtype: torch.dtype) -> dict:
+def prefilled_engine(model, workload: Workload, batch: int):
+    """An engine running ``batch`` requests of the workload, every prompt computed, each with its first token."""
     from kvcourse.kernels import EngineConfig, LLMEngine, SamplingParams
 
-    model, _, _ = load_engine_model(dtype)
-    prompts = random_prompts(NUM_REQUESTS, PROMPT_LEN, PROMPT_LEN, seed=1)
-    params = SamplingParams(max_new_tokens=NEW_TOKENS, stop_on_eos=False)
-
-    def serve(batch: int):
-        engine = LLMEngine(model, EngineConfig(max_num_seqs=batch, num_blocks=256))
-        outs = engine.generate(prompts, params)
-        return outs, engine.num_steps
-
-    LLMEngine(model, EngineConfig()).generate(prompts[:4], params)  # warm-up
-    rows, reference = {}, None
-    # the two sizes in the target are measured twice, in opposite order, and the faster run kept
-    order = BATCH_SIZES + [32, 1]
-    for batch in order:
-        (outs, steps), seconds = timed(lambda b=batch: serve(b))
-        tokens = [o.tokens for o in outs]
-        reference = reference or tokens
-        same = sum(a == b for a, b in zip(tokens, reference))
-        # float32 must not depend on the batch; bfloat16 rounds differently in different matmul
-        # shapes, so a few requests may take another greedy path: count them, don't hide them.
-        assert dtype != torch.float32 or same == len(tokens), "float32 greedy tokens changed with the batch"
-        best = min(seconds, rows.get(batch, {}).get("seconds", float("inf")))
-        rows[batch] = {"batch": batch, "seconds": best, "steps": steps, "requests_same_as_first_batch": same,
-                       "tokens_per_second": NUM_REQUESTS * NEW_TOKENS / best}
-        print(f"{str(dtype).removeprefix('torch.'):>8} batch {batch:3d}: {steps:4d} steps {seconds:7.2f} s  {NUM_REQUESTS * NEW_TOKENS / seconds:8.1f} tok/s",
-              flush=True)
-    speedup = rows[32]["tokens_per_second"] / rows[1]["tokens_per_second"]
-    return {"rows": [rows[b] for b in BATCH_SIZES], "batch32_over_batch1": speedup, "meets_target": speedup >= 8.0}
+    block_size = 16
+    longest = max(len(p) + n for p, n in zip(workload.prompts, workload.answer_lens))
+    num_blocks = batch * (-(-longest // block_size)) + 1
+    engine = LLMEngine(model, EngineConfig(max_num_seqs=batch, num_blocks=num_blocks, block_size=block_size))
+    for prompt, answer in zip(workload.prompts[:batch], workload.answer_lens[:batch]):
+        engine.add_request(prompt, SamplingParams(max_new_tokens=answer, stop_on_eos=False))
+    while engine.scheduler.waiting or any(s.num_completion_tokens == 0 for s in engine.scheduler.running):
+        engine.step()
+    return engine
 
 
-def main() -> None:
-    results = {str(dtype).removeprefix("torch."): sweep(dtype) for dtype in (torch.float32, torch.bfloat16)}
-    payload = {"workload": {"requests": NUM_REQUESTS, "prompt_tokens": PROMPT_LEN, "new_tokens": NEW_TOKENS},
-               "target": 8.0, **results}
-    path = write_result("batch_throughput", payload)
-    for name, r in results.items():
-        verdict = "met" if r["meets_target"] else "NOT met"
-        print(f"{name}: batch 32 / batch 1 = {r['batch32_over_batch1']:.1f}x (target >= 8x: {verdict})")
-    print(f"written to {path}")
+def decode_steps(engine, batch: int, steps: int) -> float:
+    """Seconds for ``steps`` engine steps, each of which must decode all ``batch`` sequences."""
+    import time
+
+    start = time.perf_counter()
+    for _ in range(steps):
+        engine.step()
+    seconds = time.perf_counter() - start
+    running = engine.scheduler.running
+    if len(running) != batch or engine.scheduler.waiting:
+        raise RuntimeError(f"the batch shrank below {batch} during the timed steps: raise the answer lengths")
+    return seconds
+
+
+def sweep(model, workload: Workload, batch_sizes: list[int], rounds: int, steps: int) -> dict:
+    """Engine decode steps and bare linears for every batch size, interleaved; the ratios to batch 1."""
+    engines = {b: prefilled_engine(model, workload, b) for b in batch_sizes}
+    linears = engine_linears(model)
+    measures = {}
+    for b in batch_sizes:
+        measures[f"engine_b{b}"] = lambda b=b: decode_steps(engines[b], b, steps) / steps  # seconds per step
+        measures[f"linears_b{b}"] = lambda b=b: linears_seconds(linears, rows=b)
+    samples = interleaved(measures, rounds, log=None)
+    first = batch_sizes[0]
+    rows = []
+    for b in batch_sizes:
+        eng, lin = samples[f"engine_b{b}"], samples[f"linears_b{b}"]
+        # throughput ratio to the first batch size: b rows per step vs first rows per step, per round
+        eng_scale = paired_ratio([x * b / first for x in samples[f"engine_b{first}"]], eng)
+        lin_scale = paired_ratio([x * b / first for x in samples[f"linears_b{first}"]], lin)
+        contexts = [s.num_tokens for s in engines[b].scheduler.running]
+        rows.append({
+            "batch": b, "context_tokens_at_end": [min(contexts), max(contexts)],
+            "engine_ms_per_step": summary(eng, 1e3), "linears_ms_per_pass": summary(lin, 1e3),
+            "engine_tokens_per_second": b / summary(eng)["median"],
+            "linears_rows_per_second": b / summary(lin)["median"],
+            "engine_over_linears_time": paired_ratio(eng, lin),
+            "engine_speedup_vs_batch1": eng_scale, "linears_speedup_vs_batch1": lin_scale,
+        })
+        print(f"  batch {b:3d}: engine {rows[-1]['engine_ms_per_step']['median']:7.1f} ms/step "
+              f"({rows[-1]['engine_tokens_per_second']:7.1f} tok/s, x{eng_scale['ratio_of_medians']:5.2f}), "
+              f"linears {rows[-1]['linears_ms_per_pass']['median']:7.1f} ms "
+              f"(x{lin_scale['ratio_of_medians']:5.2f}); contexts {contexts and min(contexts)}-"
+              f"{contexts and max(contexts)}", flush=True)
+    last = rows[-1]
+    engine_scale = last["engine_speedup_vs_batch1"]["ratio_of_medians"]
+    linears_scale = last["linears_speedup_vs_batch1"]["ratio_of_medians"]
+    return {"rows": rows, "largest_batch": last["batch"], "engine_scaling": engine_scale,
+            "linears_scaling": linears_scale, "engine_scaling_over_linears_scaling": engine_scale / linears_scale,
+            "meets_target": engine_scale >= TARGET_FRACTION_OF_LINEARS * linears_scale}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=8, help="decode steps per timed sample")
+    parser.add_argument("--batch-sizes", type=int, nargs="*", default=BATCH_SIZES)
+    parser.add_argument("--dtypes", nargs="*", choices=list(DTYPES), default=list(DTYPES))
+    args = parser.parse_args(argv)
+    if (args.rounds + 1) * args.steps >= 64:
+        parser.error("(rounds + 1) * steps must stay below 64, the shortest answer, so the batch stays full")
+    workload = Workload.make(max(args.batch_sizes), seed=1)
+    facts = cpu_facts()
+    result: dict = {"workload": workload.describe(), "batch_sizes": args.batch_sizes, "rounds": args.rounds,
+                    "steps_per_sample": args.steps, "target": f"engine scaling >= {TARGET_FRACTION_OF_LINEARS} x "
+                    f"linears scaling at batch {max(args.batch_sizes)}", "bf16_note": bf16_note(facts["bf16_native"])}
+    for name in args.dtypes:
+        model, _, _ = load_engine_model(DTYPES[name])
+        print(f"{name}:", flush=True)
+        result[name] = sweep(model, workload, sorted(args.batch_sizes), args.rounds, args.steps)
+        if name == "bf16" and not facts["bf16_native"]:
+            result[name]["meets_target"] = None  # emulated bf16: reported, not graded
+        del model
+    path = write_result("batch_throughput", result)
+    for name in args.dtypes:
+        r = result[name]
+        verdict = {True: "met", False: "NOT met", None: "not graded: bf16 emulated"}[r["meets_target"]]
+        print(f"{name}: batch {r['largest_batch']} / batch 1 = {r['engine_scaling']:.2f}x for the engine, "
+              f"{r['linears_scaling']:.2f}x for the bare linears ({r['engine_scaling_over_linears_scaling']:.0%}; "
+              f"target >= {TARGET_FRACTION_OF_LINEARS:.0%}: {verdict})")
+    print(f"{result['bf16_note']}\nwritten to {path}")
+    return result
 
 
 if __name__ == "__main__":

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import random
 import time
 
@@ -18,7 +17,7 @@ def load_engine_model(dtype: torch.dtype = torch.float32):
     oversubscribed CPU every two-thread matrix product waits for a descheduled thread, and
     the figures measure the queue, not the engine). The count used is written in each JSON.
     """
-    set_threads(int(os.environ.get("KVCOURSE_BENCH_THREADS", "2")))
+    set_threads()
     from kvcourse.kernels.engine.generate import as_transformer
     from kvcourse.models import load_model
 
