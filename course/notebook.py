@@ -227,7 +227,9 @@ def _reveal_number(guess: Any, measured: float, unit: str) -> str:
         return f"Measured: {shown}. (You made no guess for this one.)"
     if guess > 0 and measured > 0:
         ratio = measured / guess
-        if math.isclose(ratio, 1.0, rel_tol=0.05):
+        if ratio == 1.0:
+            how = "exactly your guess"
+        elif math.isclose(ratio, 1.0, rel_tol=0.05):
             how = "within 5 %: well predicted"
         elif ratio > 1:
             how = f"{ratio:.3g}x your guess"

@@ -99,6 +99,8 @@ def test_reveal_says_when_a_guess_is_close_or_too_large(capsys):
     predict("t.close", "?", unit="s", read=_answers("1.0"))
     reveal("t.close", 1.02)
     assert "well predicted" in capsys.readouterr().out
+    reveal("t.close", 1.0)
+    assert "exactly your guess" in capsys.readouterr().out
     predict("t.big", "?", unit="x", read=_answers("10"))
     reveal("t.big", 2.0)
     assert "5x smaller than your guess" in capsys.readouterr().out
