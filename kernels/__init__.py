@@ -8,6 +8,7 @@ replaced. Imports run one way: engine -> memory -> attention -> model.
 
 from kvcourse.kernels import costs
 from kvcourse.kernels.attention.backend import AttentionBackend, StepMetadata
+from kvcourse.kernels.attention.reference import AttentionStats, naive_attention, tiled_attention
 from kvcourse.kernels.engine import paged_generate  # noqa: F401  (registers generate(cache="paged"))
 from kvcourse.kernels.engine.generate import (
     CACHE_BACKENDS,
@@ -19,6 +20,8 @@ from kvcourse.kernels.engine.generate import (
 )
 from kvcourse.kernels.engine.llm_engine import EngineConfig, LLMEngine
 from kvcourse.kernels.engine.sampling import SamplingParams, sample
+from kvcourse.kernels.memory.budget import MemoryBudget, num_blocks_for_budget
+from kvcourse.kernels.memory.events import EventKind
 from kvcourse.kernels.model.config import ModelConfig
 from kvcourse.kernels.model.config_table import EXAMPLE_13B, MODEL_CONFIGS, get_model_config
 from kvcourse.kernels.model.transformer import Transformer
@@ -28,9 +31,12 @@ __all__ = [
     "EXAMPLE_13B",
     "MODEL_CONFIGS",
     "AttentionBackend",
+    "AttentionStats",
     "EngineConfig",
+    "EventKind",
     "GenerationResult",
     "LLMEngine",
+    "MemoryBudget",
     "ModelConfig",
     "Phase",
     "SamplingParams",
@@ -40,6 +46,9 @@ __all__ = [
     "costs",
     "generate",
     "get_model_config",
+    "naive_attention",
+    "num_blocks_for_budget",
     "register_cache",
     "sample",
+    "tiled_attention",
 ]

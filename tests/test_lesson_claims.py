@@ -13,7 +13,7 @@ import torch
 from factories import make_tiny_hf_llama
 
 from kvcourse.kernels import MODEL_CONFIGS, Transformer, costs, generate
-from kvcourse.kernels.attention.reference import AttentionStats, naive_attention, tiled_attention
+from kvcourse.kernels import AttentionStats, naive_attention, tiled_attention
 from kvcourse.simulators.score_grid import ScoreGrid, ScoreGridConfig
 from kvcourse.simulators.word_cost import WordCost, WordCostConfig
 
