@@ -71,6 +71,28 @@ def kv_cache_bytes(config: Any, num_tokens: int, num_users: int = 1, bytes_per_v
     return kv_bytes_per_token(config, bytes_per_value) * tokens * users
 
 
+def kv_crossover_tokens(config: Any, num_users: int = 1, bytes_per_value: int = 2,
+                        weight_bytes_per_value: int | None = None) -> int:
+    """Tokens per user at which num_users' KV cache first holds as many bytes as the weights (lesson 07).
+
+    ``weight_bytes_per_value`` None means the weights are stored like the cache, and then the
+    answer does not depend on the bytes per value: both sides scale with it.
+    """
+    users = _count("num_users", num_users)
+    weight_bpv = bytes_per_value if weight_bytes_per_value is None else weight_bytes_per_value
+    per_token_all_users = kv_bytes_per_token(config, bytes_per_value) * users
+    return -(-weight_bytes(config, weight_bpv) // per_token_all_users)  # ceiling division
+
+
+def kv_projection_flops_per_token(config: Any) -> int:
+    """FLOPs to compute one token's K and V in every layer: the k and v projections (lesson 07).
+
+    Part of ``matmul_flops_per_token``; this is the work a KV cache saves per token and per step.
+    """
+    kv_size = _attr(config, "num_kv_heads") * _attr(config, "head_dim")
+    return 2 * _attr(config, "num_layers") * _attr(config, "hidden_size") * 2 * kv_size
+
+
 def quantized_kv_bytes_per_token(config: Any, bytes_per_value: int = 1, scale_bytes: int = 4) -> int:
     """An int8 KV cache with one scale per token, per KV head, for K and for V (lesson 16)."""
     bpv = _count("bytes_per_value", bytes_per_value)

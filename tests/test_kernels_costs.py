@@ -121,3 +121,27 @@ def test_tokens_processed_with_and_without_cache():
     assert costs.tokens_processed(3, 5, use_cache=False) == 25
     with pytest.raises(ValueError, match="num_new_tokens"):
         costs.tokens_processed(3, 0, use_cache=False)
+
+
+def test_kv_crossover_tokens_chapter_003_example():
+    weights = costs.weight_bytes(EXAMPLE_13B, 2)
+    one_user = costs.kv_crossover_tokens(EXAMPLE_13B)
+    assert one_user == math.ceil(weights / 819_200)
+    assert costs.kv_cache_bytes(EXAMPLE_13B, one_user) >= weights > costs.kv_cache_bytes(EXAMPLE_13B, one_user - 1)
+    thirty_two = costs.kv_crossover_tokens(EXAMPLE_13B, num_users=32)
+    assert costs.kv_cache_bytes(EXAMPLE_13B, thirty_two, 32) >= weights > costs.kv_cache_bytes(EXAMPLE_13B, thirty_two - 1, 32)
+    assert thirty_two < 4000 < one_user  # 32 users at 4,000 tokens outweigh the weights; one user does not
+    # Weights stored like the cache: the bytes per value cancel. An int8 cache under 16-bit weights doubles it.
+    assert costs.kv_crossover_tokens(EXAMPLE_13B, bytes_per_value=4) == one_user
+    assert costs.kv_crossover_tokens(EXAMPLE_13B, bytes_per_value=1, weight_bytes_per_value=2) == \
+        math.ceil(weights / 409_600)
+    with pytest.raises(ValueError):
+        costs.kv_crossover_tokens(EXAMPLE_13B, num_users=0)
+
+
+def test_kv_projection_flops_are_the_k_and_v_part_of_the_matmuls():
+    config = make_config(num_layers=3, hidden_size=16, num_heads=4, num_kv_heads=2, head_dim=4)
+    assert costs.kv_projection_flops_per_token(config) == 2 * 3 * 16 * (2 * 2 * 4)
+    mha = make_config(num_layers=3, hidden_size=16, num_heads=4, num_kv_heads=4, head_dim=4)
+    extra = costs.matmul_flops_per_token(mha, False) - costs.matmul_flops_per_token(config, False)
+    assert extra == costs.kv_projection_flops_per_token(mha) - costs.kv_projection_flops_per_token(config)
