@@ -72,6 +72,7 @@ def expect(condition: Any, sentence: str) -> None:
 _BYTE_UNITS = {"bytes": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12,
                "kib": 2**10, "mib": 2**20, "gib": 2**30}
 _TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
+_BARE_NUMBER = re.compile(r"\s*[-+]?(\d[\d,_]*(\.\d*)?|\.\d+)([eE][-+]?\d+)?\s*")
 
 
 def _dimension(unit: str) -> tuple[str, float]:
@@ -90,6 +91,8 @@ def _dimension(unit: str) -> tuple[str, float]:
 def parse_guess(text: str, unit: str) -> float:
     """A typed guess as a number in ``unit``; "3 GB" is accepted where the unit is MB."""
     dimension, factor = _dimension(unit)
+    if _BARE_NUMBER.fullmatch(text):
+        return parse_quantity(text.strip(), "count")  # a bare number is in the unit asked: "100" GB is 100 GB
     if dimension == "count":
         stripped = text.strip()
         suffix = unit.strip()

@@ -108,10 +108,15 @@ def plot_sweep(result: SweepResult, predictions: dict[str, list[float]] | None =
         if predictions and b.name in predictions:
             ax_time.plot(lengths, predictions[b.name], color=color, linestyle=":", linewidth=2,
                          label=f"predicted: {b.label.split(',')[-1].strip()}")
-    ax_time.set_xlabel("output length (new tokens generated)")
     ax_time.set_ylabel("time per generate() call (seconds)")
-    ax_time.set_title("Time per generate() call vs output length")
-    ax_time.set_xlim(left=0)
+    longest = lengths[-1]
+    slowest = result.timings[longest][HF_NO_CACHE].median if HF_NO_CACHE in result.timings[longest] else None
+    fastest = result.timings[longest][HF_CACHE].median if HF_CACHE in result.timings[longest] else None
+    if slowest and fastest:
+        ax_time.set_title(f"at {longest} tokens: {slowest:.1f} s without the cache, {fastest:.1f} s with it")
+    else:
+        ax_time.set_title("time per generate() call against output length")
+    _log2_lengths(ax_time, lengths)
     ax_time.set_ylim(bottom=0)
     ax_time.grid(alpha=0.3)
     handles, labels = ax_time.get_legend_handles_labels()
@@ -136,13 +141,22 @@ def _plot_speedup(ax, result: SweepResult, lengths: list[int]) -> None:
         ax.plot(lengths, [result.speedup(n, *pair) for n in lengths], color="tab:green", marker="^",
                 linestyle="--", label=f"course engine: none / {pair[1].removeprefix('engine-')}")
     ax.axhline(1.0, color="gray", linestyle=":", label="1x = the cache gains nothing")
-    ax.set_xlabel("output length (new tokens generated)")
     ax.set_ylabel("speedup (time without cache / time with cache)")
-    ax.set_title("Speedup from the KV cache vs output length")
-    ax.set_xlim(left=0)
+    trend = "grows" if speedups[-1] > speedups[0] else "does not grow"
+    ax.set_title(f"the cache's speedup {trend}: {speedups[0]:.1f}x at {lengths[0]} tokens, "
+                 f"{speedups[-1]:.1f}x at {lengths[-1]}")
+    _log2_lengths(ax, lengths)
     ax.set_ylim(bottom=0, top=max([*speedups, 1.0]) * 1.2)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="upper left")
+
+
+def _log2_lengths(ax, lengths: list[int]) -> None:
+    """Output lengths usually double from one point to the next: a log axis spaces them evenly."""
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(lengths, [str(n) for n in lengths])
+    ax.minorticks_off()
+    ax.set_xlabel("output length (new tokens generated, log scale)")
 
 
 def save_plot(result: SweepResult, path: str | Path, predictions: dict[str, list[float]] | None = None) -> Path:

@@ -65,6 +65,7 @@ def test_guess_is_saved_and_revealed_beside_the_measurement(tmp_path, capsys):
 
 def test_guess_in_another_unit_is_converted():
     assert parse_guess("3 GB", "MB") == pytest.approx(3000.0)
+    assert parse_guess("100", "GB") == 100.0 and parse_guess("2,350", "kB") == 2350.0  # bare: the unit asked
     assert parse_guess("500 ms", "s") == pytest.approx(0.5)
     assert parse_guess("4k", "tokens") == 4000.0
     assert parse_guess("0.3 GFLOP", "GFLOP") == pytest.approx(0.3)
