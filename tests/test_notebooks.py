@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -17,6 +19,7 @@ from kvcourse.syllabus import REPO_ROOT, load_syllabus
 LESSONS_DIR = REPO_ROOT / "lessons"
 NOTEBOOKS = sorted(LESSONS_DIR.glob("*.ipynb"))
 CELL_TIMEOUT_S = 300
+DTYPES = ("float32", "bfloat16")
 
 
 def _committed_notebooks() -> list[Path]:
@@ -29,28 +32,33 @@ def _committed_notebooks() -> list[Path]:
     return [REPO_ROOT / line for line in out.splitlines() if line and (REPO_ROOT / line).exists()]
 
 
-def _execute(nb: nbformat.NotebookNode, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> nbformat.NotebookNode:
+def _execute(nb: nbformat.NotebookNode, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+             dtype: str = "float32") -> nbformat.NotebookNode:
     # The kernel inherits this environment: no hub access. One compute thread unless told otherwise:
     # on a busy shared CPU, two OpenMP threads spin-waiting on each other ran these lessons 10-30x slower.
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")
     monkeypatch.setenv("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS", "1"))
     monkeypatch.setenv("KVCOURSE_PROGRESS", str(tmp_path / "progress"))  # never touch the learner's own file
+    monkeypatch.setenv("KVCOURSE_DTYPE", dtype)
+    monkeypatch.setenv("KVCOURSE_HEADLESS", "1")  # predict() asks nothing
+    monkeypatch.setenv("KVCOURSE_STRICT", "1")  # a false expect() fails the test with its sentence
     client = NotebookClient(nb, kernel_name="python3", timeout=CELL_TIMEOUT_S, allow_errors=False,
                             resources={"metadata": {"path": str(LESSONS_DIR)}})
     return client.execute()
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_notebook_runs_without_errors(path: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+def test_notebook_runs_without_errors(path: Path, dtype: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
                                       record_property) -> None:
     nb = nbformat.read(path, as_version=4)
     start = time.perf_counter()
-    _execute(nb, monkeypatch, tmp_path)  # raises CellExecutionError, naming the cell, on any error
+    _execute(nb, monkeypatch, tmp_path, dtype)  # raises CellExecutionError, naming the cell, on any error
     seconds = time.perf_counter() - start
     record_property("seconds", round(seconds, 1))
-    print(f"{path.name}: {seconds:.1f} s")
+    print(f"{path.name} ({dtype}): {seconds:.1f} s")
 
 
 @pytest.mark.slow
@@ -81,3 +89,45 @@ def test_every_lesson_notebook_is_in_the_syllabus() -> None:
     listed = {Path(lesson.notebook).name for lesson in load_syllabus()}
     stray = [p.name for p in NOTEBOOKS if p.name not in listed]
     assert not stray, f"notebooks missing from course/syllabus.toml: {stray}"
+
+
+def _code_sources(path: Path) -> list[str]:
+    return ["".join(c["source"]) for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_no_bare_assert_in_front_of_the_learner(path: Path) -> None:
+    """A learner-visible assert is a crash with no explanation: lessons use expect() (shared/LESSONS.md)."""
+    bad = [line.strip() for src in _code_sources(path) for line in src.splitlines()
+           if re.match(r"\s*assert\b", line)]
+    assert not bad, f"{path.name}: use kvcourse.notebook.expect instead of {bad}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_every_lesson_predicts_before_it_measures(path: Path) -> None:
+    """The lesson shape: at least one predict() cell, and reveal() only for keys predicted earlier."""
+    if path.stem.startswith("00_"):
+        return  # lesson 00 measures nothing; it shows how predict works by example instead
+    sources = _code_sources(path)
+    predicted: set[str] = set()
+    for src in sources:
+        for key in re.findall(r"reveal\(\s*['\"]([^'\"]+)['\"]", src):
+            assert key in predicted, f"{path.name}: reveal({key!r}) comes before predict({key!r})"
+        predicted |= set(re.findall(r"predict\(\s*['\"]([^'\"]+)['\"]", src))
+    assert predicted, f"{path.name}: no predict() before a measurement"
+
+
+_LESSON_MENTION = re.compile(r"[Ll]essons? (\d\d)(?:\s*(?:–|-|and|to)\s*(\d\d))?|\((\d\d)_[a-z_]+\.ipynb\)")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_lessons_refer_only_to_lessons_that_exist(path: Path) -> None:
+    """A learner who follows "see lesson 09" must find lesson 09 (shared/LESSONS.md: link only to lessons that exist)."""
+    existing = {p.name[:2] for p in NOTEBOOKS}
+    cells = json.loads(path.read_text())["cells"]
+    text = "\n".join("".join(c["source"]) for c in cells)
+    missing = set()
+    for first, last, linked in _LESSON_MENTION.findall(text):
+        numbers = {linked} if linked else {f"{n:02d}" for n in range(int(first), int(last or first) + 1)}
+        missing |= numbers - existing
+    assert not missing, f"{path.name} refers to lessons {sorted(missing)}, which have no notebook yet"
