@@ -43,8 +43,8 @@ def add_timing_lab(sub: argparse._SubParsersAction) -> None:
 
 def run_timing_lab(args: argparse.Namespace) -> int:
     """Validate everything cheap first, then load, measure, report; exit 1 if tokens differ."""
-    import torch
 
+    from kvcourse.kernels.engine.threads import apply_thread_policy
     from kvcourse.models import DTYPE_ENV, dtype_name, load_model, resolve_dtype
     from kvcourse.timing_lab import (
         DEFAULT_LENGTHS,
@@ -72,8 +72,7 @@ def run_timing_lab(args: argparse.Namespace) -> int:
             check_output_path(flag, path)
     if args.plot is not None:
         check_plot_format(args.plot)
-    if threads is not None:
-        torch.set_num_threads(threads)
+    apply_thread_policy(threads)  # once, at set-up; None leaves torch's setting
     engine_modes = engine_cache_modes() if args.engine else ()
     config = SweepConfig(config.lengths, config.num_repeats, config.num_warmup, config.prompt, engine_modes)
 

@@ -10,8 +10,10 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
+from kvcourse.kernels.engine.threads import apply_thread_policy  # noqa: E402
+
 # Two threads in one process; one per worker when pytest-xdist runs two workers (make test).
-torch.set_num_threads(1 if os.environ.get("PYTEST_XDIST_WORKER") else min(2, os.cpu_count() or 1))
+apply_thread_policy(1 if os.environ.get("PYTEST_XDIST_WORKER") else min(2, os.cpu_count() or 1))
 
 
 def pytest_collection_modifyitems(config, items):

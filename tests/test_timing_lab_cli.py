@@ -14,6 +14,7 @@ from test_timing_lab import make_word_tokenizer
 
 import kvcourse.timing_lab_runners as runners
 from kvcourse.cli import main
+from kvcourse.kernels.engine.threads import apply_thread_policy
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +29,7 @@ def model_dir(tmp_path_factory):
 def keep_threads():
     threads = torch.get_num_threads()
     yield
-    torch.set_num_threads(threads)
+    apply_thread_policy(threads)
 
 
 def lab(model_dir, *extra: str) -> int:
