@@ -132,8 +132,12 @@ class ContiguousKVBackend(_GrowingCache):
 
     @property
     def kv_cache_bytes(self) -> int:
-        """Bytes of the filled slots, summed over the layers' K and V views."""
-        return sum(t[:, : self.num_tokens].numel() * t.element_size() for t in self.k_cache + self.v_cache)
+        """Bytes of the filled slots, summed over the layers' K and V buffers (axis 1 is the token slot).
+
+        Read from each buffer's shape and element size rather than by slicing it: generate asks
+        after every step, and 2 x num_layers slices a token cost more than a layer's norm.
+        """
+        return self.num_tokens * sum(t.numel() // t.shape[1] * t.element_size() for t in self.k_cache + self.v_cache)
 
     @property
     def reserved_bytes(self) -> int:

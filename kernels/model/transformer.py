@@ -19,7 +19,10 @@ from kvcourse.kernels.model.layers import Linear, RMSNorm, RotaryEmbedding
 
 
 class Attention(nn.Module):
-    """q, k, v from one fused projection; RoPE; backend attention; output projection (lesson 04)."""
+    """q, k, v from one fused projection; RoPE; backend attention; output projection (lesson 04).
+
+    ``cos`` and ``sin`` come from RotaryEmbedding.folded_tables: sin has its first half negated.
+    """
 
     def __init__(self, config: ModelConfig, layer_idx: int) -> None:
         super().__init__()
@@ -36,7 +39,7 @@ class Attention(nn.Module):
         qkv = self.qkv_proj(x)  # (T, q_size + 2 * kv_size)
         qk = qkv[:, : self.q_size + self.kv_size].view(num_tokens, self.num_heads + self.num_kv_heads,
                                                        self.head_dim)  # (T, H + Hkv, D)
-        qk = RotaryEmbedding.rotate(qk, cos, sin)  # q and k rotated in one go
+        qk = RotaryEmbedding.rotate_folded(qk, cos, sin)  # q and k rotated in one go
         q = qk[:, : self.num_heads]  # (T, H, D)
         k = qk[:, self.num_heads:]  # (T, Hkv, D)
         v = qkv[:, self.q_size + self.kv_size:].view(num_tokens, self.num_kv_heads, self.head_dim)  # (T, Hkv, D)
@@ -56,7 +59,7 @@ class MLP(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate_up = self.gate_up_proj(x)  # (T, 2 * intermediate)
         gate, up = gate_up[:, : self.intermediate_size], gate_up[:, self.intermediate_size:]
-        return self.down_proj(F.silu(gate) * up)
+        return self.down_proj(F.silu(gate).mul_(up))  # in place: one buffer fewer per layer
 
 
 class DecoderLayer(nn.Module):
@@ -117,7 +120,7 @@ class Transformer(nn.Module):
             raise ValueError(f"input_ids and positions must both be 1-D of equal length (a flat batch), "
                              f"got {tuple(input_ids.shape)} and {tuple(positions.shape)}")
         x = self.embed_tokens(input_ids)  # (T, hidden)
-        cos, sin = self.rotary.tables(positions, x.dtype)  # (T, 1, D) each
+        cos, sin = self.rotary.folded_tables(positions, x.dtype)  # (T, 1, D) each; sin sign-folded
         for layer in self.layers:
             x = layer(x, cos, sin, backend)
         if logits_index is not None:
