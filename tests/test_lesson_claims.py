@@ -12,8 +12,15 @@ import pytest
 import torch
 from factories import make_tiny_hf_llama
 
-from kvcourse.kernels import MODEL_CONFIGS, Transformer, costs, generate
-from kvcourse.kernels import AttentionStats, naive_attention, tiled_attention
+from kvcourse.kernels import (
+    MODEL_CONFIGS,
+    AttentionStats,
+    Transformer,
+    costs,
+    generate,
+    naive_attention,
+    tiled_attention,
+)
 from kvcourse.simulators.score_grid import ScoreGrid, ScoreGridConfig
 from kvcourse.simulators.word_cost import WordCost, WordCostConfig
 
