@@ -38,18 +38,18 @@ def test_malformed_numbers_raise_a_format_error(text, unit, message):
         parse_quantity(text, unit)
 
 
-def test_the_13b_example_accepts_both_spellings_and_rejects_wrong_ones():
-    q = load_quiz("07").question("per_token_13b")
-    for answer in (819200, "819200 bytes", "0.8 MB", "819.2 kB", "0.78 MiB"):
+def test_a_byte_answer_accepts_every_spelling_and_rejects_wrong_ones():
+    q = load_quiz("06").question("per_layer_token")  # one token, one layer of Llama-2-7B at 16 bits
+    for answer in (16384, "16384 bytes", "16,384", "16 KiB", "16.384 kB", "0.016384 MB"):
         assert check(q, answer).passed, answer
-    for answer in (409600, "8 MB", "0.8 GB"):
+    for answer in (8192, "16 MB", "16 GB", "16 kB"):
         assert not check(q, answer).passed, answer
     assert costs.kv_bytes_per_token(EXAMPLE_13B, 2) == 819200
 
 
 @pytest.mark.parametrize("answer", ["abc", None, [819200], {"a": 1}, "", "12 furlongs"])
 def test_malformed_numeric_answers_get_feedback_not_a_crash(answer):
-    verdict = check(load_quiz("07").question("per_token_13b"), answer)
+    verdict = check(load_quiz("06").question("per_layer_token"), answer)
     assert not verdict.passed and verdict.malformed and verdict.message
 
 

@@ -87,15 +87,15 @@ def _answer(nb, qid: str, code: str) -> None:
 
 ALICE = {  # everything right, with and without units
     "main_cost": 'answer_main_cost = "B"',
-    "per_token_13b": 'answer_per_token_13b = "0.8 MB"',
-    "users_13b": "answer_users_13b = 104857600000",
+    "per_token_gqa": f'answer_per_token_gqa = "{solve("07", "per_token_gqa", "alice") / 1e3} kB"',
+    "users_to_outweigh_13b": "answer_users_to_outweigh_13b = 8",
     "cache_bytes_param": f'answer_cache_bytes_param = "{solve("07", "cache_bytes_param", "alice") / 1e6} MB"',
     "formula_code": "    return 2 * num_layers * num_kv_heads * head_dim * num_tokens * num_users * bytes_per_value",
 }
 BOB = {  # one right, the rest wrong or malformed
     "main_cost": 'answer_main_cost = "b"',                     # right: 1 point
-    "per_token_13b": 'answer_per_token_13b = "abc"',            # malformed: 0 (and bob deletes its test cell)
-    "users_13b": "answer_users_13b = None",                    # malformed: 0 (and bob edits its test cell)
+    "per_token_gqa": 'answer_per_token_gqa = "abc"',            # malformed: 0 (and bob deletes its test cell)
+    "users_to_outweigh_13b": "answer_users_to_outweigh_13b = None",  # malformed: 0 (and bob edits its test cell)
     # alice's values, not bob's: the hidden test recomputes bob's own from his id
     "cache_bytes_param": f"answer_cache_bytes_param = {solve('07', 'cache_bytes_param', 'alice'):.0f}",
     "formula_code": "    return 1 / 0",                        # raises: 0
@@ -114,8 +114,8 @@ def _student_works(env, students: Path, name: str, answers: dict, tamper: bool) 
         _answer(nb, qid, code)
     _cell(nb, "free_outgrow_weights").source = FREE_TEXT
     if tamper:
-        nb.cells.remove(_cell(nb, "test_per_token_13b"))
-        _cell(nb, "test_users_13b").source = "pass  # nothing to see here"
+        nb.cells.remove(_cell(nb, "test_per_token_gqa"))
+        _cell(nb, "test_users_to_outweigh_13b").source = "pass  # nothing to see here"
     nbformat.write(nb, path)
     _nbgrader(env, folder, "submit", "lesson07", f"--student={name}")
 
@@ -142,7 +142,7 @@ def test_full_nbgrader_pipeline(tmp_path):
     for path in shipped:
         text = path.read_text()
         for secret in ("HIDDEN TESTS", "BEGIN SOLUTION", "grade_choice(", "grade_numeric(", "grade_function(",
-                       "grade_parameterised(", "104857600000", "answer_main_cost = 'b'", "solve('07'",
+                       "grade_parameterised(", "answer_users_to_outweigh_13b = 8", "answer_main_cost = 'b'", "solve('07'",
                        "num_tokens * num_users", "The weights are stored once, whatever the traffic"):
             assert secret not in text, f"{secret!r} leaked into {path}"
     assert (course / "gradebook.db").exists()
@@ -157,14 +157,14 @@ def test_full_nbgrader_pipeline(tmp_path):
 
     with open(course / "grades.csv", newline="") as f:
         rows = {r["student_id"]: r for r in csv.DictReader(f)}
-    assert {name: float(r["score"]) for name, r in rows.items()} == {"alice": 7.0, "bob": 1.0}
-    assert float(rows["alice"]["max_score"]) == 9.0  # the free response (2 points) waits for a human
+    assert {name: float(r["score"]) for name, r in rows.items()} == {"alice": 8.0, "bob": 1.0}
+    assert float(rows["alice"]["max_score"]) == 10.0  # the free response (2 points) waits for a human
     assert (course / "feedback" / "bob" / "lesson07" / "lesson07.html").exists()
     # bob's deleted test cell was put back, and his edited one restored, before grading
     graded = nbformat.read(course / "autograded" / "bob" / "lesson07" / "lesson07.ipynb", as_version=4)
-    restored = _cell(graded, "test_per_token_13b")
-    assert "grade_numeric(" in restored.source and "missing from the submission" in restored.source
-    assert "grade_numeric(" in _cell(graded, "test_users_13b").source
+    restored = _cell(graded, "test_per_token_gqa")
+    assert "grade_parameterised(" in restored.source and "missing from the submission" in restored.source
+    assert "grade_numeric(" in _cell(graded, "test_users_to_outweigh_13b").source
 
 def _run_cells(nb) -> dict[str, bool]:
     """Run a notebook's code cells in one namespace, in process; test cell grade_id -> passed."""

@@ -59,18 +59,18 @@ def test_choice_wrong_then_reveal_then_right(progress_in_tmp):
 
 
 def test_numeric_with_units_and_malformed(progress_in_tmp):
-    view = quick_check("07")
-    item = _item(view, "per_token_13b")
+    view = quick_check("06")
+    item = _item(view, "per_layer_token")
     item.input.value = "abc"
     item.check_button.click()
     assert "Could not read" in item.feedback.value
-    item.input.value = "0.4 MB"
+    item.input.value = "8 KiB"
     item.check_button.click()
-    assert "Not quite" in item.feedback.value and "819,200" not in item.feedback.value
-    item.input.value = "0.8 MB"
+    assert "Not quite" in item.feedback.value and "16,384" not in item.feedback.value
+    item.input.value = "16 KiB"
     item.check_button.click()
-    assert "Right" in item.feedback.value and "819,200" in item.feedback.value
-    assert _saved(progress_in_tmp)["07"]["per_token_13b"]["passed"] is True
+    assert "Right" in item.feedback.value and "16,384" in item.feedback.value
+    assert _saved(progress_in_tmp)["06"]["per_layer_token"]["passed"] is True
 
 
 def test_parameterised_uses_the_learners_saved_seed(progress_in_tmp):
@@ -116,7 +116,7 @@ def test_code_and_free_response(progress_in_tmp):
 
 
 def test_check_answer_and_progress_command(progress_in_tmp, capsys):
-    assert check_answer("07", "per_token_13b", "819200 bytes").passed
+    assert check_answer("07", "users_to_outweigh_13b", "8 users").passed
     assert not check_answer("07", "main_cost", "c").passed
     free = check_answer("07", "outgrow_weights", "The cache grows with every token and every user; weights do not.")
     assert free.self_assessed and not free.passed
