@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from factories import make_config, make_tiny_hf_llama, one_cpu_thread  # noqa: F401  (one thread for the tiny model)
+from sim_checks import assert_bad_input_is_shown
 
 from kvcourse.kernels import (
     MODEL_CONFIGS,
@@ -164,14 +165,7 @@ def test_view_every_control_changes_the_figure():
 
 @pytest.mark.parametrize("name, bad", [("prompt_len", 0), ("num_new_tokens", -3), ("num_new_tokens", 9000)])
 def test_view_bad_input_shows_a_message(name, bad):
-    view = CacheGrowthView()
-    renders, model = view.num_renders, view.model
-    view.controls[name].value = bad
-    assert view.error is not None and "Check the input" in view.message.value
-    assert view.num_renders == renders and view.model is model
-    view.step_button.click()  # stepping while invalid does nothing
-    view.reset_button.click()
-    assert view.error is None
+    assert_bad_input_is_shown(CacheGrowthView(), name, bad)
 
 
 def test_view_takes_another_model_shape():

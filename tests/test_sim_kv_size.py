@@ -9,6 +9,7 @@ import math
 import pytest
 import torch
 from factories import make_config
+from sim_checks import assert_bad_input_is_shown
 
 from kvcourse.kernels import EXAMPLE_13B, MODEL_CONFIGS, Transformer, costs, generate
 from kvcourse.simulators.base import InvalidInput, SimulatorView
@@ -159,14 +160,7 @@ def test_a_preset_sets_its_own_shape_and_reset_restores_the_start():
 
 @pytest.mark.parametrize("name, bad", [("num_tokens", -5), ("num_users", 0), ("num_users", 10**9), ("num_kv_heads", 7)])
 def test_bad_input_shows_a_message_not_a_traceback(name, bad):
-    view = KVSizeView("llama-3-8b")
-    renders, model = view.num_renders, view.model
-    view.controls[name].value = bad
-    assert view.error is not None and "Check the input" in view.message.value
-    assert view.num_renders == renders and view.model is model
-    view.step_button.click()  # stepping while invalid does nothing
-    view.reset_button.click()
-    assert view.error is None and "Check the input" not in view.message.value
+    assert_bad_input_is_shown(KVSizeView("llama-3-8b"), name, bad)
 
 
 def test_tokens_past_the_context_are_pointed_out():

@@ -12,6 +12,7 @@ import copy
 import pytest
 import torch
 from factories import make_config, make_tiny_hf_llama, one_cpu_thread  # noqa: F401  (one thread)
+from sim_checks import assert_bad_input_is_shown
 
 from kvcourse.kernels import (
     EXAMPLE_13B,
@@ -185,14 +186,7 @@ def test_refusal_is_shown_as_the_next_action():
 @pytest.mark.parametrize("name, bad", [("card_gb", -5.0), ("card_gb", 10.0), ("context_tokens", 0),
                                        ("num_users", -3), ("reserve_gb", 79.0)])
 def test_bad_input_shows_a_message_not_a_traceback(name, bad):
-    view = MemoryWallView("A100 80GB")
-    renders, model = view.num_renders, view.model
-    view.controls[name].value = bad
-    assert view.error is not None and "Check the input" in view.message.value
-    assert view.num_renders == renders and view.model is model
-    view.step_button.click()  # stepping while invalid does nothing
-    view.reset_button.click()
-    assert view.error is None and "Check the input" not in view.message.value
+    assert_bad_input_is_shown(MemoryWallView("A100 80GB"), name, bad)
 
 
 def test_a_tiny_card_in_megabytes_draws():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from sim_checks import assert_bad_input_is_shown
 
 from kvcourse.kernels import MODEL_CONFIGS, costs
 from kvcourse.simulators.base import InvalidInput, SimulatorView
@@ -125,14 +126,7 @@ def test_view_shows_both_times_their_ratio_and_units_in_every_label():
                                        ("ms_per_pass", float("nan")), ("ms_per_gflop", -2.0),
                                        ("ms_per_pass", float("inf"))])
 def test_invalid_input_shows_a_message_not_a_traceback(name, bad):
-    view = TimingView()
-    renders, model = view.num_renders, view.model
-    view.controls[name].value = bad
-    assert view.error is not None and "Check the input" in view.message.value
-    assert view.num_renders == renders and view.model is model
-    view.step_button.click()  # stepping while invalid does nothing, quietly
-    view.reset_button.click()
-    assert view.error is None and view.controls[name].value != bad
+    assert_bad_input_is_shown(TimingView(), name, bad)
 
 
 def test_both_costs_zero_in_the_view_is_a_message():

@@ -1,0 +1,18 @@
+"""Checks every simulator view must pass, shared by the per-simulator test files."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvcourse.simulators.base import SimulatorView
+
+
+def assert_bad_input_is_shown(view: SimulatorView, name: str, bad: Any) -> None:
+    """A bad value in one control shows a message, keeps the last good figure and model, and reset clears it."""
+    renders, model = view.num_renders, view.model
+    view.controls[name].value = bad
+    assert view.error is not None and "Check the input" in view.message.value
+    assert view.num_renders == renders and view.model is model
+    view.step_button.click()  # stepping while the input is invalid does nothing, quietly
+    view.reset_button.click()
+    assert view.error is None and "Check the input" not in view.message.value
