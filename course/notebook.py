@@ -30,7 +30,7 @@ from IPython.core.error import StdinNotImplementedError
 from kvcourse.quizzes.progress import progress_dir
 from kvcourse.quizzes.units import AnswerFormatError, parse_quantity
 
-__all__ = ["ExpectationFailed", "expect", "predict", "reveal", "saved_predictions", "solution"]
+__all__ = ["ExpectationFailed", "expect", "headless", "predict", "reveal", "saved_predictions", "solution"]
 
 _MAX_TRIES = 3
 _UNITS: dict[str, str] = {}  # key -> unit of every prediction asked in this process, guessed or not
@@ -42,7 +42,7 @@ class ExpectationFailed(AssertionError):
 
 
 def headless() -> bool:
-    """Whether this run has nobody at the keyboard (tests, nbgrader, nbconvert)."""
+    """Whether this run has nobody at the keyboard (tests, nbgrader); lessons then take their short sweeps."""
     return bool(os.environ.get("KVCOURSE_HEADLESS") or os.environ.get("NBGRADER_EXECUTION"))
 
 
