@@ -131,3 +131,12 @@ def test_lessons_refer_only_to_lessons_that_exist(path: Path) -> None:
         numbers = {linked} if linked else {f"{n:02d}" for n in range(int(first), int(last or first) + 1)}
         missing |= numbers - existing
     assert not missing, f"{path.name} refers to lessons {sorted(missing)}, which have no notebook yet"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_solutions_are_hidden_until_asked_for(path: Path) -> None:
+    """A cell that builds a "show a solution" toggle keeps its source collapsed, or the code gives the answer away."""
+    cells = json.loads(path.read_text())["cells"]
+    shown = [c["id"] for c in cells if c["cell_type"] == "code" and "solution(" in "".join(c["source"])
+             and not c["metadata"].get("jupyter", {}).get("source_hidden")]
+    assert not shown, f"{path.name}: set metadata.jupyter.source_hidden on solution cells {shown}"
