@@ -30,6 +30,7 @@ from kvcourse.kernels import (
     costs,
     num_blocks_for_budget,
 )
+from kvcourse.kernels.memory.budget import block_bytes
 from kvcourse.simulators.base import (
     InvalidInput,
     SimulatorView,
@@ -159,8 +160,9 @@ class MemoryWall:
 
     @property
     def block_bytes(self) -> int:
+        """One block's K and V, as the engine sizes its pool."""
         c = self.config
-        return costs.kv_bytes_per_token(c.shape, c.bytes_per_value) * c.block_size
+        return block_bytes(c.shape, c.block_size, c.bytes_per_value)
 
     @property
     def num_blocks(self) -> int:
