@@ -28,7 +28,7 @@ from typing import Any
 from IPython.core.error import StdinNotImplementedError
 
 from kvcourse.quizzes.progress import progress_dir
-from kvcourse.quizzes.units import AnswerFormatError, parse_quantity
+from kvcourse.quizzes.units import DIMENSIONS, AnswerFormatError, parse_quantity
 
 __all__ = ["ExpectationFailed", "expect", "headless", "predict", "reveal", "saved_predictions", "solution"]
 
@@ -68,23 +68,15 @@ def expect(condition: Any, sentence: str) -> None:
 
 # ---------------------------------------------------------------- predict and reveal
 
-# The units a guess may be typed in, mapped to (dimension in kvcourse.quizzes.units, factor).
-_BYTE_UNITS = {"bytes": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12,
-               "kib": 2**10, "mib": 2**20, "gib": 2**30}
-_TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
 _BARE_NUMBER = re.compile(r"\s*[-+]?(\d[\d,_]*(\.\d*)?|\.\d+)([eE][-+]?\d+)?\s*")
 
 
 def _dimension(unit: str) -> tuple[str, float]:
+    """The quick-check dimension a unit belongs to (kvcourse.quizzes.units) and its factor in it."""
     key = unit.strip().lower()
-    if key in _BYTE_UNITS:
-        return "bytes", _BYTE_UNITS[key]
-    if key in _TIME_UNITS:
-        return "seconds", _TIME_UNITS[key]
-    if key in ("x", "×", "times"):
-        return "ratio", 1.0
-    if key in ("%", "percent"):
-        return "percent", 1.0
+    for dimension in ("bytes", "seconds", "ratio", "percent"):
+        if key and key in DIMENSIONS[dimension]:
+            return dimension, DIMENSIONS[dimension][key]
     return "count", 1.0  # tokens, cells, GFLOP, users...: a plain number, "4k" and "2 million" allowed
 
 
