@@ -8,8 +8,16 @@ replaced. Imports run one way: engine -> memory -> attention -> model.
 
 from kvcourse.kernels import costs
 from kvcourse.kernels.attention.backend import AttentionBackend, StepMetadata
+from kvcourse.kernels.attention.paged import (
+    gather_kv,
+    paged_attention_reference,
+    paged_decode_attention,
+    write_kv,
+)
 from kvcourse.kernels.attention.reference import AttentionStats, naive_attention, tiled_attention
+from kvcourse.kernels.baselines.reservation import ReservationAllocator
 from kvcourse.kernels.engine import paged_generate  # noqa: F401  (registers generate(cache="paged"))
+from kvcourse.kernels.engine.beam_search import BeamSearchResult, beam_search
 from kvcourse.kernels.engine.generate import (
     CACHE_BACKENDS,
     GenerationResult,
@@ -20,8 +28,11 @@ from kvcourse.kernels.engine.generate import (
 )
 from kvcourse.kernels.engine.llm_engine import EngineConfig, LLMEngine
 from kvcourse.kernels.engine.sampling import SamplingParams, sample
+from kvcourse.kernels.engine.sequence import Sequence
+from kvcourse.kernels.memory.block_pool import BlockPool, block_hash
 from kvcourse.kernels.memory.budget import MemoryBudget, num_blocks_for_budget
 from kvcourse.kernels.memory.events import EventKind
+from kvcourse.kernels.memory.kv_cache_manager import KVCacheManager
 from kvcourse.kernels.model.config import ModelConfig
 from kvcourse.kernels.model.config_table import EXAMPLE_13B, MODEL_CONFIGS, get_model_config
 from kvcourse.kernels.model.transformer import Transformer
@@ -32,23 +43,34 @@ __all__ = [
     "MODEL_CONFIGS",
     "AttentionBackend",
     "AttentionStats",
+    "BeamSearchResult",
+    "BlockPool",
     "EngineConfig",
     "EventKind",
     "GenerationResult",
+    "KVCacheManager",
     "LLMEngine",
     "MemoryBudget",
     "ModelConfig",
     "Phase",
+    "ReservationAllocator",
     "SamplingParams",
+    "Sequence",
     "StepMetadata",
     "StepStats",
     "Transformer",
+    "beam_search",
+    "block_hash",
     "costs",
+    "gather_kv",
     "generate",
     "get_model_config",
     "naive_attention",
     "num_blocks_for_budget",
+    "paged_attention_reference",
+    "paged_decode_attention",
     "register_cache",
     "sample",
     "tiled_attention",
+    "write_kv",
 ]
