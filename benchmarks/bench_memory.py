@@ -15,21 +15,18 @@ BLOCK_SIZE = 16
 
 
 def fragmentation() -> dict:
-    from kvcourse.kernels.baselines.fragmentation import (
-        mixed_length_trace,
-        simulate_paging,
-        simulate_reservation,
-    )
+    from kvcourse.kernels import simulate_paging, simulate_reservation, workload
 
-    trace = mixed_length_trace(num_requests=200, max_len=2048, seed=0)
-    num_slots = 16 * 2048
+    trace = workload.request_trace(workload.LESSON_TRACE)
+    num_slots = workload.LESSON_POOL_SLOTS
     reservation = simulate_reservation(trace, num_slots)
     paging = simulate_paging(trace, num_slots // BLOCK_SIZE, BLOCK_SIZE)
     for report in (reservation, paging):
         print(f"{report.name:12s} utilisation {report.utilisation:6.1%}  internal {report.share('internal'):6.1%}  "
-              f"external {report.share('external'):6.1%}  reserved-ahead {report.share('reserved_future'):6.1%}  "
+              f"external {report.share('external'):6.1%}  stranded {report.share('stranded'):6.1%}  reserved-ahead {report.share('reserved_future'):6.1%}  "
               f"mean batch {report.mean_running:5.1f}  steps {report.num_steps}")
-    return {"trace": {"requests": len(trace), "max_len": 2048, "pool_slots": num_slots, "block_size": BLOCK_SIZE},
+    return {"trace": {"config": "workload.LESSON_TRACE", **workload.trace_summary(trace), "pool_slots": num_slots,
+                      "block_size": BLOCK_SIZE},
             "reservation": reservation.as_dict(), "paging": paging.as_dict()}
 
 

@@ -2,11 +2,12 @@
 
 ``model/`` the decoder; ``attention/`` attention on contiguous and paged K/V; ``memory/`` the
 block pool, the KV-cache manager and the KV tensors; ``engine/`` sequences, scheduler, model
-runner, LLMEngine and generate; ``costs`` the analytic formulas; ``baselines/`` what paging
-replaced. Imports run one way: engine -> memory -> attention -> model.
+runner, LLMEngine and generate; ``costs`` the analytic formulas; ``workload`` the request trace
+that lessons 09, 11 and 14 share; ``baselines/`` what paging replaced. Imports run one way:
+engine -> memory -> attention -> model.
 """
 
-from kvcourse.kernels import costs
+from kvcourse.kernels import costs, workload
 from kvcourse.kernels.attention.backend import AttentionBackend, StepMetadata
 from kvcourse.kernels.attention.paged import (
     gather_kv,
@@ -15,6 +16,13 @@ from kvcourse.kernels.attention.paged import (
     write_kv,
 )
 from kvcourse.kernels.attention.reference import AttentionStats, naive_attention, tiled_attention
+from kvcourse.kernels.baselines.fragmentation import (
+    MemoryReport,
+    PagingReplay,
+    ReservationReplay,
+    simulate_paging,
+    simulate_reservation,
+)
 from kvcourse.kernels.baselines.reservation import ReservationAllocator
 from kvcourse.kernels.engine import paged_generate  # noqa: F401  (registers generate(cache="paged"))
 from kvcourse.kernels.engine.beam_search import BeamSearchResult, beam_search
@@ -51,9 +59,12 @@ __all__ = [
     "KVCacheManager",
     "LLMEngine",
     "MemoryBudget",
+    "MemoryReport",
     "ModelConfig",
+    "PagingReplay",
     "Phase",
     "ReservationAllocator",
+    "ReservationReplay",
     "SamplingParams",
     "Sequence",
     "StepMetadata",
@@ -71,6 +82,9 @@ __all__ = [
     "paged_decode_attention",
     "register_cache",
     "sample",
+    "simulate_paging",
+    "simulate_reservation",
     "tiled_attention",
+    "workload",
     "write_kv",
 ]

@@ -1,1 +1,1 @@
-"""What paging replaced (lessons 09, 11): the reservation allocator and the fragmentation replay."""
+"""What paging replaced (lessons 09, 11, 14): the reservation allocator, and both allocators replayed on one trace."""

@@ -1,173 +1,273 @@
-"""Reservation versus paging on one request trace: where the memory goes (lessons 09 and 11).
+"""Reservation versus paging on one request trace: where the memory goes (lessons 09, 11, 14).
 
-Both allocators serve the same requests, first come first served, one token per running
-request per step. Every step the memory is split into: token slots holding K/V (``used``),
-slots reserved for tokens not yet generated (``reserved_future``), slots that will never hold
-a token (``internal``: a reservation beyond the final length, or the unused tail of a last
-block), free slots while a request waits (``external``: memory exists but cannot be used) and
-free slots while nobody waits (``idle``, not waste). Utilisation is used / (all but idle).
+Both replays serve the same requests (``kvcourse.kernels.workload``), first come first served, one
+token per running request per step; a prefill step writes the prompt and the first answer token.
+Every step the pool's token slots are split into:
+
+* ``used``: slots holding a token's K/V;
+* ``reserved_future``: reserved for answer tokens not written yet (they will be);
+* ``internal``: taken but never to be written (a reservation beyond the answer's real end, or
+  the unused tail of a sequence's last block);
+* ``external``: free, while the next waiting request is refused although that much is free in
+  total: no single hole is large enough (paging never has any);
+* ``stranded``: free while a request waits and there is too little free memory even in total;
+* ``idle``: free while nobody waits (not waste: there is no demand).
+
+Utilisation is ``used`` over every category but ``idle``. A replay steps one engine step at a
+time (the simulators of lessons 09 and 11 draw it step by step); ``run`` plays it to the end.
 """
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass, field
 
 from kvcourse.kernels.baselines.reservation import ReservationAllocator
 from kvcourse.kernels.engine.sequence import Sequence
 from kvcourse.kernels.memory.kv_cache_manager import KVCacheManager
+from kvcourse.kernels.workload import TraceRequest
+
+CATEGORIES = ("used", "reserved_future", "internal", "external", "stranded", "idle")
 
 
 @dataclass(frozen=True)
-class TraceRequest:
-    """One request of a trace: when it arrives, its prompt, its (future) answer, what it may reserve."""
+class StepRecord:
+    """One step's split of the pool, in token slots, and the queue around it."""
 
-    arrival_step: int
-    num_prompt_tokens: int
-    num_output_tokens: int
-    max_len: int
-
-    def __post_init__(self) -> None:
-        if min(self.num_prompt_tokens, self.num_output_tokens) < 1 or self.arrival_step < 0:
-            raise ValueError(f"invalid trace request {self}")
-        if self.final_len > self.max_len:
-            raise ValueError(f"final length {self.final_len} exceeds max_len {self.max_len}")
+    step: int
+    used: int
+    reserved_future: int
+    internal: int
+    external: int
+    stranded: int
+    idle: int
+    running: int
+    waiting: int
 
     @property
-    def final_len(self) -> int:
-        return self.num_prompt_tokens + self.num_output_tokens
+    def busy(self) -> int:
+        return self.used + self.reserved_future + self.internal + self.external + self.stranded
+
+    @property
+    def utilisation(self) -> float:
+        return self.used / self.busy if self.busy else 1.0
 
 
-def mixed_length_trace(num_requests: int = 200, max_len: int = 2048, arrivals_per_step: int = 4,
-                       seed: int = 0) -> list[TraceRequest]:
-    """Prompts and answers of widely mixed lengths (log-normal); each request reserves its prompt
-    plus the answer limit its client asked for (256, 512 or 1024 tokens), capped at ``max_len``."""
-    rng = random.Random(seed)
-    trace = []
-    for i in range(num_requests):
-        prompt = min(max_len // 2, max(1, int(rng.lognormvariate(5.0, 1.0))))
-        limit = min(max_len - prompt, rng.choice([256, 512, 1024]))
-        output = min(limit, max(1, int(rng.lognormvariate(4.5, 1.0))))
-        trace.append(TraceRequest(i // arrivals_per_step, prompt, output, prompt + limit))
-    return trace
+@dataclass(frozen=True)
+class TurnedAway:
+    """A request refused a place although ``free`` slots >= ``needed`` (external fragmentation)."""
+
+    step: int
+    request: int
+    needed: int
+    free: int
+    largest_gap: int
 
 
 @dataclass
 class MemoryReport:
-    """Slot-steps in each category, summed over the run, and derived shares (lesson 09)."""
+    """A replay's history and its sums over the run (lessons 09, 11)."""
 
     name: str
     num_slots: int
-    used: int = 0
-    reserved_future: int = 0
-    internal: int = 0
-    external: int = 0
-    idle: int = 0
-    num_steps: int = 0
+    history: list[StepRecord] = field(default_factory=list)
+    turned_away: list[TurnedAway] = field(default_factory=list)
     num_preemptions: int = 0
-    running_per_step: list[int] = field(default_factory=list)
+
+    def total(self, category: str) -> int:
+        if category not in CATEGORIES:
+            raise ValueError(f"unknown category {category!r}; one of {CATEGORIES}")
+        return sum(getattr(r, category) for r in self.history)
+
+    @property
+    def num_steps(self) -> int:
+        return len(self.history)
 
     @property
     def busy(self) -> int:
-        return self.used + self.reserved_future + self.internal + self.external
+        return sum(r.busy for r in self.history)
 
     @property
     def utilisation(self) -> float:
-        return self.used / self.busy if self.busy else 0.0
+        """Share of the slot-steps under demand that held a real token."""
+        busy = self.busy
+        return self.total("used") / busy if busy else 0.0
 
     def share(self, category: str) -> float:
-        return getattr(self, category) / self.busy if self.busy else 0.0
+        busy = self.busy
+        return self.total(category) / busy if busy else 0.0
+
+    @property
+    def running_per_step(self) -> list[int]:
+        return [r.running for r in self.history]
 
     @property
     def mean_running(self) -> float:
-        return sum(self.running_per_step) / max(1, len(self.running_per_step))
+        return sum(self.running_per_step) / max(1, self.num_steps)
 
     def as_dict(self) -> dict:
         return {"name": self.name, "num_slots": self.num_slots, "num_steps": self.num_steps,
-                "utilisation": self.utilisation, "internal_share": self.share("internal"),
-                "external_share": self.share("external"), "reserved_future_share": self.share("reserved_future"),
-                "mean_running": self.mean_running, "num_preemptions": self.num_preemptions}
+                "utilisation": self.utilisation, **{f"{c}_share": self.share(c) for c in CATEGORIES[1:-1]},
+                "mean_running": self.mean_running, "num_preemptions": self.num_preemptions,
+                "num_turned_away": len(self.turned_away)}
+
+
+class _Replay:
+    """Arrivals in trace order; subclasses admit, grow and finish requests."""
+
+    name = ""
+
+    def __init__(self, trace: list[TraceRequest], num_slots: int) -> None:
+        if not trace:
+            raise ValueError("the trace is empty")
+        self.trace = trace
+        self.report = MemoryReport(self.name, num_slots)
+        self._pending = sorted(range(len(trace)), key=lambda i: trace[i].arrival_step)
+        self.num_finished = 0
+
+    @property
+    def step_index(self) -> int:
+        return self.report.num_steps
+
+    def _arrivals(self) -> list[int]:
+        arrived = []
+        while self._pending and self.trace[self._pending[0]].arrival_step <= self.step_index:
+            arrived.append(self._pending.pop(0))
+        return arrived
+
+    @property
+    def done(self) -> bool:
+        return self.num_finished == len(self.trace)
+
+    def step(self) -> StepRecord:
+        raise NotImplementedError
+
+    def run(self) -> MemoryReport:
+        while not self.done:
+            self.step()
+        return self.report
+
+
+class ReservationReplay(_Replay):
+    """Each request reserves prompt + answer limit contiguous slots, first fit (lesson 09)."""
+
+    name = "reservation"
+
+    def __init__(self, trace: list[TraceRequest], num_slots: int) -> None:
+        too_long = [r.max_len for r in trace if r.max_len > num_slots]
+        if too_long:
+            raise ValueError(f"a request reserves {max(too_long)} slots, more than the pool's {num_slots}")
+        super().__init__(trace, num_slots)
+        self.allocator = ReservationAllocator(num_slots)
+        self.waiting: list[int] = []
+        self.lengths: dict[int, int] = {}  # running request -> tokens written
+        self._refused: set[int] = set()
+
+    def _admit(self) -> None:
+        while self.waiting:
+            rid = self.waiting[0]
+            need = self.trace[rid].max_len
+            if not self.allocator.can_allocate(need):
+                free, gap = self.allocator.num_free_slots, self.allocator.largest_gap
+                if free >= need and rid not in self._refused:
+                    self._refused.add(rid)
+                    self.report.turned_away.append(TurnedAway(self.step_index, rid, need, free, gap))
+                return
+            self.allocator.allocate(self.waiting.pop(0), need)
+            self.lengths[rid] = self.trace[rid].num_prompt_tokens
+
+    def step(self) -> StepRecord:
+        self.waiting += self._arrivals()
+        self._admit()
+        for rid in self.lengths:
+            self.lengths[rid] += 1
+        free = self.allocator.num_free_slots
+        head_need = self.trace[self.waiting[0]].max_len if self.waiting else None
+        fragmented = head_need is not None and free >= head_need
+        record = StepRecord(
+            step=self.step_index,
+            used=sum(self.lengths.values()),
+            reserved_future=sum(self.trace[r].final_len - n for r, n in self.lengths.items()),
+            internal=sum(self.trace[r].max_len - self.trace[r].final_len for r in self.lengths),
+            external=free if fragmented else 0,
+            stranded=free if head_need is not None and not fragmented else 0,
+            idle=free if head_need is None else 0,
+            running=len(self.lengths), waiting=len(self.waiting))
+        self.report.history.append(record)
+        for rid in [r for r, n in self.lengths.items() if n >= self.trace[r].final_len]:
+            del self.lengths[rid]
+            self.allocator.free(rid)
+            self.num_finished += 1
+        return record
+
+
+class PagingReplay(_Replay):
+    """Blocks on demand from the engine's own KV-cache manager; the newest request is preempted
+    (and later recomputed) when a running one needs a block and none is free (lesson 11)."""
+
+    name = "paging"
+
+    def __init__(self, trace: list[TraceRequest], num_blocks: int, block_size: int = 16) -> None:
+        longest = max(r.final_len for r in trace) if trace else 0
+        if -(-longest // block_size) > num_blocks:
+            raise ValueError(f"a request of {longest} tokens needs {-(-longest // block_size)} blocks of "
+                             f"{block_size}; the pool has {num_blocks}")
+        super().__init__(trace, num_blocks * block_size)
+        self.block_size = block_size
+        self.manager = KVCacheManager(num_blocks, block_size)
+        self.waiting: list[Sequence] = []
+        self.running: list[Sequence] = []
+
+    def _preempt_for(self, seq: Sequence) -> None:
+        while not self.manager.can_append(seq):
+            victim = self.running.pop()  # the newest gives way and recomputes later
+            self.manager.free(victim)
+            del victim.token_ids[victim.num_prompt_tokens + 1:]
+            self.waiting.insert(0, victim)
+            self.report.num_preemptions += 1
+            if victim is seq:
+                return
+
+    def step(self) -> StepRecord:
+        for rid in self._arrivals():
+            req = self.trace[rid]
+            # the prefill step also produces the first answer token, so it needs a slot at admission
+            self.waiting.append(Sequence(rid, [0] * (req.num_prompt_tokens + 1), req.num_prompt_tokens,
+                                         self.block_size))
+        for seq in list(self.running):
+            if seq not in self.running:
+                continue  # preempted this step to make room for an older one
+            seq.token_ids.append(0)
+            self._preempt_for(seq)
+            if seq in self.running:
+                self.manager.append_slot(seq)
+        while self.waiting and self.manager.can_allocate(self.waiting[0]):
+            seq = self.waiting.pop(0)
+            self.manager.allocate(seq)
+            self.running.append(seq)
+        for seq in self.running:
+            seq.num_computed_tokens = seq.num_tokens
+        used = sum(s.num_tokens for s in self.running)
+        free = self.manager.num_free_blocks * self.block_size
+        record = StepRecord(
+            step=self.step_index, used=used, reserved_future=0,
+            internal=self.manager.num_used_blocks * self.block_size - used,
+            external=0, stranded=free if self.waiting else 0, idle=0 if self.waiting else free,
+            running=len(self.running), waiting=len(self.waiting))
+        self.report.history.append(record)
+        for seq in [s for s in self.running if s.num_tokens >= self.trace[s.seq_id].final_len]:
+            self.running.remove(seq)
+            self.manager.free(seq)
+            self.num_finished += 1
+        if self.done and self.manager.num_free_blocks != self.manager.num_blocks:
+            raise RuntimeError(f"the paging replay leaked {self.manager.num_used_blocks} blocks")
+        return record
 
 
 def simulate_reservation(trace: list[TraceRequest], num_slots: int) -> MemoryReport:
-    """Each request reserves ``max_len`` contiguous slots, first fit."""
-    allocator = ReservationAllocator(num_slots)
-    report = MemoryReport("reservation", num_slots)
-    pending = sorted(enumerate(trace), key=lambda p: p[1].arrival_step)
-    waiting: list[int] = []
-    lengths: dict[int, int] = {}  # running request -> tokens held
-    step = 0
-    while pending or waiting or lengths:
-        while pending and pending[0][1].arrival_step <= step:
-            waiting.append(pending.pop(0)[0])
-        while waiting and allocator.can_allocate(trace[waiting[0]].max_len):
-            rid = waiting.pop(0)
-            allocator.allocate(rid, trace[rid].max_len)
-            lengths[rid] = trace[rid].num_prompt_tokens
-        for rid in lengths:
-            lengths[rid] += 1
-        report.used += sum(lengths.values())
-        report.reserved_future += sum(trace[r].final_len - n for r, n in lengths.items())
-        report.internal += sum(trace[r].max_len - trace[r].final_len for r in lengths)
-        free = allocator.num_free_slots
-        if waiting:
-            report.external += free
-        else:
-            report.idle += free
-        report.running_per_step.append(len(lengths))
-        for rid in [r for r, n in lengths.items() if n >= trace[r].final_len]:
-            del lengths[rid]
-            allocator.free(rid)
-        step += 1
-    report.num_steps = step
-    return report
+    """Replay ``trace`` on contiguous max-length reservations to the end."""
+    return ReservationReplay(trace, num_slots).run()
 
 
 def simulate_paging(trace: list[TraceRequest], num_blocks: int, block_size: int = 16) -> MemoryReport:
-    """Blocks on demand from the real block manager; the newest request is preempted when none is free."""
-    manager = KVCacheManager(num_blocks, block_size)
-    report = MemoryReport("paging", num_blocks * block_size)
-    pending = sorted(enumerate(trace), key=lambda p: p[1].arrival_step)
-    waiting: list[Sequence] = []
-    running: list[Sequence] = []
-    step = 0
-    while pending or waiting or running:
-        while pending and pending[0][1].arrival_step <= step:
-            rid, req = pending.pop(0)
-            # the prefill step also produces the first answer token, so it needs a slot at admission
-            waiting.append(Sequence(rid, [0] * (req.num_prompt_tokens + 1), req.num_prompt_tokens, block_size))
-        for seq in running:
-            seq.token_ids.append(0)
-            while not manager.can_append(seq):
-                victim = running.pop()  # the newest gives way and recomputes later
-                manager.free(victim)
-                del victim.token_ids[victim.num_prompt_tokens + 1:]
-                waiting.insert(0, victim)
-                report.num_preemptions += 1
-                if victim is seq:
-                    break
-            if seq in running:
-                manager.append_slot(seq)
-        while waiting and manager.can_allocate(waiting[0]):
-            seq = waiting.pop(0)
-            manager.allocate(seq)
-            running.append(seq)
-        for seq in running:
-            seq.num_computed_tokens = seq.num_tokens
-        used = sum(s.num_tokens for s in running)
-        report.used += used
-        report.internal += manager.num_used_blocks * block_size - used
-        free = manager.num_free_blocks * block_size
-        if waiting:
-            report.external += free
-        else:
-            report.idle += free
-        report.running_per_step.append(len(running))
-        for seq in [s for s in running if s.num_tokens >= trace[s.seq_id].final_len]:
-            running.remove(seq)
-            manager.free(seq)
-        step += 1
-    report.num_steps = step
-    if manager.num_free_blocks != num_blocks:
-        raise RuntimeError(f"the paging replay leaked {manager.num_used_blocks} blocks")
-    return report
+    """Replay ``trace`` on blocks taken on demand to the end."""
+    return PagingReplay(trace, num_blocks, block_size).run()

@@ -1,0 +1,122 @@
+"""The request trace that lessons 09, 11 and 14 share: who arrives when, and how long they talk.
+
+One seeded, deterministic workload, kept here so the three lessons replay the same requests:
+
+* **Arrivals** form a Poisson process (exponential gaps between requests), the usual model of
+  many independent users; the vLLM paper drives its experiments the same way.
+* **Lengths** are log-normal: most prompts and answers are short, a few are very long. Chat
+  logs look like that; the defaults put the *means* near ShareGPT's as the vLLM paper reports
+  them (prompts about 161 tokens, answers about 338; Kwon et al., 2023, Fig. 11). With
+  ``sigma = 1`` a log-normal's mean is ``e^0.5`` (about 1.65) times its median.
+* **Answers end early.** Every client asks for at most ``answer_limit`` new tokens, and a
+  system that reserves memory up front must reserve that many; the answer actually drawn is
+  usually much shorter (the model says "end of text"), and never longer than the limit.
+
+Time is counted in engine steps: one step gives each running request one token.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class TraceRequest:
+    """One request of a trace: when it arrives, its prompt, its (future) answer, what it may reserve."""
+
+    arrival_step: int
+    num_prompt_tokens: int
+    num_output_tokens: int
+    max_len: int  # prompt + the answer limit the client asked for: what a reservation must hold
+
+    def __post_init__(self) -> None:
+        if min(self.num_prompt_tokens, self.num_output_tokens) < 1 or self.arrival_step < 0:
+            raise ValueError(f"invalid trace request {self}")
+        if self.final_len > self.max_len:
+            raise ValueError(f"final length {self.final_len} exceeds max_len {self.max_len}")
+
+    @property
+    def final_len(self) -> int:
+        return self.num_prompt_tokens + self.num_output_tokens
+
+    @property
+    def ends_early(self) -> bool:
+        """The answer stopped before the limit the client asked for."""
+        return self.final_len < self.max_len
+
+
+def _positive_int(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
+
+
+def _positive_float(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+
+
+@dataclass(frozen=True)
+class TraceConfig:
+    """The knobs of the workload (lesson 09 shows which of them move the waste)."""
+
+    num_requests: int = 200
+    arrivals_per_step: float = 0.25  # mean of the Poisson process
+    prompt_mean: float = 161.0  # tokens; ShareGPT's mean prompt in the vLLM paper
+    answer_mean: float = 338.0  # tokens; ShareGPT's mean answer, before the limit cuts it
+    sigma: float = 1.0  # spread of the log-normal lengths (0 < sigma; larger = longer tail)
+    answer_limit: int = 1024  # max_tokens every client asks for
+    max_prompt_len: int = 1024  # longer prompts are truncated to this
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("num_requests", "answer_limit", "max_prompt_len"):
+            _positive_int(name, getattr(self, name))
+        for name in ("arrivals_per_step", "prompt_mean", "answer_mean", "sigma"):
+            _positive_float(name, getattr(self, name))
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise ValueError(f"seed must be a whole number, got {self.seed!r}")
+
+    def scaled(self, factor: float) -> TraceConfig:
+        """The same shape with every length times ``factor`` (a short trace for a real-model run)."""
+        _positive_float("factor", factor)
+        return TraceConfig(self.num_requests, self.arrivals_per_step, self.prompt_mean * factor,
+                           self.answer_mean * factor, self.sigma, max(1, round(self.answer_limit * factor)),
+                           max(1, round(self.max_prompt_len * factor)), self.seed)
+
+
+LESSON_TRACE = TraceConfig()
+"""The trace lessons 09, 11 and 14 replay."""
+
+LESSON_POOL_SLOTS = 16_384
+"""The pool they replay it on, in token slots (1,024 blocks of 16): about 14 reservations' worth."""
+
+
+def _lognormal(rng: random.Random, mean: float, sigma: float) -> float:
+    return rng.lognormvariate(math.log(mean) - sigma**2 / 2, sigma)  # a log-normal with this mean
+
+
+def request_trace(config: TraceConfig = LESSON_TRACE) -> list[TraceRequest]:
+    """The requests of ``config``, in arrival order; the same config always gives the same trace."""
+    rng = random.Random(config.seed)
+    trace, clock = [], 0.0
+    for _ in range(config.num_requests):
+        clock += rng.expovariate(config.arrivals_per_step)
+        prompt = min(config.max_prompt_len, max(1, round(_lognormal(rng, config.prompt_mean, config.sigma))))
+        answer = min(config.answer_limit, max(1, round(_lognormal(rng, config.answer_mean, config.sigma))))
+        trace.append(TraceRequest(int(clock), prompt, answer, prompt + config.answer_limit))
+    return trace
+
+
+def trace_summary(trace: list[TraceRequest]) -> dict[str, float]:
+    """Means and shares a lesson prints about a trace."""
+    if not trace:
+        raise ValueError("the trace is empty")
+    n = len(trace)
+    return {"num_requests": n,
+            "mean_prompt": sum(r.num_prompt_tokens for r in trace) / n,
+            "mean_answer": sum(r.num_output_tokens for r in trace) / n,
+            "mean_reserved": sum(r.max_len for r in trace) / n,
+            "share_ending_early": sum(r.ends_early for r in trace) / n,
+            "last_arrival_step": max(r.arrival_step for r in trace)}
