@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from factories import make_tiny_hf_llama, one_cpu_thread  # noqa: F401  (one thread for the tiny model)
@@ -9,6 +11,7 @@ from test_engine_llm import prompts
 
 from kvcourse.kernels import EngineConfig, LLMEngine, SamplingParams, Transformer, generate
 from kvcourse.kernels.engine.beam_search import beam_search
+from kvcourse.kernels.engine.sampling import params_for_sample
 from kvcourse.kernels.memory.caches import NoCacheBackend
 from kvcourse.kernels.memory.events import EventKind
 
@@ -39,7 +42,7 @@ def test_greedy_parallel_samples_equal_single_generation_and_share_blocks(model)
 
 def test_sampled_parallel_samples_differ_and_repeat_with_a_seed(model):
     p = prompts([9])[0]
-    params = SamplingParams(max_new_tokens=12, n=3, temperature=1.5, seed=7)
+    params = SamplingParams(max_new_tokens=12, n=3, temperature=1.5, seed=7, stop_on_eos=False)
     first = LLMEngine(model, EngineConfig(block_size=4)).generate([p], params)[0]
     again = LLMEngine(model, EngineConfig(block_size=4)).generate([p], params)[0]
     assert first.samples == again.samples
@@ -78,3 +81,22 @@ def test_beam_search_width_4_saves_at_least_40_percent_of_blocks(model):
     assert result.blocks_saved >= 0.4, (result.peak_blocks_shared, result.peak_blocks_unshared)
     with pytest.raises(ValueError):
         beam_search(model, p, beam_width=0, max_new_tokens=4)
+
+
+def test_regression_each_sample_repeats_alone_with_seed_plus_index(model):
+    """Samples used to share one generator, so sample i depended on its siblings' draws (lesson 12)."""
+    p, other = prompts([9, 13], seed=3)
+    params = SamplingParams(max_new_tokens=12, n=3, temperature=1.5, seed=7)
+    engine = LLMEngine(model, EngineConfig(block_size=4))
+    rid = engine.add_request(p, params)
+    engine.add_request(other, SamplingParams(max_new_tokens=5, temperature=1.0, seed=1))  # a neighbour
+    while engine.has_unfinished_requests:
+        engine.step()
+    together = engine.requests[rid].output().samples
+    for i, sample in enumerate(together):
+        alone = params_for_sample(params, i)
+        assert alone.seed == 7 + i and alone.n == 1
+        assert LLMEngine(model, EngineConfig(block_size=4)).generate([p], alone)[0].tokens == sample
+        assert generate(model, p, 12, sampling=replace(alone, max_new_tokens=None)).tokens == sample
+    with pytest.raises(ValueError, match="sample index"):
+        params_for_sample(params, 3)

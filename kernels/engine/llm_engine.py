@@ -17,7 +17,13 @@ import torch
 from kvcourse.kernels.engine.config import DEFAULT_NUM_BLOCKS, EngineConfig
 from kvcourse.kernels.engine.model_runner import ModelRunner
 from kvcourse.kernels.engine.request import Request, RequestOutput, RequestStatus
-from kvcourse.kernels.engine.sampling import DEFAULT_MAX_NEW_TOKENS, SamplingParams, make_generator, sample
+from kvcourse.kernels.engine.sampling import (
+    DEFAULT_MAX_NEW_TOKENS,
+    SamplingParams,
+    make_generator,
+    params_for_sample,
+    sample,
+)
 from kvcourse.kernels.engine.scheduler import ScheduledBatch, Scheduler
 from kvcourse.kernels.engine.sequence import FinishReason, Sequence, SequenceStatus
 from kvcourse.kernels.engine.threads import apply_thread_policy
@@ -96,8 +102,10 @@ class LLMEngine:
         elif params.max_new_tokens == 0:  # nothing to generate: done without touching the model
             req.status = RequestStatus.FINISHED
         else:
+            # One random stream per sample, seeded seed + i: sample i repeats alone (lesson 12).
+            generators = [make_generator(params_for_sample(params, i), self.model.device) for i in range(params.n)]
             seq = Sequence(self.scheduler.next_seq_id(), list(ids), len(ids), self.config.block_size, params,
-                           req.request_id, make_generator(params, self.model.device))
+                           req.request_id, generators[0], fork_generators=generators[1:])
             req.seqs.append(seq)
             self.scheduler.add(seq)
         return req.request_id
@@ -139,9 +147,13 @@ class LLMEngine:
 
     @staticmethod
     def _sample(batch: ScheduledBatch, logits: torch.Tensor) -> list[list[int]]:
-        """One token per sampled sequence; a sequence about to split into n samples draws n (lesson 12)."""
-        return [[int(sample(row, seq.params, seq.generator)) for _ in range(1 + seq.num_pending_forks)]
-                for seq, row in zip(batch.sampled_seqs, logits)]
+        """One token per sampled sequence; a sequence about to split into n samples draws n, one from
+        each sample's own generator (lesson 12)."""
+        tokens = []
+        for seq, row in zip(batch.sampled_seqs, logits):
+            generators = [seq.generator, *seq.fork_generators] if seq.num_pending_forks else [seq.generator]
+            tokens.append([int(sample(row, seq.params, g)) for g in generators])
+        return tokens
 
     def _update_requests(self, grown: list[Sequence]) -> list[RequestOutput]:
         touched: dict[int, Request] = {}

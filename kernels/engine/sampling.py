@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -25,7 +25,7 @@ class SamplingParams:
     seed: int | None = None
     max_new_tokens: int | None = None
     stop_on_eos: bool = True
-    n: int = 1  # parallel samples per prompt in LLMEngine; they share the prompt's blocks (lesson 12)
+    n: int = 1  # samples per prompt in LLMEngine, sharing the prompt's blocks; sample i uses seed + i (lesson 12)
 
     def __post_init__(self) -> None:
         if isinstance(self.temperature, bool) or not isinstance(self.temperature, (int, float)) \
@@ -47,6 +47,18 @@ class SamplingParams:
     @property
     def greedy(self) -> bool:
         return self.temperature == 0
+
+
+def params_for_sample(params: SamplingParams, index: int) -> SamplingParams:
+    """What sample ``index`` of an n-sample request draws with: n = 1 and seed + index (lesson 12).
+
+    As in vLLM's parallel sampling, every sample has its own random stream, so sample i of a
+    request with ``seed=s`` is exactly the single request with ``seed=s + i``: it does not depend on
+    how many siblings run beside it, in what order they draw, or when they stop.
+    """
+    if not 0 <= index < params.n:
+        raise ValueError(f"sample index must be in [0, {params.n}), got {index!r}")
+    return replace(params, n=1, seed=None if params.seed is None else params.seed + index)
 
 
 def make_generator(params: SamplingParams, device: torch.device | str = "cpu") -> torch.Generator | None:

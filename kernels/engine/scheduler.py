@@ -168,12 +168,16 @@ class Scheduler:
 
     def _fork(self, parent: Sequence, num_children: int) -> list[Sequence]:
         """Parallel sampling: after the prompt, children share the parent's blocks (lesson 12)."""
+        if len(parent.fork_generators) != num_children:
+            raise ValueError(f"sequence {parent.seq_id} has {len(parent.fork_generators)} generators "
+                             f"for {num_children} samples to fork")
         children = []
-        for _ in range(num_children):
-            child = parent.fork(self.next_seq_id(), list(parent.token_ids))
+        for generator in parent.fork_generators:
+            child = parent.fork(self.next_seq_id(), list(parent.token_ids), generator)
             self.kv_cache_manager.fork(parent, child)
             self._run(child)
             children.append(child)
+        parent.fork_generators = []
         return children
 
     def _append_token(self, seq: Sequence, token: int) -> None:

@@ -43,7 +43,7 @@ class Sequence:
     block_size: int
     params: SamplingParams = field(default_factory=SamplingParams)
     request_id: int | None = None
-    generator: torch.Generator | None = None  # shared by the samples of one request
+    generator: torch.Generator | None = None  # this sample's own random stream (lesson 12)
     block_table: list[int] = field(default_factory=list)
     num_computed_tokens: int = 0
     num_cached_tokens: int = 0
@@ -51,6 +51,7 @@ class Sequence:
     status: SequenceStatus = SequenceStatus.WAITING
     finish_reason: FinishReason | None = None
     cumulative_logprob: float = 0.0  # beam search ranks sequences by this
+    fork_generators: list[torch.Generator | None] = field(default_factory=list)  # streams of samples to fork
 
     @property
     def num_tokens(self) -> int:
@@ -86,7 +87,8 @@ class Sequence:
         """The pool slot (physical block * block_size + offset) that holds token ``position``."""
         return self.block_table[position // self.block_size] * self.block_size + position % self.block_size
 
-    def fork(self, seq_id: int, token_ids: list[int]) -> Sequence:
-        """A sibling with the same prompt, params and request; it gets blocks from the manager's fork."""
+    def fork(self, seq_id: int, token_ids: list[int], generator: torch.Generator | None = None) -> Sequence:
+        """A sibling with the same prompt, params and request, drawing from ``generator``; it gets
+        blocks from the manager's fork."""
         return Sequence(seq_id, token_ids, self.num_prompt_tokens, self.block_size, self.params,
-                        self.request_id, self.generator)
+                        self.request_id, generator)
