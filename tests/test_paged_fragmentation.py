@@ -13,6 +13,7 @@ from kvcourse.kernels import (
     simulate_reservation,
     workload,
 )
+from kvcourse.kernels.baselines.fragmentation import CATEGORIES, Segment
 from kvcourse.kernels.memory.budget import MemoryBudget, block_bytes, num_blocks_for_budget
 from kvcourse.kernels.workload import TraceConfig, TraceRequest
 
@@ -119,3 +120,36 @@ def test_the_lesson_trace_lands_where_the_literature_does():
     assert reservation.turned_away and all(t.free >= t.needed > t.largest_gap for t in reservation.turned_away)
     # paging's only internal waste is each running sequence's partly filled last block
     assert all(r.internal < 16 * max(1, r.running) for r in paging.history)
+
+
+def test_the_reservation_memory_map_tiles_the_pool_and_adds_up_to_each_record():
+    trace = workload.request_trace(TraceConfig(num_requests=40, seed=3))
+    replay = ReservationReplay(trace, 4096)
+    assert replay.memory_map() == [Segment(0, 4096, "idle")]  # before the first step: one empty hole
+    seen_blocked = 0
+    while not replay.done:
+        record = replay.step()
+        segments = replay.memory_map()
+        assert segments[0].start == 0 and segments[-1].end == 4096
+        assert all(a.end == b.start for a, b in zip(segments, segments[1:]))  # no gap, no overlap
+        for category in CATEGORIES:
+            assert sum(s.num_slots for s in segments if s.category == category) == getattr(record, category)
+        assert {s.request for s in segments if s.request is not None} <= set(range(len(trace)))
+        assert (replay.blocked is not None) == (record.external > 0)
+        if replay.blocked:
+            seen_blocked += 1
+            holes = [s.num_slots for s in segments if s.request is None]
+            assert replay.blocked.free == sum(holes) >= replay.blocked.needed > max(holes) == replay.blocked.largest_gap
+    assert seen_blocked >= len(replay.report.turned_away) > 0  # a request may be refused on several steps
+
+
+def test_the_memory_map_shows_the_refusal_of_the_twelve_slot_example():
+    trace = [TraceRequest(0, 1, 1, 4), TraceRequest(0, 1, 3, 4), TraceRequest(0, 1, 1, 4), TraceRequest(1, 1, 5, 6)]
+    replay = ReservationReplay(trace, 12)
+    replay.step()
+    assert replay.blocked is None
+    assert replay.memory_map()[:3] == [Segment(0, 2, "used", 0), Segment(2, 2, "internal", 0), Segment(4, 2, "used", 1)]
+    replay.step()  # A and C have gone: B in the middle, two holes of 4, D needs 6
+    assert replay.blocked == replay.report.turned_away[0]
+    assert [(s.start, s.num_slots, s.category) for s in replay.memory_map()] == [
+        (0, 4, "external"), (4, 3, "used"), (7, 1, "reserved_future"), (8, 4, "external")]

@@ -15,13 +15,14 @@ Every step the pool's token slots are split into:
 
 Utilisation is ``used`` over every category but ``idle``. A replay steps one engine step at a
 time (the simulators of lessons 09 and 11 draw it step by step); ``run`` plays it to the end.
+``ReservationReplay.memory_map()`` lays the last recorded step out slot by slot (lesson 09's strip).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kvcourse.kernels.baselines.reservation import ReservationAllocator
+from kvcourse.kernels.baselines.reservation import Region, ReservationAllocator
 from kvcourse.kernels.engine.sequence import Sequence
 from kvcourse.kernels.memory.kv_cache_manager import KVCacheManager
 from kvcourse.kernels.workload import TraceRequest
@@ -61,6 +62,20 @@ class TurnedAway:
     needed: int
     free: int
     largest_gap: int
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A stretch of the pool in one category at the last recorded step (lesson 09's memory map)."""
+
+    start: int
+    num_slots: int
+    category: str  # one of CATEGORIES
+    request: int | None = None  # the request whose region it lies in; None for free slots
+
+    @property
+    def end(self) -> int:
+        return self.start + self.num_slots
 
 
 @dataclass
@@ -161,22 +176,29 @@ class ReservationReplay(_Replay):
         self.waiting: list[int] = []
         self.lengths: dict[int, int] = {}  # running request -> tokens written
         self._refused: set[int] = set()
+        self.blocked: TurnedAway | None = None  # the head of the queue, refused this step with enough free
+        self._recorded: list[tuple[int, int]] = []  # (request, tokens written) as the last step recorded them
+        self._recorded_regions: dict[int, Region] = {}
+        self._free_category = "idle"
 
     def _admit(self) -> None:
         while self.waiting:
             rid = self.waiting[0]
             need = self.trace[rid].max_len
             if not self.allocator.can_allocate(need):
-                free, gap = self.allocator.num_free_slots, self.allocator.largest_gap
-                if free >= need and rid not in self._refused:
-                    self._refused.add(rid)
-                    self.report.turned_away.append(TurnedAway(self.step_index, rid, need, free, gap))
+                free = self.allocator.num_free_slots
+                if free >= need:
+                    self.blocked = TurnedAway(self.step_index, rid, need, free, self.allocator.largest_gap)
+                    if rid not in self._refused:  # the report keeps each request's first refusal
+                        self._refused.add(rid)
+                        self.report.turned_away.append(self.blocked)
                 return
             self.allocator.allocate(self.waiting.pop(0), need)
             self.lengths[rid] = self.trace[rid].num_prompt_tokens
 
     def step(self) -> StepRecord:
         self.waiting += self._arrivals()
+        self.blocked = None
         self._admit()
         for rid in self.lengths:
             self.lengths[rid] += 1
@@ -193,11 +215,34 @@ class ReservationReplay(_Replay):
             idle=free if head_need is None else 0,
             running=len(self.lengths), waiting=len(self.waiting))
         self.report.history.append(record)
+        self._recorded = list(self.lengths.items())  # the map as recorded, before finished requests leave
+        self._recorded_regions = dict(self.allocator.regions)
+        self._free_category = "external" if fragmented else "stranded" if head_need is not None else "idle"
         for rid in [r for r, n in self.lengths.items() if n >= self.trace[r].final_len]:
             del self.lengths[rid]
             self.allocator.free(rid)
             self.num_finished += 1
         return record
+
+    def memory_map(self) -> list[Segment]:
+        """The pool at the last recorded step, in address order: each region split into its used,
+        reserved_future and internal slots, every hole in the step's free category (external,
+        stranded or idle). Category by category, the slots add up to that step's StepRecord."""
+        segments, cursor = [], 0
+        by_start = sorted(self._recorded, key=lambda item: self._recorded_regions[item[0]].start)
+        for rid, written in by_start:
+            region, request = self._recorded_regions[rid], self.trace[rid]
+            if region.start > cursor:
+                segments.append(Segment(cursor, region.start - cursor, self._free_category))
+            cursor = region.start
+            for category, num in (("used", written), ("reserved_future", request.final_len - written),
+                                  ("internal", request.max_len - request.final_len)):
+                if num:
+                    segments.append(Segment(cursor, num, category, rid))
+                    cursor += num
+        if cursor < self.report.num_slots:
+            segments.append(Segment(cursor, self.report.num_slots - cursor, self._free_category))
+        return segments
 
 
 class PagingReplay(_Replay):
