@@ -1,4 +1,4 @@
-"""The analytic cost model that lessons, simulators and the engine share (lessons 01, 03, 06, 07, 15, 16).
+"""The analytic cost model that lessons, simulators and the engine share (lessons 01, 03, 06, 07, 14, 15, 16).
 
 Conventions, used everywhere in the course:
 
@@ -21,6 +21,7 @@ look-alike) works. Every count is validated: zero, negative, NaN or non-integer 
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from numbers import Integral, Real
 from typing import Any
 
@@ -202,3 +203,46 @@ def forward_flops(config: Any, num_new_tokens: int, context_len: int, num_logits
     lm_head = 2 * logits * _attr(config, "hidden_size") * _attr(config, "vocab_size")
     attention = 4 * _attr(config, "head_dim") * score_cells(config, new, context_len, window)
     return matmuls + lm_head + attention
+
+
+def _rate(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    return float(value)
+
+
+def decode_step_bytes(config: Any, batch_size: int, context_len: int, bytes_per_value: int = 2) -> int:
+    """Bytes one decode step reads: the weights once, whatever the batch, plus each sequence's K and V (lesson 14).
+
+    Each of the ``batch_size`` sequences adds one token at ``context_len`` (its new token included),
+    so its attention reads ``context_len`` tokens of K and V; the weights serve every row at once.
+    """
+    return (weight_bytes_read_per_pass(config, bytes_per_value)
+            + kv_cache_bytes(config, context_len, _count("batch_size", batch_size), bytes_per_value))
+
+
+def decode_step_flops(config: Any, batch_size: int, context_len: int) -> int:
+    """FLOPs of one decode step: ``batch_size`` sequences, one new token each at ``context_len`` (lesson 14)."""
+    return _count("batch_size", batch_size) * forward_flops(config, 1, context_len, num_logits=1)
+
+
+def compute_bound_batch(config: Any, context_len: int, flops_per_second: float, bytes_per_second: float,
+                        bytes_per_value: int = 2) -> int | None:
+    """The smallest batch whose decode step takes at least as long to compute as to read (lesson 14).
+
+    Roofline reasoning: a step needs ``decode_step_flops / flops_per_second`` of arithmetic and
+    ``decode_step_bytes / bytes_per_second`` of memory traffic, and takes about the longer of the
+    two. The weights are read once for the batch, but each sequence brings its own FLOPs and its
+    own K/V to read, so the batch B reaches the ridge when B (f / F - k / BW) >= W / BW. If one
+    sequence's K/V takes longer to read than its FLOPs take to compute (long contexts), the step
+    stays memory-bound at every batch: None.
+    """
+    flops_rate, byte_rate = _rate("flops_per_second", flops_per_second), _rate("bytes_per_second", bytes_per_second)
+    weights = Fraction(weight_bytes_read_per_pass(config, bytes_per_value))
+    per_seq_flops = Fraction(decode_step_flops(config, 1, context_len))
+    per_seq_kv = Fraction(kv_cache_bytes(config, context_len, 1, bytes_per_value))
+    flops_rate, byte_rate = Fraction(flops_rate), Fraction(byte_rate)  # exact: no rounding at the ridge
+    surplus = per_seq_flops / flops_rate - per_seq_kv / byte_rate  # seconds of math over reading, per sequence
+    if surplus <= 0:
+        return None
+    return max(1, math.ceil(weights / byte_rate / surplus))

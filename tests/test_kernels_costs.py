@@ -145,3 +145,57 @@ def test_kv_projection_flops_are_the_k_and_v_part_of_the_matmuls():
     mha = make_config(num_layers=3, hidden_size=16, num_heads=4, num_kv_heads=4, head_dim=4)
     extra = costs.matmul_flops_per_token(mha, False) - costs.matmul_flops_per_token(config, False)
     assert extra == costs.kv_projection_flops_per_token(mha) - costs.kv_projection_flops_per_token(config)
+
+
+def test_a_decode_step_reads_the_weights_once_and_every_sequences_cache():
+    config = make_config()
+    weights = costs.weight_bytes_read_per_pass(config, 2)
+    assert costs.decode_step_bytes(config, 1, 10, 2) == weights + costs.kv_bytes_per_token(config, 2) * 10
+    # 32 sequences: the weights still once, the caches 32 times
+    assert costs.decode_step_bytes(config, 32, 10, 2) == weights + 32 * costs.kv_bytes_per_token(config, 2) * 10
+    assert costs.decode_step_bytes(EXAMPLE_13B, 16, 4096, 2) == \
+        costs.weight_bytes_read_per_pass(EXAMPLE_13B, 2) + 16 * 819_200 * 4096
+    with pytest.raises(ValueError, match="batch_size"):
+        costs.decode_step_bytes(config, 0, 10)
+
+
+def test_decode_step_flops_are_one_token_per_sequence_with_its_attention():
+    config = make_config()
+    one = costs.forward_flops(config, 1, 10, num_logits=1)
+    assert one == costs.matmul_flops_per_token(config) + 4 * config.head_dim * config.num_heads * config.num_layers * 10
+    assert costs.decode_step_flops(config, 8, 10) == 8 * one
+    with pytest.raises(ValueError, match="batch_size"):
+        costs.decode_step_flops(config, -1, 10)
+
+
+def _step_seconds(config, batch, context, flops, bandwidth, bpv):
+    """(compute seconds, memory seconds) of one decode step, straight from the cost model."""
+    return (costs.decode_step_flops(config, batch, context) / flops,
+            costs.decode_step_bytes(config, batch, context, bpv) / bandwidth)
+
+
+def test_compute_bound_batch_is_the_first_batch_past_the_ridge():
+    config = make_config()
+    flops, bandwidth, bpv = 1e11, 1e10, 2
+    for context in (1, 4, 16):
+        batch = costs.compute_bound_batch(config, context, flops, bandwidth, bpv)
+        assert batch is not None and batch > 1  # 43 kB of weights, 43 kFLOP per sequence: about a dozen
+        compute_s, memory_s = _step_seconds(config, batch, context, flops, bandwidth, bpv)
+        assert compute_s >= memory_s
+        compute_s, memory_s = _step_seconds(config, batch - 1, context, flops, bandwidth, bpv)
+        assert compute_s < memory_s
+    assert costs.compute_bound_batch(config, 64, flops, bandwidth, bpv) is None  # K/V outgrows the FLOPs
+    assert costs.compute_bound_batch(config, 1, 1e9, 1e10, bpv) == 1  # slow math, fast memory
+
+
+def test_a_long_context_keeps_the_step_memory_bound_at_any_batch():
+    # H100 SXM spec-sheet figures: 989 TFLOP/s of dense bf16, 3.35 TB/s of HBM3
+    h100 = dict(flops_per_second=989e12, bytes_per_second=3.35e12, bytes_per_value=2)
+    assert costs.compute_bound_batch(EXAMPLE_13B, 4096, **h100) is None  # 3.4 GB of K/V per sequence
+    # the weights alone: ridge near F / BW = 295 FLOP per byte, one multiply-add per 2-byte weight per row
+    ridge = costs.compute_bound_batch(EXAMPLE_13B, 1, **h100)
+    assert 280 < ridge < 320
+    with pytest.raises(ValueError, match="bytes_per_second"):
+        costs.compute_bound_batch(EXAMPLE_13B, 1, 1e12, 0)
+    with pytest.raises(ValueError, match="flops_per_second"):
+        costs.compute_bound_batch(EXAMPLE_13B, 1, math.nan, 1e9)
