@@ -1,0 +1,338 @@
+"""Lesson 12's simulator: one sequence forked into n samples that share blocks until they write.
+
+The model keeps what the engine's ``KVCacheManager`` keeps: one block table per sequence and a
+reference count per physical block, with blocks handed out front first from one free list, as
+``BlockPool`` does. The first Step forks the prompt's sequence into ``num_samples`` sequences
+(``KVCacheManager.fork``: every block's count goes up by n - 1); each later Step writes
+``tokens_per_step`` tokens into every sample, in order (``KVCacheManager.append_slot``): a write
+into a block held by more than one table first copies it (copy on write), and a sample whose
+tokens outgrow its last block gets a new one. Full blocks are never written again, so only the
+prompt's partly filled last block is ever copied. A step that needs more blocks than are free is
+refused with a message. tests/test_sim_sharing.py checks every table and count against the
+engine's manager and a real ``LLMEngine`` run.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from matplotlib import colormaps
+from matplotlib.collections import PatchCollection
+from matplotlib.colors import to_rgba
+from matplotlib.patches import Patch, Rectangle
+
+from kvcourse.simulators.base import InvalidInput, SimulatorView, check_int, int_control
+
+MAX_PROMPT = 100_000
+MAX_BLOCK_SIZE = 1024
+MAX_SAMPLES = 64
+MAX_TOKENS_PER_STEP = 4096
+MAX_POOL = 100_000
+MAX_DRAWN_COLUMNS = 48  # logical blocks drawn per table; earlier ones are summarised in the title
+MAX_DRAWN_ROWS = 16  # samples drawn; the summary line counts all of them
+MAX_DRAWN_POOL = 512  # physical blocks drawn; the summary line counts all of them
+POOL_COLUMNS = 16
+FREE, PRIVATE, COPIED = "0.9", "C1", "C3"
+
+
+def blocks_for(num_tokens: int, block_size: int) -> int:
+    """Blocks that hold ``num_tokens`` tokens, the last one possibly part full."""
+    return -(-num_tokens // block_size)
+
+
+@dataclass(frozen=True)
+class SharingConfig:
+    """A prompt, its block size, how many samples fork from it, how fast they write, and the pool (lesson 12)."""
+
+    prompt_len: int = 94
+    block_size: int = 16
+    num_samples: int = 4
+    tokens_per_step: int = 1
+    num_blocks: int = 48
+
+    def __post_init__(self) -> None:
+        check_int("Prompt length (tokens)", self.prompt_len, 1, MAX_PROMPT)
+        check_int("Block size (tokens)", self.block_size, 1, MAX_BLOCK_SIZE)
+        check_int("Samples n", self.num_samples, 1, MAX_SAMPLES)
+        check_int("Tokens per step", self.tokens_per_step, 1, MAX_TOKENS_PER_STEP)
+        check_int("Pool size (blocks)", self.num_blocks, 1, MAX_POOL)
+        if self.prompt_blocks > self.num_blocks:
+            raise InvalidInput(f"the {self.prompt_len:,}-token prompt needs {self.prompt_blocks:,} blocks of "
+                               f"{self.block_size}, but the pool holds {self.num_blocks:,}: it could never start. "
+                               "Make the pool bigger or the prompt shorter.")
+
+    @property
+    def prompt_blocks(self) -> int:
+        return blocks_for(self.prompt_len, self.block_size)
+
+    @property
+    def full_prompt_blocks(self) -> int:
+        """Prompt blocks that are full: the ones that stay shared for good."""
+        return self.prompt_len // self.block_size
+
+
+@dataclass(frozen=True)
+class CopyOnWrite:
+    """Sample ``sample`` copied shared block ``source`` into its own block ``target`` before writing."""
+
+    sample: int
+    source: int
+    target: int
+
+
+class Sharing:
+    """Block tables and reference counts while one prompt forks into n samples (lesson 12)."""
+
+    def __init__(self, config: SharingConfig) -> None:
+        self.config = config
+        self.reset()
+
+    def reset(self) -> None:
+        c = self.config
+        self.ref_counts = [0] * c.num_blocks
+        self._free: deque[int] = deque(range(c.num_blocks))
+        self.tables: list[list[int]] = [[self._allocate() for _ in range(c.prompt_blocks)]]
+        self.num_tokens = c.prompt_len  # tokens in the pool per sequence; every sample has as many
+        self.forked = False
+        self.num_steps_done = 0
+        self.num_copies = 0
+        self.last_copies: list[CopyOnWrite] = []
+        self.last_new_blocks = 0
+
+    def _allocate(self) -> int:
+        block = self._free.popleft()
+        self.ref_counts[block] = 1
+        return block
+
+    # -- stepping ---------------------------------------------------------------------------------
+    def step(self) -> None:
+        """The first step forks the prompt into n samples; every later one writes tokens_per_step into each."""
+        if self.forked:
+            self._write(self.config.tokens_per_step)
+        else:
+            self._fork()
+        self.num_steps_done += 1
+
+    def _fork(self) -> None:
+        parent = self.tables[0]
+        for block in parent:
+            self.ref_counts[block] += self.config.num_samples - 1
+        self.tables = [list(parent) for _ in range(self.config.num_samples)]
+        self.forked = True
+        self.last_copies, self.last_new_blocks = [], 0
+
+    def _first_write_block(self) -> int:
+        return self.num_tokens // self.config.block_size
+
+    def blocks_needed(self, num_new_tokens: int) -> int:
+        """Free blocks that writing ``num_new_tokens`` more tokens into every sample takes: copies + new."""
+        counts = dict(enumerate(self.ref_counts))
+        needed = 0
+        target = blocks_for(self.num_tokens + num_new_tokens, self.config.block_size)
+        for table in self.tables:
+            for block in table[self._first_write_block():]:
+                if counts[block] > 1:  # this sample copies; the block keeps one holder fewer
+                    counts[block] -= 1
+                    needed += 1
+            needed += target - len(table)
+        return needed
+
+    def _write(self, num_new_tokens: int) -> None:
+        needed, free = self.blocks_needed(num_new_tokens), len(self._free)
+        if needed > free:
+            raise InvalidInput(
+                f"the pool is full: writing {num_new_tokens} more token(s) into each of the {len(self.tables)} "
+                f"samples needs {needed} free blocks, and only {free} of {self.config.num_blocks} are free. "
+                "A serving engine would now make a sample wait or preempt it (lesson 08). "
+                "Press Reset, or make the pool bigger.")
+        first = self._first_write_block()
+        target = blocks_for(self.num_tokens + num_new_tokens, self.config.block_size)
+        copies, new = [], 0
+        for sample, table in enumerate(self.tables):
+            for i in range(first, len(table)):
+                old = table[i]
+                if self.ref_counts[old] > 1:  # shared: copy on write
+                    table[i] = self._allocate()
+                    self.ref_counts[old] -= 1
+                    copies.append(CopyOnWrite(sample, old, table[i]))
+            while len(table) < target:
+                table.append(self._allocate())
+                new += 1
+        self.num_tokens += num_new_tokens
+        self.num_copies += len(copies)
+        self.last_copies, self.last_new_blocks = copies, new
+
+    # -- what the learner reads ---------------------------------------------------------------------
+    @property
+    def num_samples(self) -> int:
+        return len(self.tables)
+
+    @property
+    def num_written(self) -> int:
+        """Tokens each sample has written after the prompt."""
+        return self.num_tokens - self.config.prompt_len
+
+    @property
+    def num_used_blocks(self) -> int:
+        return self.config.num_blocks - len(self._free)
+
+    @property
+    def num_free_blocks(self) -> int:
+        return len(self._free)
+
+    @property
+    def num_blocks_unshared(self) -> int:
+        """Blocks the same sequences would hold with a private copy each: the sum of their tables."""
+        return sum(len(t) for t in self.tables)
+
+    @property
+    def blocks_saved(self) -> int:
+        return self.num_blocks_unshared - self.num_used_blocks
+
+    @property
+    def shared_blocks(self) -> list[int]:
+        """Physical blocks held by more than one block table."""
+        return [b for b, count in enumerate(self.ref_counts) if count > 1]
+
+
+@lru_cache(maxsize=256)
+def _block_colour(count: int, num_samples: int) -> tuple[float, float, float, float]:
+    """Free grey, private orange, shared blue (darker for more holders)."""
+    if count == 0:
+        return to_rgba(FREE)
+    if count == 1:
+        return to_rgba(PRIVATE)
+    return tuple(colormaps["Blues"](0.45 + 0.5 * min(count, num_samples) / max(num_samples, 2)))
+
+
+def _text_colour(count: int) -> str:
+    return "white" if count > 1 else "black"
+
+
+class SharingView(SimulatorView):
+    """Fork a prompt into n samples, step them, and watch the shared blocks split (lesson 12)."""
+
+    def __init__(self, prompt_len: int = 94, block_size: int = 16, num_samples: int = 4, tokens_per_step: int = 1,
+                 num_blocks: int = 48) -> None:
+        controls = {
+            "prompt_len": int_control("Prompt length (tokens)", prompt_len),
+            "block_size": int_control("Block size (tokens)", block_size),
+            "num_samples": int_control("Samples n", num_samples, width="150px"),
+            "tokens_per_step": int_control("Tokens per step", tokens_per_step, width="170px"),
+            "num_blocks": int_control("Pool size (blocks)", num_blocks),
+        }
+        super().__init__(controls, num_axes=2, figsize=(11.5, 4.4), step_label="Fork")
+
+    def build(self, values: dict[str, Any]) -> Sharing:
+        return Sharing(SharingConfig(values["prompt_len"], values["block_size"], values["num_samples"],
+                                     values["tokens_per_step"], values["num_blocks"]))
+
+    def draw(self, model: Sharing) -> str:
+        tables_ax, pool_ax = self.axes
+        tables_ax.clear()
+        pool_ax.clear()
+        copied = {c.target for c in model.last_copies}
+        self._draw_tables(tables_ax, model, copied)
+        self._draw_pool(pool_ax, model, copied)
+        if self.step_button is not None:
+            self.step_button.description = "Write tokens" if model.forked else "Fork"
+        return self._summary(model)
+
+    @staticmethod
+    def _draw_tables(ax: Any, m: Sharing, copied: set[int]) -> None:
+        c = m.config
+        num_cols = max(len(t) for t in m.tables)
+        skip = max(0, num_cols - MAX_DRAWN_COLUMNS)
+        last_fill = m.num_tokens - (num_cols - 1) * c.block_size  # tokens in the last logical block
+        patches, colours, edges = [], [], []
+        height = min(c.num_samples, MAX_DRAWN_ROWS)  # rows kept for every sample: no jump at the fork
+        labelled = (num_cols - skip) * height <= 160
+        for row, table in enumerate(m.tables[:height]):
+            y = height - 1 - row
+            for col in range(skip, len(table)):
+                block, x = table[col], col - skip
+                colour = _block_colour(m.ref_counts[block], c.num_samples)
+                if col == num_cols - 1 and last_fill < c.block_size:  # the last block, part full: pale rest
+                    patches.append(Rectangle((x, y + 0.1), 0.92, 0.8))
+                    colours.append((*colour[:3], 0.3))
+                    edges.append("none")
+                fill = last_fill / c.block_size if col == num_cols - 1 else 1.0
+                patches.append(Rectangle((x, y + 0.1), 0.92 * fill, 0.8))
+                colours.append(colour)
+                edges.append(COPIED if block in copied else "none")
+                if labelled:
+                    ax.text(x + 0.46, y + 0.5, f"{block}\n×{m.ref_counts[block]}", ha="center", va="center",
+                            fontsize=7, color=_text_colour(m.ref_counts[block]))
+        ax.add_collection(PatchCollection(patches, facecolors=colours, edgecolors=edges, linewidths=2))
+        ax.set_xlim(-0.1, num_cols - skip + 0.1)
+        ax.set_ylim(-0.1, height + 0.1)
+        rows = range(min(len(m.tables), height))
+        ax.set_yticks([height - 0.5 - r for r in rows], [str(r) for r in rows])
+        more = f" (first {height} of {len(m.tables)})" if len(m.tables) > height else ""
+        ax.set_ylabel(f"sample{more}" if m.forked else "the prompt's sequence")
+        drawn = f"blocks {skip}–{num_cols - 1}" if skip else "blocks"
+        ax.set_xlabel(f"logical {drawn} of {c.block_size} tokens" + ("; physical id ×count" if labelled else ""))
+        ax.set_xticks([])
+        if not m.forked:
+            ax.set_title(f"one sequence holds the {c.prompt_len}-token prompt")
+        elif m.num_written == 0:
+            ax.set_title(f"forked: {m.num_samples} tables point at the same {c.prompt_blocks} blocks")
+        else:
+            ax.set_title(f"{c.full_prompt_blocks} full prompt blocks stay shared; the rest are private")
+
+    @staticmethod
+    def _draw_pool(ax: Any, m: Sharing, copied: set[int]) -> None:
+        c = m.config
+        drawn = min(c.num_blocks, MAX_DRAWN_POOL)
+        rows = -(-drawn // POOL_COLUMNS)
+        patches, colours, edges = [], [], []
+        for block in range(drawn):
+            x, y = block % POOL_COLUMNS, rows - 1 - block // POOL_COLUMNS
+            patches.append(Rectangle((x, y + 0.08), 0.9, 0.84))
+            colours.append(_block_colour(m.ref_counts[block], c.num_samples))
+            edges.append(COPIED if block in copied else "none")
+            count = m.ref_counts[block]
+            if drawn <= 64:
+                ax.text(x + 0.45, y + 0.5, f"{block}\n×{count}" if count else str(block), ha="center",
+                        va="center", fontsize=7, color=_text_colour(count))
+            elif drawn <= 128 and count:
+                ax.text(x + 0.45, y + 0.5, f"×{count}", ha="center", va="center", fontsize=7,
+                        color=_text_colour(count))
+        ax.add_collection(PatchCollection(patches, facecolors=colours, edgecolors=edges, linewidths=2))
+        ax.set_xlim(-0.1, POOL_COLUMNS)
+        ax.set_ylim(-0.1, rows + 0.1)
+        ax.set_xticks([])
+        ax.set_yticks([])
+        more = f", first {drawn} drawn" if drawn < c.num_blocks else ""
+        label = "; label: id ×count" if drawn <= 64 else ("; label ×count" if drawn <= 128 else "")
+        ax.set_xlabel(f"the pool: {c.num_blocks:,} physical blocks{more}{label}")
+        ax.set_title(f"{m.num_used_blocks} blocks in use; {m.num_blocks_unshared} without sharing")
+        ax.legend(handles=[Patch(color=_block_colour(c.num_samples, c.num_samples), label="shared (count ≥ 2)"),
+                           Patch(color=PRIVATE, label="private (count 1)"), Patch(color=FREE, label="free"),
+                           Patch(facecolor="white", edgecolor=COPIED, lw=2, label="copied this step")],
+                  loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
+
+    @staticmethod
+    def _summary(m: Sharing) -> str:
+        c = m.config
+        rest = c.prompt_len - c.full_prompt_blocks * c.block_size
+        if not m.forked:
+            tail = f", the last with {rest} of {c.block_size} tokens" if rest else ", all full"
+            return (f"One sequence holds the {c.prompt_len:,}-token prompt in {c.prompt_blocks:,} blocks "
+                    f"({c.full_prompt_blocks:,} full{tail}). Press <b>Fork</b> to split it into "
+                    f"{c.num_samples} samples.")
+        counts = (f"{m.num_used_blocks:,} of {c.num_blocks:,} blocks in use; as {m.num_samples} private copies "
+                  f"it would be {m.num_blocks_unshared:,}: sharing saves {m.blocks_saved:,}.")
+        if m.num_written == 0:
+            return (f"Forked: {m.num_samples} block tables point at the same {c.prompt_blocks:,} blocks, each with "
+                    f"reference count {c.num_samples}. {counts} Press <b>Write tokens</b>: each sample writes "
+                    f"{c.tokens_per_step} token(s).")
+        copies = ", ".join(f"{x.source}→{x.target}" for x in m.last_copies[:8]) + (
+            ", …" if len(m.last_copies) > 8 else "")
+        step = (f"This step: {len(m.last_copies)} copied on write ({copies}), " if m.last_copies
+                else "This step: no copies, ")
+        return (f"Each sample holds {m.num_tokens:,} tokens ({c.prompt_len:,} prompt + {m.num_written:,} written). "
+                f"{counts} {step}{m.last_new_blocks} new block(s).")
