@@ -153,3 +153,52 @@ def test_the_memory_map_shows_the_refusal_of_the_twelve_slot_example():
     assert replay.blocked == replay.report.turned_away[0]
     assert [(s.start, s.num_slots, s.category) for s in replay.memory_map()] == [
         (0, 4, "external"), (4, 3, "used"), (7, 1, "reserved_future"), (8, 4, "external")]
+
+
+# -- PagingReplay as the engine steps (lesson 11) ----------------------------------------------------
+def test_the_default_paging_replay_is_unchanged_by_mirror_engine():
+    """Regression: lessons 09 and 14 replay with the default rules; adding mirror_engine kept their numbers."""
+    trace = workload.request_trace(workload.LESSON_TRACE)
+    report = simulate_paging(trace, workload.LESSON_POOL_SLOTS // 16, 16)
+    assert (report.num_steps, report.num_preemptions, report.total("used")) == (2438, 372, 29_411_317)
+    assert report.utilisation == pytest.approx(0.97858, abs=1e-5)
+
+
+def test_mirror_engine_by_hand():
+    # prompt 5, answer 3, blocks of 4: the prompt's 5 tokens take 2 blocks at admission; each sampled
+    # token gets its slot one step later; the last answer token is never stored (it is never fed back)
+    replay = PagingReplay([TraceRequest(0, 5, 3, 16)], num_blocks=4, block_size=4, mirror_engine=True)
+    report = replay.run()
+    assert [(r.used, r.internal) for r in report.history] == [(5, 3), (6, 2), (7, 1)]
+    default = simulate_paging([TraceRequest(0, 5, 3, 16)], num_blocks=4, block_size=4)
+    assert [(r.used, r.internal) for r in default.history] == [(6, 2), (7, 1), (8, 0)]  # a slot when sampled
+
+
+def test_mirror_engine_keeps_a_preempted_request_s_tokens():
+    # two requests of prompt 4 and answer 8 on 3 blocks of 4: the newer is preempted when the older grows
+    trace = [TraceRequest(0, 4, 8, 12), TraceRequest(0, 4, 8, 12)]
+    mirror = PagingReplay(trace, num_blocks=3, block_size=4, mirror_engine=True)
+    lengths: dict[int, int] = {}
+    while not mirror.done:
+        mirror.step()
+        for seq in mirror.running + mirror.waiting:
+            assert seq.num_tokens >= lengths.get(seq.seq_id, 0)  # preempted, it keeps every token it had
+            lengths[seq.seq_id] = seq.num_tokens
+    assert mirror.report.num_preemptions >= 1 and mirror.num_recomputed_tokens > 0
+    restart = PagingReplay(trace, num_blocks=3, block_size=4)
+    assert restart.run().num_steps > mirror.report.num_steps  # the default writes the lost answer again
+
+
+def test_the_paging_memory_map_tiles_the_pool_and_adds_up_to_each_record():
+    trace = workload.request_trace(TraceConfig(num_requests=20, seed=3))
+    for mirror in (False, True):
+        replay = PagingReplay(trace, 256, 16, mirror_engine=mirror)
+        while not replay.done:
+            record = replay.step()
+            segments = replay.memory_map()
+            assert segments[0].start == 0 and segments[-1].end == 256 * 16
+            assert all(a.end == b.start for a, b in zip(segments, segments[1:]))
+            for category in CATEGORIES:
+                assert sum(s.num_slots for s in segments if s.category == category) == getattr(record, category)
+            tails = [s for s in segments if s.category == "internal"]
+            assert all(s.num_slots < 16 for s in tails) and len(tails) <= record.running  # one partial block each

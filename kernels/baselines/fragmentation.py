@@ -16,6 +16,8 @@ Every step the pool's token slots are split into:
 Utilisation is ``used`` over every category but ``idle``. A replay steps one engine step at a
 time (the simulators of lessons 09 and 11 draw it step by step); ``run`` plays it to the end.
 ``ReservationReplay.memory_map()`` lays the last recorded step out slot by slot (lesson 09's strip).
+``PagingReplay.memory_map()`` does the same block by block, and ``mirror_engine=True`` makes the
+paging replay step exactly as LLMEngine does (lesson 11).
 """
 
 from __future__ import annotations
@@ -247,58 +249,84 @@ class ReservationReplay(_Replay):
 
 class PagingReplay(_Replay):
     """Blocks on demand from the engine's own KV-cache manager; the newest request is preempted
-    (and later recomputed) when a running one needs a block and none is free (lesson 11)."""
+    (and later recomputed) when a running one needs a block and none is free (lesson 11).
+
+    By default a request's preemption discards its answer so far and its first answer token is
+    given a slot at admission (the model of lessons 09 and 14). With ``mirror_engine=True`` the
+    replay takes LLMEngine's steps exactly, as the engine would serve the trace with no per-step
+    token budget or sequence limit: admission holds blocks for the prompt, a sampled token gets
+    its slot in the next step (when its K/V is computed), a preempted request keeps its tokens and
+    recomputes them all when readmitted, never in the step that preempted it. Block for block it
+    then equals the engine (tests/test_sim_paging.py checks it on a tiny model); lesson 11 uses it.
+    """
 
     name = "paging"
 
-    def __init__(self, trace: list[TraceRequest], num_blocks: int, block_size: int = 16) -> None:
+    def __init__(self, trace: list[TraceRequest], num_blocks: int, block_size: int = 16, *,
+                 mirror_engine: bool = False) -> None:
         longest = max(r.final_len for r in trace) if trace else 0
         if -(-longest // block_size) > num_blocks:
             raise ValueError(f"a request of {longest} tokens needs {-(-longest // block_size)} blocks of "
                              f"{block_size}; the pool has {num_blocks}")
         super().__init__(trace, num_blocks * block_size)
         self.block_size = block_size
+        self.mirror_engine = mirror_engine
         self.manager = KVCacheManager(num_blocks, block_size)
         self.waiting: list[Sequence] = []
         self.running: list[Sequence] = []
+        self.num_recomputed_tokens = 0  # tokens whose K/V a preemption threw away
+        self._recorded: list[tuple[int, list[int], int]] = []  # (request, block table, tokens stored)
+        self._free_category = "idle"
 
-    def _preempt_for(self, seq: Sequence) -> None:
-        while not self.manager.can_append(seq):
-            victim = self.running.pop()  # the newest gives way and recomputes later
-            self.manager.free(victim)
+    def _preempt(self) -> Sequence:
+        victim = self.running.pop()  # the newest gives way and recomputes later
+        self.num_recomputed_tokens += victim.num_computed_tokens
+        self.manager.free(victim)
+        if not self.mirror_engine:
             del victim.token_ids[victim.num_prompt_tokens + 1:]
-            self.waiting.insert(0, victim)
-            self.report.num_preemptions += 1
-            if victim is seq:
-                return
+        self.waiting.insert(0, victim)
+        self.report.num_preemptions += 1
+        return victim
 
-    def step(self) -> StepRecord:
+    def _preempt_for(self, seq: Sequence) -> list[Sequence]:
+        preempted = []
+        while not self.manager.can_append(seq):
+            preempted.append(self._preempt())
+            if preempted[-1] is seq:
+                break
+        return preempted
+
+    def _arrive(self) -> None:
         for rid in self._arrivals():
             req = self.trace[rid]
-            # the prefill step also produces the first answer token, so it needs a slot at admission
-            self.waiting.append(Sequence(rid, [0] * (req.num_prompt_tokens + 1), req.num_prompt_tokens,
-                                         self.block_size))
+            # by default the prefill step's first answer token takes a slot at admission
+            num_tokens = req.num_prompt_tokens + (0 if self.mirror_engine else 1)
+            self.waiting.append(Sequence(rid, [0] * num_tokens, req.num_prompt_tokens, self.block_size))
+
+    def step(self) -> StepRecord:
+        self._arrive()
+        preempted: list[Sequence] = []
         for seq in list(self.running):
             if seq not in self.running:
                 continue  # preempted this step to make room for an older one
-            seq.token_ids.append(0)
-            self._preempt_for(seq)
+            if not self.mirror_engine:
+                seq.token_ids.append(0)
+            preempted += self._preempt_for(seq)
             if seq in self.running:
                 self.manager.append_slot(seq)
-        while self.waiting and self.manager.can_allocate(self.waiting[0]):
+        # the engine readmits nobody in the step that preempted them (first come, first served)
+        held_back = preempted if self.mirror_engine else []
+        while (self.waiting and not any(self.waiting[0] is p for p in held_back)
+               and self.manager.can_allocate(self.waiting[0])):
             seq = self.waiting.pop(0)
             self.manager.allocate(seq)
             self.running.append(seq)
         for seq in self.running:
             seq.num_computed_tokens = seq.num_tokens
-        used = sum(s.num_tokens for s in self.running)
-        free = self.manager.num_free_blocks * self.block_size
-        record = StepRecord(
-            step=self.step_index, used=used, reserved_future=0,
-            internal=self.manager.num_used_blocks * self.block_size - used,
-            external=0, stranded=free if self.waiting else 0, idle=0 if self.waiting else free,
-            running=len(self.running), waiting=len(self.waiting))
-        self.report.history.append(record)
+        record = self._record()
+        if self.mirror_engine:
+            for seq in self.running:
+                seq.token_ids.append(0)  # sampled from this step's logits; its slot comes next step
         for seq in [s for s in self.running if s.num_tokens >= self.trace[s.seq_id].final_len]:
             self.running.remove(seq)
             self.manager.free(seq)
@@ -307,12 +335,47 @@ class PagingReplay(_Replay):
             raise RuntimeError(f"the paging replay leaked {self.manager.num_used_blocks} blocks")
         return record
 
+    def _record(self) -> StepRecord:
+        used = sum(s.num_computed_tokens for s in self.running)
+        free = self.manager.num_free_blocks * self.block_size
+        record = StepRecord(
+            step=self.step_index, used=used, reserved_future=0,
+            internal=self.manager.num_used_blocks * self.block_size - used,
+            external=0, stranded=free if self.waiting else 0, idle=0 if self.waiting else free,
+            running=len(self.running), waiting=len(self.waiting))
+        self.report.history.append(record)
+        # finishing replaces a block table with a new list, so these stay as recorded
+        self._recorded = [(s.seq_id, s.block_table, s.num_computed_tokens) for s in self.running]
+        self._free_category = "stranded" if self.waiting else "idle"
+        return record
+
+    def memory_map(self) -> list[Segment]:
+        """The pool at the last recorded step, block by block in address order: each held block's
+        tokens (used) and its empty tail (internal), every free block in the step's free category
+        (stranded or idle). Category by category, the slots add up to that step's StepRecord."""
+        bs = self.block_size
+        owner: dict[int, tuple[int, int]] = {}  # block -> (request, tokens it holds)
+        for rid, table, stored in self._recorded:
+            for i, block in enumerate(table):
+                owner[block] = (rid, min(bs, stored - i * bs))
+        segments = []
+        for block in range(self.manager.num_blocks):
+            if block not in owner:
+                segments.append(Segment(block * bs, bs, self._free_category))
+                continue
+            rid, held = owner[block]
+            segments.append(Segment(block * bs, held, "used", rid))
+            if held < bs:
+                segments.append(Segment(block * bs + held, bs - held, "internal", rid))
+        return segments
+
 
 def simulate_reservation(trace: list[TraceRequest], num_slots: int) -> MemoryReport:
     """Replay ``trace`` on contiguous max-length reservations to the end."""
     return ReservationReplay(trace, num_slots).run()
 
 
-def simulate_paging(trace: list[TraceRequest], num_blocks: int, block_size: int = 16) -> MemoryReport:
-    """Replay ``trace`` on blocks taken on demand to the end."""
-    return PagingReplay(trace, num_blocks, block_size).run()
+def simulate_paging(trace: list[TraceRequest], num_blocks: int, block_size: int = 16, *,
+                    mirror_engine: bool = False) -> MemoryReport:
+    """Replay ``trace`` on blocks taken on demand to the end (``mirror_engine``: see PagingReplay)."""
+    return PagingReplay(trace, num_blocks, block_size, mirror_engine=mirror_engine).run()
