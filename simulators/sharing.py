@@ -320,10 +320,11 @@ class SharingView(SimulatorView):
         c = m.config
         rest = c.prompt_len - c.full_prompt_blocks * c.block_size
         if not m.forked:
-            tail = f", the last with {rest} of {c.block_size} tokens" if rest else ", all full"
-            return (f"One sequence holds the {c.prompt_len:,}-token prompt in {c.prompt_blocks:,} blocks "
-                    f"({c.full_prompt_blocks:,} full{tail}). Press <b>Fork</b> to split it into "
-                    f"{c.num_samples} samples.")
+            split = (f"{c.full_prompt_blocks:,} full, the last with {rest} of {c.block_size} tokens" if rest
+                     else f"all {c.prompt_blocks:,} full")
+            return (f"One sequence holds the {c.prompt_len:,}-token prompt in {c.prompt_blocks:,} blocks ({split}) "
+                    f"of a {c.num_blocks:,}-block pool. Press <b>Fork</b> to split it into {c.num_samples} samples; "
+                    f"then each <b>Write tokens</b> adds {c.tokens_per_step} token(s) to every sample.")
         counts = (f"{m.num_used_blocks:,} of {c.num_blocks:,} blocks in use; as {m.num_samples} private copies "
                   f"it would be {m.num_blocks_unshared:,}: sharing saves {m.blocks_saved:,}.")
         if m.num_written == 0:
