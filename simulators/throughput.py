@@ -1,0 +1,491 @@
+"""Lesson 14's simulator: tokens per second against batch size, and the memory cap on the batch.
+
+One decode step reads the weights once for the whole batch, plus each sequence's own K and V, and
+does each sequence's FLOPs (``costs.decode_step_bytes`` and ``costs.decode_step_flops``). On a
+card that moves ``bandwidth`` bytes and computes ``flops`` FLOP per second, the step takes about
+the longer of the two: the *roofline* bound. Real hardware overlaps reading and computing
+imperfectly, so the bound is optimistic, most of all near the ridge where the two are equal.
+A fixed overhead per step (launching kernels, Python, sampling) may be added. Throughput is
+batch / step time; each user gets one token per step, so the step time is each user's time
+per token.
+
+The KV pool caps the batch: ``max_batch`` sequences of the context fit, in whole blocks, as the
+engine's pool holds them (tests/test_sim_throughput.py checks that the engine admits exactly
+that many). ``serve_trace`` drives the real engine through a request trace, so lesson 14 can
+measure paging against reservation-style admission on the same pool in a few lines.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import ipywidgets as widgets
+import numpy as np
+from matplotlib.ticker import FuncFormatter, LogLocator
+
+from kvcourse.kernels import (
+    MODEL_CONFIGS,
+    LLMEngine,
+    MemoryBudget,
+    ModelConfig,
+    ReservationReplay,
+    SamplingParams,
+    costs,
+    num_blocks_for_budget,
+    workload,
+)
+from kvcourse.simulators.base import (
+    InvalidInput,
+    SimulatorView,
+    check_float,
+    check_int,
+    float_control,
+    format_bytes,
+    int_control,
+)
+
+GB = 1e9  # decimal gigabytes, as the course counts them everywhere
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """A card's memory, memory bandwidth and dense 16-bit matrix throughput."""
+
+    memory_gb: float
+    bandwidth_gbs: float
+    tflops: float
+
+
+# Spec-sheet figures from NVIDIA's data sheets (SXM versions): memory, memory bandwidth, and dense
+# BF16 Tensor Core throughput. The sheets print twice these TFLOP/s "with sparsity"; decode does not
+# use structured sparsity, so the dense figure is the one that applies.
+HARDWARE: dict[str, Hardware] = {
+    "A100 80GB SXM": Hardware(80.0, 2039.0, 312.0),
+    "H100 SXM": Hardware(80.0, 3350.0, 989.0),
+    "H200 SXM": Hardware(141.0, 4800.0, 989.0),
+}
+CUSTOM = "custom"
+DEFAULT_HARDWARE = "H100 SXM"
+BYTES_PER_VALUE_CHOICES = (("2 (16-bit)", 2), ("4 (float32)", 4), ("1 (8-bit)", 1))
+MAX_BATCH = 1_000_000
+MAX_TOKENS = 10_000_000
+MAX_BLOCK_SIZE = 1024
+MAX_BANDWIDTH_GBS = 1e6
+MAX_TFLOPS = 1e5
+MAX_GB = 1e5
+MAX_OVERHEAD_MS = 1e5
+
+
+def blocks_per_sequence(context_tokens: int, block_size: int) -> int:
+    """Whole blocks that hold one sequence of context_tokens tokens (the last one partly empty)."""
+    return -(-context_tokens // block_size)
+
+
+def max_batch(num_blocks: int, context_tokens: int, block_size: int = 16) -> int:
+    """Sequences of context_tokens that a pool of num_blocks blocks holds at once (lesson 14)."""
+    return num_blocks // blocks_per_sequence(context_tokens, block_size)
+
+
+def kv_budget_on_card(hardware: Hardware, config: Any, bytes_per_value: int = 2) -> float:
+    """GB a card leaves for KV caches once the weights are in (no reserve), never below zero."""
+    return max(0.0, hardware.memory_gb - costs.weight_bytes(config, bytes_per_value) / GB)
+
+
+@dataclass(frozen=True)
+class ThroughputConfig:
+    """A model on a card of given bandwidth and compute, a KV budget, a context and a batch (lesson 14)."""
+
+    model: str = "smollm2-135m"
+    bytes_per_value: int = 2
+    bandwidth_gbs: float = HARDWARE[DEFAULT_HARDWARE].bandwidth_gbs
+    tflops: float = HARDWARE[DEFAULT_HARDWARE].tflops
+    kv_budget_gb: float = 50.0
+    context_tokens: int = 4096
+    batch_size: int = 1
+    overhead_ms: float = 0.0
+    block_size: int = 16
+    model_config: ModelConfig | None = None  # a shape of one's own (SmolLM2 as loaded); None: the preset's
+
+    def __post_init__(self) -> None:
+        if self.model_config is None and self.model not in MODEL_CONFIGS:
+            raise InvalidInput(f"Model must be one of {', '.join(sorted(MODEL_CONFIGS))}, got {self.model!r}.")
+        if self.bytes_per_value not in {b for _, b in BYTES_PER_VALUE_CHOICES}:
+            raise InvalidInput(f"Bytes per value must be 1, 2 or 4, got {self.bytes_per_value!r}.")
+        check_float("Memory bandwidth (GB/s)", self.bandwidth_gbs, 1e-3, MAX_BANDWIDTH_GBS)
+        check_float("Compute (TFLOP/s)", self.tflops, 1e-6, MAX_TFLOPS)
+        check_float("KV budget (GB)", self.kv_budget_gb, 0.0, MAX_GB)
+        check_int("Context per sequence (tokens)", self.context_tokens, 1, MAX_TOKENS)
+        check_int("Batch (sequences)", self.batch_size, 1, MAX_BATCH)
+        check_float("Overhead per step (ms)", self.overhead_ms, 0.0, MAX_OVERHEAD_MS)
+        check_int("Block size (tokens)", self.block_size, 1, MAX_BLOCK_SIZE)
+
+    @property
+    def shape(self) -> ModelConfig:
+        return self.model_config if self.model_config is not None else MODEL_CONFIGS[self.model]
+
+    @property
+    def kv_budget_bytes(self) -> int:
+        return round(self.kv_budget_gb * GB)
+
+
+class Throughput:
+    """Decode steps on the roofline, and the batch the KV pool allows; step() doubles the batch (lesson 14)."""
+
+    def __init__(self, config: ThroughputConfig) -> None:
+        self.config = config
+        self.batch_size = config.batch_size
+
+    def step(self) -> None:
+        """Double the batch."""
+        if self.batch_size * 2 > MAX_BATCH:
+            raise InvalidInput(f"{MAX_BATCH:,} sequences is the largest batch this simulator counts; press Reset.")
+        self.batch_size *= 2
+
+    def reset(self) -> None:
+        self.batch_size = self.config.batch_size
+
+    # -- one step at a given batch -------------------------------------------------------------
+    @property
+    def weight_bytes_per_step(self) -> int:
+        """Every weight once per step, whatever the batch (costs.weight_bytes_read_per_pass)."""
+        c = self.config
+        return costs.weight_bytes_read_per_pass(c.shape, c.bytes_per_value)
+
+    @property
+    def kv_bytes_per_sequence(self) -> int:
+        """One sequence's K and V at the context, all of which its step reads."""
+        c = self.config
+        return costs.kv_cache_bytes(c.shape, c.context_tokens, 1, c.bytes_per_value)
+
+    def step_bytes(self, batch: int) -> int:
+        c = self.config
+        return costs.decode_step_bytes(c.shape, batch, c.context_tokens, c.bytes_per_value)
+
+    def step_flops(self, batch: int) -> int:
+        return costs.decode_step_flops(self.config.shape, batch, self.config.context_tokens)
+
+    def memory_seconds(self, batch: int) -> float:
+        return self.step_bytes(batch) / (self.config.bandwidth_gbs * GB)
+
+    def compute_seconds(self, batch: int) -> float:
+        return self.step_flops(batch) / (self.config.tflops * 1e12)
+
+    def step_seconds(self, batch: int) -> float:
+        """The longer of reading and computing, plus the fixed overhead: each user's time per token."""
+        return max(self.memory_seconds(batch), self.compute_seconds(batch)) + self.config.overhead_ms / 1e3
+
+    def tokens_per_second(self, batch: int) -> float:
+        """Tokens the whole batch writes per second: one per sequence per step."""
+        return batch / self.step_seconds(batch)
+
+    def is_memory_bound(self, batch: int) -> bool:
+        return self.memory_seconds(batch) > self.compute_seconds(batch)
+
+    @property
+    def ridge_batch(self) -> int | None:
+        """The smallest batch whose step computes longer than it reads; None: memory-bound at any batch."""
+        c = self.config
+        return costs.compute_bound_batch(c.shape, c.context_tokens, c.tflops * 1e12, c.bandwidth_gbs * GB,
+                                         c.bytes_per_value)
+
+    # -- the memory cap ----------------------------------------------------------------------------
+    @property
+    def num_blocks(self) -> int:
+        """Whole blocks in the KV budget, as the engine sizes its pool (num_blocks_for_budget)."""
+        c = self.config
+        if c.kv_budget_bytes <= 0:
+            return 0
+        return num_blocks_for_budget(c.shape, MemoryBudget(c.kv_budget_bytes, 0), c.block_size, c.bytes_per_value)
+
+    @property
+    def blocks_per_sequence(self) -> int:
+        return blocks_per_sequence(self.config.context_tokens, self.config.block_size)
+
+    @property
+    def max_batch(self) -> int:
+        """The largest batch whose caches fit in the pool at this context."""
+        return max_batch(self.num_blocks, self.config.context_tokens, self.config.block_size)
+
+    @property
+    def fits(self) -> bool:
+        return self.batch_size <= self.max_batch
+
+    @property
+    def best_tokens_per_second(self) -> float:
+        """The throughput at the memory cap: the most this pool allows at this context."""
+        return self.tokens_per_second(self.max_batch) if self.max_batch else 0.0
+
+
+# -- the real engine through a trace (lesson 14) ----------------------------------------------------
+@dataclass(frozen=True)
+class ServedTrace:
+    """A trace served on the real engine: the batch of every step, the answer tokens and the seconds."""
+
+    batch_per_step: list[int]
+    num_tokens: int
+    seconds: float
+
+    @property
+    def num_steps(self) -> int:
+        return len(self.batch_per_step)
+
+    @property
+    def mean_batch(self) -> float:
+        return sum(self.batch_per_step) / max(1, self.num_steps)
+
+    @property
+    def max_batch(self) -> int:
+        return max(self.batch_per_step, default=0)
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.num_tokens / self.seconds if self.seconds > 0 else 0.0
+
+
+def trace_prompts(trace: list[workload.TraceRequest], token_ids: list[int]) -> list[list[int]]:
+    """A prompt of the right length for every request, cut from token_ids (each from its own offset)."""
+    if not token_ids:
+        raise ValueError("token_ids is empty")
+    n = len(token_ids)
+    return [[token_ids[(i + j) % n] for j in range(r.num_prompt_tokens)] for i, r in enumerate(trace)]
+
+
+def reservation_start_steps(trace: list[workload.TraceRequest], num_slots: int) -> list[int]:
+    """The step at which a server reserving prompt + answer limit starts each request (lesson 09's replay)."""
+    replay = ReservationReplay(trace, num_slots)
+    started: list[int | None] = [None] * len(trace)
+    while not replay.done:
+        step = replay.step_index
+        replay.step()
+        queued = set(replay.waiting)
+        for rid, request in enumerate(trace):
+            if started[rid] is None and request.arrival_step <= step and rid not in queued:
+                started[rid] = step  # arrived, and no longer waiting: it started in this step
+    return [s for s in started if s is not None]
+
+
+def serve_trace(engine: LLMEngine, trace: list[workload.TraceRequest], prompts: list[list[int]],
+                start_steps: list[int] | None = None) -> ServedTrace:
+    """Hand each request to the engine at its start step (its arrival unless given), step until done.
+
+    Every answer is exactly the trace's length (the stop token is ignored). The batch of a step is
+    the number of sequences that got a token in it; only the engine's steps are timed.
+    """
+    starts = start_steps if start_steps is not None else [r.arrival_step for r in trace]
+    if len(starts) != len(trace) or len(prompts) != len(trace):
+        raise ValueError("one prompt and one start step per request")
+    order = sorted(range(len(trace)), key=lambda i: starts[i])
+    ids, batches, seconds, nxt = [], [], 0.0, 0
+    while nxt < len(order) or engine.has_unfinished_requests:
+        while nxt < len(order) and starts[order[nxt]] <= engine.num_steps:
+            i = order[nxt]
+            params = SamplingParams(max_new_tokens=trace[i].num_output_tokens, stop_on_eos=False)
+            ids.append(engine.add_request(prompts[i], params))
+            nxt += 1
+        start = time.perf_counter()
+        outputs = engine.step()
+        seconds += time.perf_counter() - start
+        batches.append(len(outputs))
+    results = [engine.requests[i].output() for i in ids]
+    refused = [r.refusal for r in results if r.refusal]
+    if refused:
+        raise ValueError(f"the engine refused {len(refused)} requests: {refused[0]}")
+    return ServedTrace(batches, sum(len(r.tokens) for r in results), seconds)
+
+
+# -- the view -------------------------------------------------------------------------------------
+def _model_label(name: str) -> str:
+    return f"{name} ({costs.num_parameters(MODEL_CONFIGS[name]) / 1e9:.2g}B parameters)"
+
+
+def _rate(tokens_per_second: float) -> str:
+    return f"{tokens_per_second:,.0f}" if tokens_per_second >= 10 else f"{tokens_per_second:,.2f}"
+
+
+def _plain(value: float, _pos: int | None = None) -> str:
+    """A log axis's tick as a plain number: 200, 0.5, 1,000 (never 2x10^2)."""
+    return f"{value:,.0f}" if value >= 1 else f"{value:.2g}"
+
+
+def _log_axes(ax: Any) -> None:
+    """Batch on a log2 axis, the other quantity on a log10 axis, every label a plain number."""
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.xaxis.set_major_formatter(FuncFormatter(_plain))
+    ax.yaxis.set_major_formatter(FuncFormatter(_plain))
+    ax.yaxis.set_minor_locator(LogLocator(subs=(2.0, 5.0)))
+    ax.yaxis.set_minor_formatter(FuncFormatter(_plain))
+
+
+def _blocks(count: int) -> str:
+    return f"{count:,} block{'' if count == 1 else 's'}"
+
+
+def _ms(seconds: float) -> str:
+    ms = seconds * 1e3
+    return f"{ms:,.1f} ms" if ms >= 1 else f"{ms * 1e3:,.0f} µs"
+
+
+class ThroughputView(SimulatorView):
+    """Tokens per second against batch size on the roofline, with the KV pool's cap marked (lesson 14)."""
+
+    def __init__(self, hardware: str | None = None, *, model: str = "smollm2-135m", bytes_per_value: int = 2,
+                 bandwidth_gbs: float | None = None, tflops: float | None = None, kv_budget_gb: float | None = None,
+                 context_tokens: int = 4096, batch_size: int = 1, overhead_ms: float = 0.0,
+                 measured: dict[int, float] | None = None, measured_label: str = "measured") -> None:
+        if hardware is None:
+            hardware = CUSTOM if bandwidth_gbs is not None or tflops is not None else DEFAULT_HARDWARE
+        if hardware != CUSTOM and hardware not in HARDWARE:
+            raise ValueError(f"unknown hardware {hardware!r}; choose one of {sorted(HARDWARE)} or {CUSTOM!r}")
+        if model not in MODEL_CONFIGS:
+            raise ValueError(f"unknown model {model!r}; choose one of {sorted(MODEL_CONFIGS)}")
+        card = HARDWARE.get(hardware, HARDWARE[DEFAULT_HARDWARE])
+        bandwidth_gbs = card.bandwidth_gbs if bandwidth_gbs is None else bandwidth_gbs
+        tflops = card.tflops if tflops is None else tflops
+        if kv_budget_gb is None:
+            kv_budget_gb = round(kv_budget_on_card(card, MODEL_CONFIGS[model], bytes_per_value), 2)
+        self.measured = dict(measured or {})  # batch -> tokens/s measured on the engine, drawn as squares
+        self.measured_label = measured_label
+        self._measured_on = (model, bytes_per_value, bandwidth_gbs, tflops)  # shown only while these hold
+        wide = dict(style={"description_width": "initial"}, layout=widgets.Layout(width="270px"))
+        controls = {
+            "hardware": widgets.Dropdown(
+                options=[(f"{n} ({h.bandwidth_gbs:,.0f} GB/s, {h.tflops:g} TFLOP/s, {h.memory_gb:g} GB)", n)
+                         for n, h in HARDWARE.items()] + [("custom: type the figures", CUSTOM)],
+                value=hardware, description="Hardware", **wide),
+            "bandwidth_gbs": float_control("Memory bandwidth (GB/s)", bandwidth_gbs),
+            "tflops": float_control("Compute (TFLOP/s)", tflops),
+            "model": widgets.Dropdown(options=[(_model_label(n), n) for n in sorted(MODEL_CONFIGS)], value=model,
+                                      description="Model", **wide),
+            "bytes_per_value": widgets.Dropdown(options=BYTES_PER_VALUE_CHOICES, value=bytes_per_value,
+                                                description="Bytes per value", **wide),
+            "kv_budget_gb": float_control("KV budget (GB)", kv_budget_gb),
+            "context_tokens": int_control("Context per sequence (tokens)", context_tokens, width="270px"),
+            "batch_size": int_control("Batch (sequences)", batch_size),
+            "overhead_ms": float_control("Overhead per step (ms)", overhead_ms),
+        }
+        super().__init__(controls, num_axes=2, figsize=(11.5, 4.4), step_label="Double the batch")
+
+    def _on_control_change(self, change: dict) -> None:
+        # A card fills in its bandwidth, its compute and what its memory leaves for caches after the
+        # weights (again when the weights change); typing a figure makes the hardware "custom".
+        owner = change.get("owner")
+        if not self._holding:
+            card = self.controls["hardware"].value
+            if owner is self.controls["hardware"] and card in HARDWARE:
+                with self._hold():
+                    self.controls["bandwidth_gbs"].value = HARDWARE[card].bandwidth_gbs
+                    self.controls["tflops"].value = HARDWARE[card].tflops
+                    self._fill_kv_budget(card)
+            elif owner in (self.controls["model"], self.controls["bytes_per_value"]) and card in HARDWARE:
+                with self._hold():
+                    self._fill_kv_budget(card)
+            elif owner in (self.controls["bandwidth_gbs"], self.controls["tflops"]) and card in HARDWARE:
+                figures = HARDWARE[card]
+                if (self.controls["bandwidth_gbs"].value, self.controls["tflops"].value) != (
+                        figures.bandwidth_gbs, figures.tflops):
+                    with self._hold():
+                        self.controls["hardware"].value = CUSTOM
+        super()._on_control_change(change)
+
+    def _fill_kv_budget(self, card: str) -> None:
+        shape = MODEL_CONFIGS[self.controls["model"].value]
+        budget = kv_budget_on_card(HARDWARE[card], shape, self.controls["bytes_per_value"].value)
+        self.controls["kv_budget_gb"].value = round(budget, 2)
+
+    def build(self, values: dict[str, Any]) -> Throughput:
+        return Throughput(ThroughputConfig(
+            values["model"], values["bytes_per_value"], values["bandwidth_gbs"], values["tflops"],
+            values["kv_budget_gb"], values["context_tokens"], values["batch_size"], values["overhead_ms"]))
+
+    def draw(self, model: Throughput) -> str:
+        rate_ax, time_ax = self.axes
+        rate_ax.clear()
+        time_ax.clear()
+        batches = self._batches(model)
+        self._draw_rate(rate_ax, model, batches)
+        self._draw_time(time_ax, model, batches)
+        return self._summary(model)
+
+    def _batches(self, m: Throughput) -> np.ndarray:
+        marks = [m.batch_size, m.max_batch, m.ridge_batch or 0]
+        top = min(MAX_BATCH, max(64, 2 * max(marks)))
+        return np.unique(np.geomspace(1, top, 160).round().astype(int))
+
+    def _draw_rate(self, ax: Any, m: Throughput, batches: np.ndarray) -> None:
+        rates = np.array([m.tokens_per_second(int(b)) for b in batches])
+        fits = batches <= m.max_batch
+        ax.plot(batches[fits], rates[fits], color="C0", lw=2, label="roofline: fits in the KV pool")
+        ax.plot(batches[~fits], rates[~fits], color="C0", lw=1.5, ls=":", label="needs more KV memory than the pool")
+        if m.max_batch >= 1:
+            ax.axvline(m.max_batch, color="C3", ls="--", lw=1.5, label=f"memory cap: {m.max_batch:,} sequences")
+        if m.ridge_batch is not None and m.ridge_batch <= batches[-1]:
+            ax.axvline(m.ridge_batch, color="0.5", ls=":", lw=1.5, label=f"compute-bound from {m.ridge_batch:,}")
+        if self.measured and self._measured_on == (m.config.model, m.config.bytes_per_value, m.config.bandwidth_gbs,
+                                                    m.config.tflops):
+            xs = sorted(self.measured)
+            ax.plot(xs, [self.measured[b] for b in xs], "s", color="C2", ms=6, label=self.measured_label)
+        ax.plot([m.batch_size], [m.tokens_per_second(m.batch_size)], "o", color="C1" if m.fits else "C3", ms=8,
+                label=f"batch {m.batch_size:,}" + ("" if m.fits else ": does not fit"))
+        _log_axes(ax)
+        ax.set_xlabel("batch (sequences decoding together, log scale)")
+        ax.set_ylabel("tokens per second, all users (log scale)")
+        if m.max_batch >= 1:
+            ax.set_title(f"memory caps the batch at {m.max_batch:,}: at most "
+                         f"{_rate(m.best_tokens_per_second)} tokens/s")
+        else:
+            ax.set_title("not one sequence of this context fits in the KV pool")
+        ax.legend(loc="lower right", fontsize=8)
+        ax.grid(alpha=0.3)
+
+    @staticmethod
+    def _draw_time(ax: Any, m: Throughput, batches: np.ndarray) -> None:
+        ms = 1e3
+        weights = np.full(len(batches), m.weight_bytes_per_step / (m.config.bandwidth_gbs * GB) * ms)
+        kv = np.array([int(b) * m.kv_bytes_per_sequence for b in batches]) / (m.config.bandwidth_gbs * GB) * ms
+        math_ms = np.array([m.compute_seconds(int(b)) for b in batches]) * ms
+        step = np.array([m.step_seconds(int(b)) for b in batches]) * ms
+        ax.plot(batches, step, color="k", lw=2.2, label="one step = each user's time per token")
+        ax.plot(batches, weights, color="C0", ls="--", label="reading the weights (once per step)")
+        ax.plot(batches, kv, color="C1", ls="--", label="reading every sequence's K and V")
+        ax.plot(batches, math_ms, color="C2", ls="--", label="the arithmetic")
+        if m.max_batch >= 1:
+            ax.axvline(m.max_batch, color="C3", ls="--", lw=1.5)
+        _log_axes(ax)
+        ax.set_xlabel("batch (sequences, log scale)")
+        ax.set_ylabel("milliseconds per step (log scale)")
+        one, now = m.step_seconds(1), m.step_seconds(m.batch_size)
+        ax.set_title(f"batch {m.batch_size:,}: each user waits {_ms(now)} per token ({now / one:,.1f}x batch 1)")
+        ax.legend(loc="upper left", fontsize=8)
+        ax.grid(alpha=0.3)
+
+    @staticmethod
+    def _summary(m: Throughput) -> str:
+        c, b = m.config, m.batch_size
+        if m.ridge_batch is None:
+            bound = ("memory-bound, as it is at any batch for this context: each sequence's K and V take longer "
+                     "to read than its arithmetic takes")
+        elif m.is_memory_bound(b):
+            bound = f"memory-bound; it turns compute-bound from batch {m.ridge_batch:,}"
+        else:
+            bound = f"compute-bound, as is every batch from {m.ridge_batch:,}"
+        step = (f"Batch {b:,}: one step reads {format_bytes(m.weight_bytes_per_step)} of weights + "
+                f"{format_bytes(b * m.kv_bytes_per_sequence)} of K and V and does "
+                f"{m.step_flops(b) / 1e12:,.3g} TFLOP: {_ms(m.memory_seconds(b))} reading vs "
+                f"{_ms(m.compute_seconds(b))} of arithmetic: {bound}. ")
+        rate = (f"<b>{_rate(m.tokens_per_second(b))} tokens/s</b> in all; each user gets a token every "
+                f"{_ms(m.step_seconds(b))}. ")
+        if m.max_batch < 1:
+            cap = (f"The {format_bytes(c.kv_budget_bytes)} KV budget holds {_blocks(m.num_blocks)} of "
+                   f"{c.block_size} tokens; one sequence of {c.context_tokens:,} tokens needs "
+                   f"{m.blocks_per_sequence:,}: none fits.")
+        else:
+            cap = (f"Memory cap: {m.max_batch:,} sequence{'s' if m.max_batch > 1 else ''} of "
+                   f"{c.context_tokens:,} tokens fit{'' if m.max_batch > 1 else 's'} in {format_bytes(c.kv_budget_bytes)} "
+                   f"({_blocks(m.num_blocks)} of {c.block_size} tokens), "
+                   f"{_rate(m.best_tokens_per_second)} tokens/s at most.")
+            if not m.fits:
+                cap += f" <b>Batch {b:,} does not fit</b>: it would need {b - m.max_batch:,} more sequences' room."
+        return step + rate + cap
