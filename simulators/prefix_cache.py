@@ -1,0 +1,413 @@
+"""Lesson 13's simulator: requests served one after another through a prefix cache, block by block.
+
+Each prompt is cut into blocks of ``block_size`` tokens. Every full block is named by the engine's
+own ``block_hash(parent block's hash, its tokens)``, so a block's name stands for every token up
+to its end. A new request walks its chain from the first block and stops at the first name the
+pool does not hold: those blocks are **hits**, shared instead of computed; everything after them
+is computed (a **miss**). As in the engine, the block holding the prompt's last token is always
+computed, because the first answer token needs that token's logits.
+
+Requests are served to their first token, one after another (the engine with
+``max_new_tokens=1``). The pool is the engine's ``BlockPool``: a finished request's blocks go
+back to it, the full ones still holding their keys, values and names; when a request needs more
+blocks than hold nothing, the pool reclaims cached blocks, least recently used first.
+tests/test_sim_prefix_cache.py checks the hits and the evictions against ``LLMEngine``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import ipywidgets as widgets
+from matplotlib.patches import Patch, Rectangle
+
+from kvcourse.kernels import BlockPool, block_hash
+from kvcourse.simulators.base import InvalidInput, SimulatorView, check_int, int_control
+
+MAX_REQUESTS = 8
+MAX_PROMPT_TOKENS = 8192
+MAX_BLOCK_SIZE = 1024
+MAX_POOL_BLOCKS = 4096
+MAX_LABELLED_BLOCKS = 40  # more blocks per request than this: no hash labels (they would overlap)
+MAX_DRAWN_POOL = 1024  # more pool blocks than this: the pool panel shows a summary instead of cells
+HIT_COLOUR, MISS_COLOUR, WAITING_COLOUR = "#2e7d32", "#ef6c00", "0.88"
+REQUEST_COLOURS = ("C0", "C4", "C9", "C6", "C8", "C5", "C2", "C7")
+
+# Lesson 13's system prompt: a library's help desk, several hundred tokens once SmolLM2's chat
+# template wraps it. The lesson serves requests that open with it; the tests rebuild them from here.
+LIBRARY_SYSTEM_PROMPT = """You are Juniper, the help-desk assistant of the Riverside Public Library. Follow these rules in every reply.
+1. Be brief: answer in at most three sentences unless the reader asks for more detail.
+2. Opening hours: Monday to Friday 9:00 to 20:00, Saturday 10:00 to 17:00, closed on Sunday and public holidays.
+3. Borrowing: a library card is free for residents. Books may be borrowed for three weeks, films and games for one week. Up to twenty items at a time.
+4. Renewals: items may be renewed twice online, by phone or at the desk, unless another reader has reserved them.
+5. Late returns: there are no fines for children's items. Adult items cost 20 cents per day, capped at 5 euros per item.
+6. Lost or damaged items: the reader pays the replacement price shown in the catalogue plus a 3 euro handling fee.
+7. Rooms: the two study rooms can be booked for up to three hours per day, at most one week ahead.
+8. Printing and copying cost 10 cents per black-and-white page and 50 cents per colour page. Scanning is free.
+9. Wi-Fi is free; the network is called Riverside-Guest and needs no password.
+10. Never guess: if you do not know the answer, say so and suggest asking a librarian at the front desk.
+11. Never ask for or repeat a reader's card number, address or other personal details.
+12. Events: story time for children every Wednesday at 16:00, a book club on the first Thursday of each month at 19:00.
+13. Accessibility: the building has step-free access, a lift to every floor and large-print books on the ground floor.
+14. Donations: we accept books in good condition published in the last ten years, at the front desk only.
+Reply in the language the reader writes in, and stay friendly and calm."""
+LIBRARY_QUESTIONS = ("Can I renew a book twice?", "How much does colour printing cost?",
+                     "Are you open on Sunday?", "Is there story time for kids?")
+
+# The simulator's own example, in words (one word = one token): two requests share an opening,
+# a third puts one word in front of it, a fourth changes its last word.
+EXAMPLE_PROMPTS = (
+    "you are a helpful librarian . answer in one short sentence . question : when do you open ?",
+    "you are a helpful librarian . answer in one short sentence . question : can i print ?",
+    "hello you are a helpful librarian . answer in one short sentence . question : when do you open ?",
+    "you are a helpful librarian . answer in one short sentence ! question : when do you open ?",
+)
+
+
+def full_block_hashes(token_ids: Sequence[int], block_size: int) -> list[bytes]:
+    """The chained names of every full block: hash(previous name, this block's tokens) (lesson 13)."""
+    hashes: list[bytes] = []
+    for start in range(0, len(token_ids) - block_size + 1, block_size):
+        hashes.append(block_hash(hashes[-1] if hashes else None, list(token_ids[start:start + block_size])))
+    return hashes
+
+
+def words_to_ids(texts: Sequence[str]) -> list[list[int]]:
+    """Whitespace-separated words as token ids: equal words get equal ids, in order of first appearance."""
+    vocab: dict[str, int] = {}
+    return [[vocab.setdefault(word, len(vocab)) for word in text.split()] for text in texts]
+
+
+@dataclass(frozen=True)
+class PrefixCacheConfig:
+    """Prompts (token ids) served in order, the block size, and the pool's size in blocks (lesson 13)."""
+
+    prompts: tuple[tuple[int, ...], ...]
+    block_size: int = 16
+    num_blocks: int = 64
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.prompts, (tuple, list)) or not 1 <= len(self.prompts) <= MAX_REQUESTS:
+            raise InvalidInput(f"give between 1 and {MAX_REQUESTS} requests.")
+        prompts = []
+        for number, prompt in enumerate(self.prompts, start=1):
+            ids = tuple(prompt)
+            if not ids:
+                raise InvalidInput(f"Request {number}'s prompt is empty: type at least one token.")
+            if len(ids) > MAX_PROMPT_TOKENS:
+                raise InvalidInput(f"Request {number}'s prompt has {len(ids):,} tokens; at most "
+                                   f"{MAX_PROMPT_TOKENS:,} are simulated.")
+            if not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ids):
+                raise InvalidInput(f"Request {number}'s token ids must be whole numbers >= 0.")
+            prompts.append(ids)
+        object.__setattr__(self, "prompts", tuple(prompts))
+        check_int("Block size (tokens)", self.block_size, 1, MAX_BLOCK_SIZE)
+        check_int("Pool size (blocks)", self.num_blocks, 1, MAX_POOL_BLOCKS)
+
+
+@dataclass(frozen=True)
+class BlockResult:
+    """One block of one request: where it lives, its name, and whether it was found in the cache."""
+
+    index: int  # logical block: the index-th block_size tokens of the prompt
+    block_id: int  # physical block in the pool
+    num_tokens: int
+    block_hash: bytes | None  # None for a partial block, which is never named or cached
+    hit: bool
+
+    @property
+    def short_hash(self) -> str:
+        return self.block_hash.hex()[:4] if self.block_hash else ""
+
+
+@dataclass(frozen=True)
+class RequestResult:
+    """What serving one request did: its blocks, hit or computed, and the cached blocks it evicted."""
+
+    number: int  # 0-based position in the queue
+    num_tokens: int
+    blocks: tuple[BlockResult, ...] = ()
+    evicted: tuple[tuple[int, int], ...] = ()  # (request, block index) of cached blocks reclaimed for it
+    refusal: str | None = None
+
+    @property
+    def num_cached_tokens(self) -> int:
+        """Prompt tokens whose keys and values came from the cache (the engine's ``num_cached_tokens``)."""
+        return sum(b.num_tokens for b in self.blocks if b.hit)
+
+    @property
+    def num_computed_tokens(self) -> int:
+        """Prompt tokens the model had to run: everything after the last hit."""
+        return 0 if self.refusal else self.num_tokens - self.num_cached_tokens
+
+    @property
+    def hit_block_ids(self) -> list[int]:
+        return [b.block_id for b in self.blocks if b.hit]
+
+
+@dataclass(frozen=True)
+class PoolBlock:
+    """One physical block after the last request: the prefix it names (if any) and its eviction rank."""
+
+    block_id: int
+    origin: tuple[int, int] | None  # (request, block index) that computed it; None: holds nothing reusable
+    eviction_rank: int | None  # 1 = the next cached block to be reclaimed
+
+
+class PrefixCache:
+    """Serve the prompts one by one through a prefix cache on the engine's BlockPool (lesson 13)."""
+
+    def __init__(self, config: PrefixCacheConfig, num_served: int = 0) -> None:
+        self.config = config
+        self.reset()
+        for _ in range(min(num_served, len(config.prompts))):
+            self.step()
+
+    def reset(self) -> None:
+        self.pool = BlockPool(self.config.num_blocks)
+        self.results: list[RequestResult] = []
+        self._origin: dict[int, tuple[int, int]] = {}  # cached block -> (request, block index)
+        self.evicted_by: dict[tuple[int, int], int] = {}  # (request, block index) -> the request that evicted it
+
+    @property
+    def num_served(self) -> int:
+        return len(self.results)
+
+    @property
+    def done(self) -> bool:
+        return self.num_served >= len(self.config.prompts)
+
+    def step(self) -> RequestResult:
+        """Serve the next request to its first token; its blocks go back to the pool afterwards."""
+        if self.done:
+            raise InvalidInput("every request has been served; press Reset to start again.")
+        number, ids, bs = self.num_served, self.config.prompts[self.num_served], self.config.block_size
+        needed = -(-(len(ids) + 1) // bs)  # the prompt and its first answer token, as the engine checks
+        if needed > self.config.num_blocks:
+            result = RequestResult(number, len(ids), refusal=(
+                f"{len(ids):,} prompt tokens and the first answer token need {needed:,} blocks of {bs}, "
+                f"but the pool holds {self.config.num_blocks:,}: it could never fit"))
+        else:
+            result = self._serve(number, list(ids))
+        self.results.append(result)
+        return result
+
+    def _serve(self, number: int, ids: list[int]) -> RequestResult:
+        bs = self.config.block_size
+        hashes = full_block_hashes(ids, bs)
+        # 1. Walk the chain; stop at the first miss. The block holding the last token never hits.
+        hits: list[int] = []
+        for i in range((len(ids) - 1) // bs):
+            block_id = self.pool.lookup(hashes[i], ids[i * bs:(i + 1) * bs])
+            if block_id is None:
+                break
+            hits.append(block_id)
+        # 2. Hold the hits first (so nothing evicts them), then take fresh blocks for the rest.
+        for block_id in hits:
+            self.pool.hold(block_id)
+        eviction_order = [b for b in self.pool.free_block_ids if b in self._origin]
+        table = hits + [self.pool.allocate(number) for _ in range(-(-len(ids) // bs) - len(hits))]
+        evicted = []
+        for block_id in eviction_order:
+            if not self.pool.is_cached(block_id):  # allocate reclaimed it: its name is forgotten
+                origin = self._origin.pop(block_id)
+                self.evicted_by[origin] = number
+                evicted.append(origin)
+        # 3. The prompt is computed; every full block gets its name and becomes findable.
+        for i, h in enumerate(hashes):
+            if self.pool.cache_block(table[i], h, ids[i * bs:(i + 1) * bs]):
+                self._origin[table[i]] = (number, i)
+        # 4. The request ends: its blocks go back, the tail first, so tails are reclaimed before heads.
+        for block_id in reversed(table):
+            self.pool.release(block_id, number)
+        blocks = tuple(BlockResult(i, block_id, min(bs, len(ids) - i * bs), hashes[i] if i < len(hashes) else None,
+                                   i < len(hits)) for i, block_id in enumerate(table))
+        return RequestResult(number, len(ids), blocks, tuple(evicted))
+
+    # -- derived numbers -----------------------------------------------------------------------------
+    @property
+    def num_prompt_tokens(self) -> int:
+        return sum(r.num_tokens for r in self.results if r.refusal is None)
+
+    @property
+    def num_cached_tokens(self) -> int:
+        return sum(r.num_cached_tokens for r in self.results)
+
+    @property
+    def num_computed_tokens(self) -> int:
+        return sum(r.num_computed_tokens for r in self.results)
+
+    def pool_blocks(self) -> list[PoolBlock]:
+        """Every physical block now: which request's prefix it holds, and its place in the eviction order."""
+        cached_order = [b for b in self.pool.free_block_ids if b in self._origin]
+        rank = {block_id: i + 1 for i, block_id in enumerate(cached_order)}
+        return [PoolBlock(b, self._origin.get(b), rank.get(b)) for b in range(self.config.num_blocks)]
+
+
+# -- the view --------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Tokenizer:
+    """Text -> token ids: a real tokenizer's encode, or one word per token."""
+
+    encode: Callable[[str], list[int]] | None = None
+    names: list[str] = field(default_factory=list)
+
+    def __call__(self, texts: list[str]) -> list[list[int]]:
+        if self.encode is None:
+            return words_to_ids(texts)
+        prompts = []
+        for number, text in enumerate(texts, start=1):
+            try:
+                prompts.append([int(t) for t in self.encode(text)])
+            except Exception as err:  # a tokenizer's own error becomes a message, not a traceback
+                raise InvalidInput(f"Request {number}: the tokenizer could not read this text ({err}).") from err
+        return prompts
+
+
+class PrefixCacheView(SimulatorView):
+    """Edit the requests' prompts; see which blocks hit, the chained hashes, and the pool's LRU order (lesson 13)."""
+
+    def __init__(self, prompts: Sequence[str] = EXAMPLE_PROMPTS, *, block_size: int = 4, num_blocks: int = 24,
+                 tokenize: Callable[[str], list[int]] | None = None, num_served: int | None = None) -> None:
+        if not 1 <= len(prompts) <= MAX_REQUESTS:
+            raise ValueError(f"give between 1 and {MAX_REQUESTS} prompts, got {len(prompts)}")
+        self.tokenize = _Tokenizer(tokenize)
+        self.unit = "token" if tokenize is not None else "word (one token each)"
+        self.start_served = len(prompts) if num_served is None else num_served
+        self.num_to_serve = self.start_served
+        self._laid_out = False
+        controls: dict[str, widgets.ValueWidget] = {
+            f"prompt_{i}": widgets.Textarea(value=text, description=f"Request {i + 1}", rows=3,
+                                            continuous_update=False,
+                                            layout=widgets.Layout(width="48%", min_width="320px"))
+            for i, text in enumerate(prompts)
+        }
+        controls["block_size"] = int_control("Block size (tokens)", block_size)
+        controls["num_blocks"] = int_control("Pool size (blocks)", num_blocks)
+        super().__init__(controls, num_axes=2, figsize=(12, 4.6), step_label="Serve next request")
+        self.step_button.layout.width = "190px"  # the whole label, not "Serve next req..."
+
+    def build(self, values: dict[str, Any]) -> PrefixCache:
+        texts = [values[name] for name in self.controls if name.startswith("prompt_")]
+        config = PrefixCacheConfig(tuple(tuple(p) for p in self.tokenize(texts)), values["block_size"],
+                                   values["num_blocks"])
+        return PrefixCache(config, self.num_to_serve)
+
+    def advance(self, model: PrefixCache) -> None:
+        model.step()
+        self.num_to_serve = model.num_served
+
+    def reset(self) -> None:
+        self.num_to_serve = self.start_served
+        super().reset()
+
+    def draw(self, model: PrefixCache) -> str:
+        req_ax, pool_ax = self.axes
+        if not self._laid_out:  # a wide panel for the requests, a narrow one for the pool
+            grid = self.figure.add_gridspec(1, 2, width_ratios=(2.6, 1))
+            req_ax.set_subplotspec(grid[0])
+            pool_ax.set_subplotspec(grid[1])
+            self._laid_out = True
+        req_ax.clear()
+        pool_ax.clear()
+        self._draw_requests(req_ax, model)
+        self._draw_pool(pool_ax, model)
+        return self._summary(model)
+
+    def _draw_requests(self, ax: Any, m: PrefixCache) -> None:
+        c = m.config
+        num_rows = len(c.prompts)
+        widest = max(-(-len(p) // c.block_size) for p in c.prompts)
+        labelled = widest <= MAX_LABELLED_BLOCKS
+        for row, prompt in enumerate(c.prompts):
+            y = num_rows - 1 - row
+            result = m.results[row] if row < m.num_served else None
+            num_blocks = -(-len(prompt) // c.block_size)
+            for i in range(num_blocks):
+                width = 0.78 * min(1.0, (len(prompt) - i * c.block_size) / c.block_size)
+                block = result.blocks[i] if result is not None and result.blocks else None
+                colour = WAITING_COLOUR if block is None else (HIT_COLOUR if block.hit else MISS_COLOUR)
+                partial = block is not None and block.block_hash is None
+                ax.add_patch(Rectangle((i, y - 0.3), width, 0.6, facecolor=colour, edgecolor="white",
+                                       hatch="///" if partial else None, alpha=0.55 if partial else 1.0))
+                if block is not None and labelled and block.short_hash:
+                    ax.text(i + width / 2, y, block.short_hash, ha="center", va="center", color="white",
+                            fontsize=6.5, family="monospace", rotation=90 if widest > 14 else 0)
+                if block is not None and (row, i) in m.evicted_by:
+                    ax.plot(i + width / 2, y + 0.42, marker="x", color="k", ms=5, mew=1.2)
+            if num_blocks > 1:  # the chain: each block's name feeds the next block's hash
+                ax.plot([0.5, num_blocks - 0.9], [y, y], color="0.35", lw=0.8, zorder=0)
+                ax.plot([i + 0.89 for i in range(num_blocks - 1)], [y] * (num_blocks - 1), ">", color="0.35",
+                        ms=3 if widest > 14 else 5, zorder=0)
+            if result is not None and result.refusal:
+                ax.text(0, y, "  refused: the pool is too small", va="center", fontsize=8, color="#b71c1c")
+        ax.set_xlim(-0.3, widest + 0.2)
+        ax.set_ylim(-0.7, num_rows - 0.2)
+        ax.set_yticks(range(num_rows), [f"request {num_rows - y}" for y in range(num_rows)])
+        for y, tick in enumerate(ax.get_yticklabels()):
+            tick.set_color(REQUEST_COLOURS[(num_rows - 1 - y) % len(REQUEST_COLOURS)])
+        ax.set_xlabel(f"block of the prompt ({c.block_size} {'tokens' if c.block_size > 1 else 'token'} each)"
+                      + ("" if labelled else "; hashes hidden above 40 blocks: raise the block size"))
+        handles = [Patch(color=HIT_COLOUR, label="hit: reused from the cache"),
+                   Patch(color=MISS_COLOUR, label="miss: computed"),
+                   Patch(facecolor=MISS_COLOUR, alpha=0.55, hatch="///", label="partial block: never cached"),
+                   Patch(color=WAITING_COLOUR, label="not served yet")]
+        if m.evicted_by:
+            handles.append(ax.plot([], [], "x", color="k", label="evicted later (least recently used)")[0])
+        ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3, fontsize=7.5,
+                  frameon=False)
+        reused = (f"{m.num_cached_tokens:,} of {m.num_prompt_tokens:,} prompt tokens reused" if m.num_cached_tokens
+                  else "no block reused yet")
+        ax.set_title(f"{reused}\na block hits only if every block before it matched too "
+                     "(labels: each block's chained hash)", fontsize=9)
+
+    @staticmethod
+    def _draw_pool(ax: Any, m: PrefixCache) -> None:
+        blocks = m.pool_blocks()
+        ax.set_axis_off()
+        num_cached = sum(b.origin is not None for b in blocks)
+        if len(blocks) > MAX_DRAWN_POOL:
+            ax.text(0.5, 0.5, f"{len(blocks):,} blocks: too many to draw\n{num_cached:,} hold a cached prefix",
+                    ha="center", va="center", transform=ax.transAxes)
+            return
+        cols = max(4, min(16, round(len(blocks) ** 0.5)))
+        rows = -(-len(blocks) // cols)
+        for b in blocks:
+            x, y = b.block_id % cols, rows - 1 - b.block_id // cols
+            colour = "white" if b.origin is None else REQUEST_COLOURS[b.origin[0] % len(REQUEST_COLOURS)]
+            ax.add_patch(Rectangle((x, y), 0.9, 0.9, facecolor=colour, edgecolor="0.6", lw=0.6))
+            if b.eviction_rank is not None and len(blocks) <= 256:
+                ax.text(x + 0.45, y + 0.45, str(b.eviction_rank), ha="center", va="center", color="white",
+                        fontsize=7 if len(blocks) <= 64 else 5)
+        ax.set_xlim(-0.1, cols)
+        ax.set_ylim(-0.1, rows)
+        ax.set_aspect("equal")
+        ax.set_title(f"the pool after request {m.num_served}:\n{num_cached} of {len(blocks)} blocks keep a prefix\n"
+                     "(colour: whose; 1 = evicted first)", fontsize=9)
+
+    def _summary(self, m: PrefixCache) -> str:
+        c = m.config
+        if not m.results:
+            return f"No request served yet: press <b>Serve next request</b>. One {self.unit}; blocks of {c.block_size}."
+        r = m.results[-1]
+        head = f"Request {r.number + 1} of {len(c.prompts)}: "
+        each = ", ".join("refused" if x.refusal else f"{x.num_cached_tokens:,}" for x in m.results)
+        so_far = (f"So far {m.num_cached_tokens:,} of {m.num_prompt_tokens:,} prompt tokens reused "
+                  f"({m.num_cached_tokens / max(1, m.num_prompt_tokens):.0%}); per request: {each}.")
+        if r.refusal:
+            return head + f"<b>refused</b>: {r.refusal}. " + so_far
+        hits = sum(b.hit for b in r.blocks)
+        text = (head + f"{r.num_tokens:,} tokens in {len(r.blocks)} blocks; <b>{hits} hit</b> "
+                f"({r.num_cached_tokens:,} tokens reused), {r.num_computed_tokens:,} tokens computed. ")
+        if r.evicted:
+            owners = sorted({q + 1 for q, _ in r.evicted})
+            text += (f"It evicted {len(r.evicted)} cached block(s) of request(s) "
+                     f"{', '.join(map(str, owners))}, least recently used first. ")
+        text += so_far
+        if not m.done:
+            text += " Press <b>Serve next request</b>."
+        return text
