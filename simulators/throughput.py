@@ -12,7 +12,8 @@ per token.
 The KV pool caps the batch: ``max_batch`` sequences of the context fit, in whole blocks, as the
 engine's pool holds them (tests/test_sim_throughput.py checks that the engine admits exactly
 that many). ``serve_trace`` drives the real engine through a request trace, so lesson 14 can
-measure paging against reservation-style admission on the same pool in a few lines.
+measure paging against reservation-style admission on the same pool in a few lines, stepping the
+two in turn (``serve_interleaved``) so that a busy shared machine slows both alike.
 """
 
 from __future__ import annotations
@@ -266,33 +267,68 @@ def reservation_start_steps(trace: list[workload.TraceRequest], num_slots: int) 
     return [s for s in started if s is not None]
 
 
-def serve_trace(engine: LLMEngine, trace: list[workload.TraceRequest], prompts: list[list[int]],
-                start_steps: list[int] | None = None) -> ServedTrace:
-    """Hand each request to the engine at its start step (its arrival unless given), step until done.
+class TraceServer:
+    """Feeds a trace to an engine one step at a time: each request at its start step (lesson 14).
 
-    Every answer is exactly the trace's length (the stop token is ignored). The batch of a step is
-    the number of sequences that got a token in it; only the engine's steps are timed.
+    A request starts at its arrival unless ``start_steps`` says otherwise (a reserving server's
+    admissions, from ``reservation_start_steps``). Every answer is exactly the trace's length (the
+    stop token is ignored). The batch of a step is the number of sequences that got a token in
+    it; only the engine's steps are timed.
     """
-    starts = start_steps if start_steps is not None else [r.arrival_step for r in trace]
-    if len(starts) != len(trace) or len(prompts) != len(trace):
-        raise ValueError("one prompt and one start step per request")
-    order = sorted(range(len(trace)), key=lambda i: starts[i])
-    ids, batches, seconds, nxt = [], [], 0.0, 0
-    while nxt < len(order) or engine.has_unfinished_requests:
-        while nxt < len(order) and starts[order[nxt]] <= engine.num_steps:
-            i = order[nxt]
-            params = SamplingParams(max_new_tokens=trace[i].num_output_tokens, stop_on_eos=False)
-            ids.append(engine.add_request(prompts[i], params))
-            nxt += 1
+
+    def __init__(self, engine: LLMEngine, trace: list[workload.TraceRequest], prompts: list[list[int]],
+                 start_steps: list[int] | None = None) -> None:
+        starts = start_steps if start_steps is not None else [r.arrival_step for r in trace]
+        if len(starts) != len(trace) or len(prompts) != len(trace):
+            raise ValueError("one prompt and one start step per request")
+        self.engine, self.trace, self.prompts, self.starts = engine, trace, prompts, starts
+        self._order = sorted(range(len(trace)), key=lambda i: starts[i])
+        self._next = 0
+        self.request_ids: list[int] = []
+        self.batch_per_step: list[int] = []
+        self.seconds = 0.0
+
+    @property
+    def done(self) -> bool:
+        return self._next == len(self._order) and not self.engine.has_unfinished_requests
+
+    def step(self) -> None:
+        """Hand over the requests due by this step, then run and time one engine step."""
+        engine = self.engine
+        while self._next < len(self._order) and self.starts[self._order[self._next]] <= engine.num_steps:
+            i = self._order[self._next]
+            params = SamplingParams(max_new_tokens=self.trace[i].num_output_tokens, stop_on_eos=False)
+            self.request_ids.append(engine.add_request(self.prompts[i], params))
+            self._next += 1
         start = time.perf_counter()
         outputs = engine.step()
-        seconds += time.perf_counter() - start
-        batches.append(len(outputs))
-    results = [engine.requests[i].output() for i in ids]
-    refused = [r.refusal for r in results if r.refusal]
-    if refused:
-        raise ValueError(f"the engine refused {len(refused)} requests: {refused[0]}")
-    return ServedTrace(batches, sum(len(r.tokens) for r in results), seconds)
+        self.seconds += time.perf_counter() - start
+        self.batch_per_step.append(len(outputs))
+
+    def result(self) -> ServedTrace:
+        results = [self.engine.requests[i].output() for i in self.request_ids]
+        refused = [r.refusal for r in results if r.refusal]
+        if refused:
+            raise ValueError(f"the engine refused {len(refused)} requests: {refused[0]}")
+        return ServedTrace(list(self.batch_per_step), sum(len(r.tokens) for r in results), self.seconds)
+
+
+def serve_trace(engine: LLMEngine, trace: list[workload.TraceRequest], prompts: list[list[int]],
+                start_steps: list[int] | None = None) -> ServedTrace:
+    """Serve the whole trace on one engine (see TraceServer)."""
+    server = TraceServer(engine, trace, prompts, start_steps)
+    while not server.done:
+        server.step()
+    return server.result()
+
+
+def serve_interleaved(servers: list[TraceServer]) -> list[ServedTrace]:
+    """Step several servers in turn, one engine step each, so a busy moment of the machine slows them alike."""
+    while not all(server.done for server in servers):
+        for server in servers:
+            if not server.done:
+                server.step()
+    return [server.result() for server in servers]
 
 
 # -- the view -------------------------------------------------------------------------------------

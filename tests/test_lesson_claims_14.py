@@ -30,10 +30,11 @@ from kvcourse.simulators.throughput import (
     HARDWARE,
     Throughput,
     ThroughputConfig,
+    TraceServer,
     kv_budget_on_card,
     max_batch,
     reservation_start_steps,
-    serve_trace,
+    serve_interleaved,
     trace_prompts,
 )
 
@@ -75,13 +76,13 @@ def tiny() -> Transformer:
 
 
 def _serve_both(model, trace, prompts):
+    """The lesson's two servers, stepped in turn as the lesson steps them."""
     slots = round(workload.LESSON_POOL_SLOTS * SCALE)
-    paged = serve_trace(LLMEngine(model, EngineConfig(block_size=BLOCK_SIZE, num_blocks=slots // BLOCK_SIZE)),
-                        trace, prompts)
     roomy = sum(-(-r.final_len // BLOCK_SIZE) for r in trace)
-    reserved = serve_trace(LLMEngine(model, EngineConfig(block_size=BLOCK_SIZE, num_blocks=roomy)), trace, prompts,
-                           reservation_start_steps(trace, slots))
-    return paged, reserved
+    paged_engine = LLMEngine(model, EngineConfig(block_size=BLOCK_SIZE, num_blocks=slots // BLOCK_SIZE))
+    reserving_engine = LLMEngine(model, EngineConfig(block_size=BLOCK_SIZE, num_blocks=roomy))
+    return serve_interleaved([TraceServer(paged_engine, trace, prompts),
+                              TraceServer(reserving_engine, trace, prompts, reservation_start_steps(trace, slots))])
 
 
 @pytest.mark.parametrize("num_requests", [24, 40])  # the quick path and the full one

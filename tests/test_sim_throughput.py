@@ -31,9 +31,11 @@ from kvcourse.simulators.throughput import (
     Throughput,
     ThroughputConfig,
     ThroughputView,
+    TraceServer,
     kv_budget_on_card,
     max_batch,
     reservation_start_steps,
+    serve_interleaved,
     serve_trace,
     trace_prompts,
 )
@@ -252,6 +254,22 @@ def test_the_paging_engine_serves_the_trace_as_the_paging_replay_does(tiny, num_
     # the engine admits on the prompt and the replay on the prompt plus its first token: a step may differ by one
     assert all(abs(a - b) <= 1 for a, b in zip(run.batch_per_step, replay.running_per_step))
     assert run.seconds > 0 and run.tokens_per_second == pytest.approx(run.num_tokens / run.seconds)
+
+
+def test_interleaved_servers_run_the_same_batches_as_one_at_a_time(tiny):
+    trace = _lesson_trace(24)
+    prompts = trace_prompts(trace, list(range(3, 90)))
+    starts = reservation_start_steps(trace, 512)
+    roomy = sum(-(-r.final_len // 16) for r in trace)
+    alone = [serve_trace(LLMEngine(tiny, EngineConfig(num_blocks=32)), trace, prompts),
+             serve_trace(LLMEngine(tiny, EngineConfig(num_blocks=roomy)), trace, prompts, starts)]
+    servers = [TraceServer(LLMEngine(tiny, EngineConfig(num_blocks=32)), trace, prompts),
+               TraceServer(LLMEngine(tiny, EngineConfig(num_blocks=roomy)), trace, prompts, starts)]
+    together = serve_interleaved(servers)
+    assert all(s.done for s in servers)
+    for a, b in zip(alone, together):
+        assert a.batch_per_step == b.batch_per_step and a.num_tokens == b.num_tokens
+    assert together[0].num_steps < together[1].num_steps  # the paging one finished first; the other went on alone
 
 
 def test_serve_trace_checks_its_inputs_and_reports_refusals(tiny):
