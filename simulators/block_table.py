@@ -1,0 +1,369 @@
+"""Lesson 10's simulator: block tables, with logical blocks on one side and physical blocks on the other.
+
+Each sequence sees its tokens in order, cut into logical blocks of ``block_size`` tokens; its
+block table says which physical block of the shared pool holds each of them. Blocks come from
+one free list, front first, as the engine's ``BlockPool`` hands them out: a sequence's prompt
+blocks when it is admitted (sequences in order), then one more whenever its last block is full
+and its next token needs a slot. ``shuffle`` mixes the free list with the same generator as
+``BlockPool.shuffle_free_blocks(seed)``, so a seed here gives the engine's tables there;
+tests/test_sim_block_table.py drives ``KVCacheManager`` and ``LLMEngine`` beside this model.
+
+``draw_tables`` draws any set of tables (the simulator's or a real engine's, via
+``engine_tables``); ``source_side_by_side`` shows two pieces of source next to each other.
+"""
+
+from __future__ import annotations
+
+import html
+import random
+import textwrap
+from dataclasses import dataclass
+from typing import Any
+
+import ipywidgets as widgets
+from matplotlib.patches import ConnectionPatch, Rectangle
+
+from kvcourse.simulators.base import InvalidInput, SimulatorView, check_int, int_control
+
+MAX_BLOCK_SIZE = 256
+MAX_BLOCKS = 512
+MAX_SEQS = 8  # one colour each
+MAX_PROMPT = 100_000
+MAX_START_STEPS = 100_000
+MAX_ARROWS = 64  # beyond this many table entries only the followed sequence's arrows are drawn
+WIDTH_RATIOS = (1.0, 2.6)  # the logical column is narrow, the pool wide
+MAX_LABELLED = 48  # logical blocks that still get a label (physical: four times as many)
+
+
+def num_blocks_for(num_tokens: int, block_size: int) -> int:
+    """Blocks that hold ``num_tokens`` tokens: the last one may be partly empty."""
+    return -(-num_tokens // block_size)
+
+
+def num_adjacent(table: list[int]) -> int:
+    """Neighbours in the table that are also neighbours in memory (block i + 1 right after block i)."""
+    return sum(1 for a, b in zip(table, table[1:]) if b == a + 1)
+
+
+def parse_prompt_lens(text: str, num_seqs: int) -> tuple[int, ...]:
+    """'37' (the same for every sequence) or '37, 41, 35' (one per sequence) -> a tuple of lengths."""
+    parts = [p for p in str(text).replace(";", ",").split(",") if p.strip()]
+    try:
+        lens = [int(p.strip()) for p in parts]
+    except ValueError:
+        raise InvalidInput(f"Prompt lengths must be whole numbers separated by commas, got {text!r}.") from None
+    if len(lens) == 1:
+        lens = lens * num_seqs
+    if len(lens) != num_seqs:
+        raise InvalidInput(f"Prompt lengths: give one number for all {num_seqs} sequences, or one per sequence "
+                           f"({num_seqs}); got {len(lens)}.")
+    for n in lens:
+        check_int("Prompt lengths (tokens)", n, 1, MAX_PROMPT)
+    return tuple(lens)
+
+
+@dataclass(frozen=True)
+class BlockTableConfig:
+    """Block size, pool size, the sequences' prompt lengths and the free list's order (lesson 10)."""
+
+    block_size: int = 16
+    num_blocks: int = 32
+    prompt_lens: tuple[int, ...] = (37, 37, 36)
+    shuffle: bool = True
+    seed: int = 0
+    follow: int = 0  # the sequence whose table the status line spells out
+    start_steps: int = 0  # tokens added to every sequence before the first picture (e.g. to match an engine run)
+
+    def __post_init__(self) -> None:
+        check_int("Block size (tokens)", self.block_size, 1, MAX_BLOCK_SIZE)
+        check_int("Physical blocks", self.num_blocks, 1, MAX_BLOCKS)
+        check_int("Sequences", len(self.prompt_lens), 1, MAX_SEQS)
+        for n in self.prompt_lens:
+            check_int("Prompt lengths (tokens)", n, 1, MAX_PROMPT)
+        check_int("Shuffle seed", self.seed, 0, 2**31 - 1)
+        check_int("Follow sequence", self.follow, 0, len(self.prompt_lens) - 1)
+        check_int("Start after (steps)", self.start_steps, 0, MAX_START_STEPS)
+        needed = sum(num_blocks_for(n, self.block_size) for n in self.prompt_lens)
+        if needed > self.num_blocks:
+            raise InvalidInput(f"the prompts alone need {needed} blocks of {self.block_size} tokens, but the pool "
+                               f"has {self.num_blocks} physical blocks. Add physical blocks, use bigger blocks, "
+                               "or shorten the prompts.")
+        later = sum(num_blocks_for(n + self.start_steps, self.block_size) for n in self.prompt_lens)
+        if later > self.num_blocks:
+            raise InvalidInput(f"Start after (steps): after {self.start_steps} steps the sequences would need "
+                               f"{later} blocks, but the pool has {self.num_blocks}. Start earlier or add "
+                               "physical blocks.")
+
+
+class BlockTables:
+    """Sequences growing one token per step, each with its block table into one shared pool (lesson 10)."""
+
+    def __init__(self, config: BlockTableConfig) -> None:
+        self.config = config
+        self.reset()
+
+    def reset(self) -> None:
+        c = self.config
+        self.free = list(range(c.num_blocks))  # the next block to hand out first
+        if c.shuffle:
+            random.Random(c.seed).shuffle(self.free)  # as BlockPool.shuffle_free_blocks(seed)
+        self.tables: list[list[int]] = [[] for _ in c.prompt_lens]
+        self.lengths = [0] * len(c.prompt_lens)
+        self.num_steps_done = 0
+        for i, n in enumerate(c.prompt_lens):  # admission: every prompt block at once, in order
+            self._grow(i, n)
+        for _ in range(c.start_steps):  # the config checked that they fit
+            self.step()
+
+    def _grow(self, seq: int, num_tokens: int) -> None:
+        self.lengths[seq] = num_tokens
+        while len(self.tables[seq]) < num_blocks_for(num_tokens, self.config.block_size):
+            self.tables[seq].append(self.free.pop(0))
+
+    # -- stepping ------------------------------------------------------------------------------------
+    @property
+    def blocks_needed_next(self) -> list[int]:
+        """The sequences whose next token starts a new block (their last block is full)."""
+        return [i for i, n in enumerate(self.lengths) if n % self.config.block_size == 0]
+
+    @property
+    def full_message(self) -> str | None:
+        """Why the next step cannot run (no free block for a sequence that needs one), or None."""
+        needy = self.blocks_needed_next
+        if len(needy) <= len(self.free):
+            return None
+        first = needy[len(self.free)]
+        return (f"sequence {first} needs a new block for its token at position {self.lengths[first]:,}, but all "
+                f"{self.config.num_blocks} physical blocks are in use. A server would now make a sequence wait "
+                "and give its blocks to the others (the engine preempts the newest). Press Reset, or add "
+                "physical blocks.")
+
+    def step(self) -> None:
+        """Every sequence holds one more token; a full last block means a new block from the free list."""
+        if self.full_message:
+            raise InvalidInput(f"The pool is full: {self.full_message}")
+        for i, n in enumerate(self.lengths):
+            self._grow(i, n + 1)
+        self.num_steps_done += 1
+
+    # -- derived numbers -----------------------------------------------------------------------------
+    @property
+    def num_used(self) -> int:
+        return self.config.num_blocks - len(self.free)
+
+    @property
+    def num_free(self) -> int:
+        return len(self.free)
+
+    @property
+    def num_empty_slots(self) -> int:
+        """Slots held but not yet written: the unfilled tail of each sequence's last block."""
+        return sum(len(t) * self.config.block_size - n for t, n in zip(self.tables, self.lengths))
+
+    def slot(self, seq: int, position: int) -> int:
+        """The pool slot holding token ``position`` of ``seq``: physical block x block_size + offset."""
+        if not 0 <= position < self.lengths[seq]:
+            raise InvalidInput(f"sequence {seq} holds positions 0 to {self.lengths[seq] - 1}, not {position}.")
+        bs = self.config.block_size
+        return self.tables[seq][position // bs] * bs + position % bs
+
+    def owner(self) -> dict[int, tuple[int, int]]:
+        """Physical block -> (sequence, logical block) for every block in use."""
+        return {b: (i, j) for i, table in enumerate(self.tables) for j, b in enumerate(table)}
+
+
+# -- drawing -----------------------------------------------------------------------------------------
+
+
+def _grid_columns(num_blocks: int) -> int:
+    return 8 if num_blocks <= 64 else 16 if num_blocks <= 256 else 32
+
+
+def _block(ax: Any, x: float, y: float, fill: float, colour: str, edge: str = "white", ls: str = "-") -> None:
+    """A block at (x, y): a pale body, its written share of slots in full colour."""
+    ax.add_patch(Rectangle((x, y - 0.4), 0.9, 0.8, facecolor=colour, alpha=0.25, edgecolor="none"))
+    if fill > 0:
+        ax.add_patch(Rectangle((x, y - 0.4), 0.9 * fill, 0.8, facecolor=colour, edgecolor="none"))
+    ax.add_patch(Rectangle((x, y - 0.4), 0.9, 0.8, facecolor="none", edgecolor=edge, lw=1.2, ls=ls))
+
+
+def draw_tables(ax_logical: Any, ax_physical: Any, tables: list[list[int]], lengths: list[int], num_blocks: int,
+                block_size: int, follow: int = 0, next_free: int | None = None, name: str = "seq") -> None:
+    """Every sequence's logical blocks in one column on the left, the physical pool as a grid on the right,
+    and an arrow for each table entry (the followed sequence's bold, the others' faint)."""
+    for ax in (ax_logical, ax_physical):
+        ax.clear()
+    cols = _grid_columns(num_blocks)
+    rows = num_blocks_for(num_blocks, cols)
+    where = {b: (b % cols, -(b // cols)) for b in range(num_blocks)}  # physical block -> (x, y) on the right
+    used = {b for table in tables for b in table}
+    label_physical = num_blocks <= 4 * MAX_LABELLED
+    for b in sorted(set(where) - used):
+        _block(ax_physical, *where[b], 0.0, "0.6")
+        if label_physical:
+            ax_physical.text(where[b][0] + 0.45, where[b][1], str(b), ha="center", va="center", fontsize=7, color="0.45")
+    num_logical = sum(len(t) for t in tables)
+    label_logical = num_logical <= MAX_LABELLED
+    y, ticks, tick_labels = 0.0, [], []
+    for i, (table, n) in enumerate(zip(tables, lengths)):
+        colour = f"C{i}"
+        for j, b in enumerate(table):
+            fill = min(max(n - j * block_size, 0), block_size) / block_size
+            _block(ax_logical, 0, y, fill, colour)
+            _block(ax_physical, *where[b], fill, colour)
+            if label_logical:
+                ax_logical.text(0.45, y, f"→ {b}", ha="center", va="center", fontsize=7)
+                ticks.append(y)
+                tick_labels.append(f"{name} {i}, block {j}" if j == 0 else f"block {j}")
+            if label_physical:
+                ax_physical.text(where[b][0] + 0.45, where[b][1], str(b), ha="center", va="center", fontsize=7)
+            if i == follow or num_logical <= MAX_ARROWS:
+                arrow = ConnectionPatch((0.9, y), (where[b][0], where[b][1]), "data", "data",
+                                        axesA=ax_logical, axesB=ax_physical, arrowstyle="-|>", color=colour,
+                                        lw=1.3 if i == follow else 0.6, alpha=0.9 if i == follow else 0.35)
+                ax_physical.add_artist(arrow)
+            y -= 1
+        y -= 0.6  # a gap between sequences
+    if next_free is not None:
+        ax_physical.add_patch(Rectangle((where[next_free][0] - 0.05, where[next_free][1] - 0.47), 1.0, 0.94,
+                                        facecolor="none", edgecolor="k", lw=1.2, ls="--"))
+    ax_logical.set_xlim(-0.05, 1.0)
+    ax_logical.set_ylim(y + 0.6 - 0.5, 0.5)
+    ax_logical.set_yticks(ticks, tick_labels, fontsize=7)
+    ax_logical.tick_params(length=0)
+    ax_logical.set_xticks([])
+    ax_logical.set_xlabel("logical blocks, in order\n(→ the physical block)", fontsize=8)
+    ax_physical.set_xlim(-0.2, cols + 0.1)
+    ax_physical.set_ylim(-rows + 0.3, 0.7)
+    ax_physical.set_xticks([])
+    ax_physical.set_yticks([])
+    ax_physical.set_xlabel(f"physical blocks 0-{num_blocks - 1} of the pool, {cols} per row; coloured: in use, "
+                           f"filled share written" + ("; dashed: handed out next" if next_free is not None else ""),
+                           fontsize=8)
+    for spine in (*ax_logical.spines.values(), *ax_physical.spines.values()):
+        spine.set_visible(False)
+
+
+def plot_tables(tables: list[list[int]], lengths: list[int], num_blocks: int, block_size: int,
+                follow: int = 0, next_free: int | None = None, name: str = "seq") -> tuple[Any, Any]:
+    """A new lesson figure of ``draw_tables`` (logical column narrow, the pool wide); returns both axes."""
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11.5, 4.4), width_ratios=WIDTH_RATIOS, layout="constrained")
+    draw_tables(left, right, tables, lengths, num_blocks, block_size, follow, next_free, name)
+    return left, right
+
+
+def engine_tables(engine: Any) -> tuple[list[list[int]], list[int]]:
+    """Each request's (first sequence's) block table and tokens in the pool, in request order."""
+    seqs = [request.seqs[0] for request in engine.requests.values() if request.seqs]
+    return [list(s.block_table) for s in seqs], [s.num_computed_tokens for s in seqs]
+
+
+def source_side_by_side(left: tuple[str, str], right: tuple[str, str]) -> Any:
+    """Two (title, source) pairs in two columns, for reading one idea in two languages."""
+    from IPython.display import HTML
+
+    def column(title: str, source: str) -> str:
+        code = html.escape(textwrap.dedent(source).strip("\n"))
+        return (f"<div style='flex:1;min-width:0'><b>{html.escape(title)}</b>"
+                f"<pre style='font-size:11px;white-space:pre;overflow-x:auto'>{code}</pre></div>")
+
+    return HTML(f"<div style='display:flex;gap:16px'>{column(*left)}{column(*right)}</div>")
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
+# -- the view ----------------------------------------------------------------------------------------
+
+
+class BlockTableView(SimulatorView):
+    """Step tokens into sequences and watch blocks leave the free list and the tables fill (lesson 10)."""
+
+    def __init__(self, block_size: int = 16, num_blocks: int = 32, prompt_lens: tuple[int, ...] | list[int] = (37, 37, 36),
+                 shuffle: bool = True, seed: int = 0, follow: int = 0, start_steps: int = 0) -> None:
+        self._panels_ready = False  # the base class's first render would draw on panels about to be replaced
+        lens = ", ".join(str(n) for n in prompt_lens)
+        controls = {
+            "block_size": int_control("Block size (tokens)", block_size),
+            "num_blocks": int_control("Physical blocks", num_blocks),
+            "num_seqs": int_control("Sequences", len(prompt_lens), width="150px"),
+            "prompt_lens": widgets.Text(value=lens, description="Prompt lengths (tokens, one or one per sequence)",
+                                        style={"description_width": "initial"}, layout=widgets.Layout(width="420px")),
+            "shuffle": widgets.Checkbox(value=shuffle, description="Shuffle the free list", indent=False,
+                                        layout=widgets.Layout(width="180px")),
+            "seed": int_control("Shuffle seed", seed, width="160px"),
+            "follow": int_control("Follow sequence", follow, width="170px"),
+            "start_steps": int_control("Start after (steps)", start_steps, width="190px"),
+        }
+        super().__init__(controls, num_axes=2, figsize=(11.5, 4.6), step_label="Add a token to each")
+        # The base class made two equal panels; the logical column needs far less room than the pool.
+        self.figure.clear()
+        grid = self.figure.add_gridspec(1, 2, width_ratios=WIDTH_RATIOS)
+        self.axes = [self.figure.add_subplot(grid[0, 0]), self.figure.add_subplot(grid[0, 1])]
+        self.figure.set_layout_engine("constrained")
+        self.step_button.layout.width = "200px"  # room for its whole label
+        self._panels_ready = True
+        self.update()
+
+    def update(self) -> None:
+        if self._panels_ready:
+            super().update()
+
+    def _on_control_change(self, change: dict) -> None:
+        # More or fewer sequences: trim the prompt lengths, or repeat the last one, then rebuild once.
+        if change.get("owner") is self.controls["num_seqs"] and not self._holding:
+            lens = [p.strip() for p in str(self.controls["prompt_lens"].value).replace(";", ",").split(",") if p.strip()]
+            num_seqs = change["new"]
+            if lens and isinstance(num_seqs, int) and 1 <= num_seqs <= MAX_SEQS and len(lens) > 1:
+                lens = (lens + [lens[-1]] * num_seqs)[:num_seqs]
+                with self._hold():
+                    self.controls["prompt_lens"].value = ", ".join(lens)
+        super()._on_control_change(change)
+
+    def step(self) -> None:
+        """Add a token to each sequence; a full pool is reported in the message line, the figure stays."""
+        if self.model is not None and self.error is None and self.model.full_message:
+            self.message.value = (f"<span style='color:#b71c1c'><b>The pool is full:</b> "
+                                  f"{html.escape(self.model.full_message)}</span>")
+            return
+        super().step()
+
+    def build(self, values: dict[str, Any]) -> BlockTables:
+        num_seqs = check_int("Sequences", values["num_seqs"], 1, MAX_SEQS)
+        return BlockTables(BlockTableConfig(values["block_size"], values["num_blocks"],
+                                            parse_prompt_lens(values["prompt_lens"], num_seqs),
+                                            bool(values["shuffle"]), values["seed"], values["follow"],
+                                            values["start_steps"]))
+
+    def draw(self, model: BlockTables) -> str:
+        c = model.config
+        left, right = self.axes
+        draw_tables(left, right, model.tables, model.lengths, c.num_blocks, c.block_size, c.follow,
+                    model.free[0] if model.free else None)
+        pairs = sum(max(len(t) - 1, 0) for t in model.tables)
+        adjacent = sum(num_adjacent(t) for t in model.tables)
+        left.set_title("each sequence: its blocks in order", fontsize=10)
+        right.set_title(f"the pool: {model.num_used} of {c.num_blocks} blocks in use; {adjacent} of {pairs} "
+                        "neighbours in a table are neighbours in memory", fontsize=10)
+        return self._summary(model)
+
+    @staticmethod
+    def _summary(m: BlockTables) -> str:
+        c, f = m.config, m.config.follow
+        table, n = m.tables[f], m.lengths[f]
+        shown = ", ".join(str(b) for b in table[:24]) + (", ..." if len(table) > 24 else "")
+        last = n - 1
+        where = (f"its newest token, position {last:,}, is in logical block {last // c.block_size} at offset "
+                 f"{last % c.block_size} → physical block {table[last // c.block_size]}, slot "
+                 f"{m.slot(f, last):,} of the pool.")
+        nxt = (f"Next free block: {m.free[0]}." if m.free else "No block is free: the next new block cannot be had.")
+        needy = m.blocks_needed_next
+        ahead = (f" The next step needs {len(needy)} new block{'s' if len(needy) != 1 else ''} "
+                 f"(sequence{'s' if len(needy) != 1 else ''} {', '.join(map(str, needy))})." if needy else
+                 " The next step fits in the blocks already held.")
+        return (f"Step {m.num_steps_done}: {_count(m.num_used, 'block')} in use, {m.num_free} free; "
+                f"{_count(m.num_empty_slots, 'slot')} held but not yet written. Sequence {f}: "
+                f"{_count(n, 'token')} in {_count(len(table), 'block')}, table [{shown}]; {where} {nxt}{ahead}")
