@@ -16,3 +16,12 @@ def assert_bad_input_is_shown(view: SimulatorView, name: str, bad: Any) -> None:
     view.step_button.click()  # stepping while the input is invalid does nothing, quietly
     view.reset_button.click()
     assert view.error is None and "Check the input" not in view.message.value
+
+
+def assert_each_control_redraws(view: SimulatorView, changes: dict[str, Any]) -> None:
+    """Setting each control in turn is accepted, redraws once, and changes the status text."""
+    for name, value in changes.items():
+        before, renders = view.message.value, view.num_renders
+        view.controls[name].value = value
+        assert view.error is None, (name, view.message.value)
+        assert view.num_renders == renders + 1 and view.message.value != before, name

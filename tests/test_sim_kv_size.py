@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 from factories import make_config
-from sim_checks import assert_bad_input_is_shown
+from sim_checks import assert_bad_input_is_shown, assert_each_control_redraws
 
 from kvcourse.kernels import EXAMPLE_13B, MODEL_CONFIGS, Transformer, costs, generate
 from kvcourse.simulators.base import InvalidInput, SimulatorView
@@ -135,11 +135,7 @@ def test_every_control_changes_the_status_and_the_figure_stays():
     figure, axes = view.figure, list(view.axes)
     changes = {"num_layers": 20, "num_kv_heads": 8, "head_dim": 64, "bytes_per_value": 1, "num_tokens": 100,
                "num_users": 2, "model": "llama-3-8b"}
-    for name, value in changes.items():
-        before, renders = view.message.value, view.num_renders
-        view.controls[name].value = value
-        assert view.error is None, (name, view.message.value)
-        assert view.message.value != before and view.num_renders == renders + 1, name
+    assert_each_control_redraws(view, changes)
     assert view.figure is figure and view.axes == axes and len(figure.axes) == 2
 
 

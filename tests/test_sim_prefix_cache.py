@@ -11,7 +11,7 @@ import random
 
 import pytest
 from factories import make_tiny_hf_llama, one_cpu_thread  # noqa: F401  (one thread)
-from sim_checks import assert_bad_input_is_shown
+from sim_checks import assert_bad_input_is_shown, assert_each_control_redraws
 
 from kvcourse.kernels import EngineConfig, EventKind, LLMEngine, SamplingParams, Transformer, block_hash
 from kvcourse.simulators.base import InvalidInput, SimulatorView
@@ -134,11 +134,7 @@ def test_every_control_changes_the_status_and_the_figure_stays():
     figure, axes = view.figure, list(view.axes)
     changes = {"prompt_3": EXAMPLE_PROMPTS[0].replace("open", "close"), "block_size": 2, "num_blocks": 12,
                "prompt_0": "a completely different opening"}
-    for name, value in changes.items():
-        before, renders = view.message.value, view.num_renders
-        view.controls[name].value = value
-        assert view.error is None, (name, view.message.value)
-        assert view.message.value != before and view.num_renders == renders + 1, name
+    assert_each_control_redraws(view, changes)
     assert view.figure is figure and view.axes == axes and len(figure.axes) == 2
     assert "evicted" in view.message.value  # 12 blocks of 2 tokens: request 4 reclaims cached blocks
 
