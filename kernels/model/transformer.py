@@ -7,15 +7,17 @@ to an AttentionBackend, which owns the KV storage (see backend.py).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kvcourse.kernels.attention.backend import AttentionBackend
 from kvcourse.kernels.model.config import ModelConfig
 from kvcourse.kernels.model.layers import Linear, RMSNorm, RotaryEmbedding
+
+if TYPE_CHECKING:  # the model only calls a backend; attention is the layer above it
+    from kvcourse.kernels.attention.backend import AttentionBackend
 
 
 class Attention(nn.Module):

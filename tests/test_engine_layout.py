@@ -1,0 +1,53 @@
+"""The engine's layout stays readable (issue 18): small files, one thread policy, imports one way."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+KERNELS = Path(__file__).resolve().parents[1] / "kernels"
+LAYERS = ["model", "attention", "memory", "engine"]  # each may import only the layers before it
+FILES = sorted(KERNELS.rglob("*.py"))
+
+
+def _imported_modules(path: Path) -> set[str]:
+    """Modules imported at run time (imports under ``if TYPE_CHECKING:`` are for type hints only)."""
+    tree = ast.parse(path.read_text())
+    hints = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
+             and getattr(node.test, "id", None) == "TYPE_CHECKING" for n in ast.walk(node)}
+    names = set()
+    for node in ast.walk(tree):
+        if id(node) in hints:
+            continue
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+        elif isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+    return names
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(KERNELS)))
+def test_no_kernels_file_is_over_300_lines(path):
+    assert len(path.read_text().splitlines()) <= 300
+
+
+def test_only_the_thread_policy_sets_torch_threads():
+    setters = [p.relative_to(KERNELS) for p in FILES if "set_num_threads" in p.read_text()]
+    assert setters == [Path("engine/threads.py")]
+
+
+@pytest.mark.parametrize("layer", LAYERS + ["baselines"])
+def test_each_layer_opens_with_a_docstring_naming_its_lessons(layer):
+    doc = ast.get_docstring(ast.parse((KERNELS / layer / "__init__.py").read_text()))
+    assert doc and "lesson" in doc
+
+
+@pytest.mark.parametrize("layer", LAYERS)
+def test_imports_run_one_way(layer):
+    later = LAYERS[LAYERS.index(layer) + 1:] + ["baselines"]
+    for path in (KERNELS / layer).glob("*.py"):
+        wrong = {m for m in _imported_modules(path)
+                 if any(m.startswith(f"kvcourse.kernels.{up}") for up in later)}
+        assert not wrong, f"{path.relative_to(KERNELS)} imports {sorted(wrong)} (imports run engine -> memory -> attention -> model)"
