@@ -2,10 +2,10 @@
 
 Each sequence sees its tokens in order, cut into logical blocks of ``block_size`` tokens; its
 block table says which physical block of the shared pool holds each of them. Blocks come from
-one free list, front first, as the engine's ``BlockPool`` hands them out: a sequence's prompt
-blocks when it is admitted (sequences in order), then one more whenever its last block is full
-and its next token needs a slot. ``shuffle`` mixes the free list with the same generator as
-``BlockPool.shuffle_free_blocks(seed)``, so a seed here gives the engine's tables there;
+the engine's own ``BlockPool``, front first: a sequence's prompt blocks when it is admitted
+(sequences in order), then one more whenever its last block is full and its next token needs a
+slot. ``shuffle`` calls ``BlockPool.shuffle_free_blocks(seed)``, so a seed here gives the engine's
+tables there;
 tests/test_sim_block_table.py drives ``KVCacheManager`` and ``LLMEngine`` beside this model.
 
 ``draw_tables`` draws any set of tables (the simulator's or a real engine's, via
@@ -15,7 +15,6 @@ tests/test_sim_block_table.py drives ``KVCacheManager`` and ``LLMEngine`` beside
 from __future__ import annotations
 
 import html
-import random
 import textwrap
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +22,7 @@ from typing import Any
 import ipywidgets as widgets
 from matplotlib.patches import ConnectionPatch, Rectangle
 
+from kvcourse.kernels import BlockPool
 from kvcourse.simulators.base import InvalidInput, SimulatorView, check_int, int_control
 
 MAX_BLOCK_SIZE = 256
@@ -104,9 +104,9 @@ class BlockTables:
 
     def reset(self) -> None:
         c = self.config
-        self.free = list(range(c.num_blocks))  # the next block to hand out first
+        self.pool = BlockPool(c.num_blocks)  # the engine's own free list
         if c.shuffle:
-            random.Random(c.seed).shuffle(self.free)  # as BlockPool.shuffle_free_blocks(seed)
+            self.pool.shuffle_free_blocks(c.seed)
         self.tables: list[list[int]] = [[] for _ in c.prompt_lens]
         self.lengths = [0] * len(c.prompt_lens)
         self.num_steps_done = 0
@@ -118,7 +118,12 @@ class BlockTables:
     def _grow(self, seq: int, num_tokens: int) -> None:
         self.lengths[seq] = num_tokens
         while len(self.tables[seq]) < num_blocks_for(num_tokens, self.config.block_size):
-            self.tables[seq].append(self.free.pop(0))
+            self.tables[seq].append(self.pool.allocate(seq))
+
+    @property
+    def free(self) -> list[int]:
+        """The free list, the next block to hand out first."""
+        return self.pool.free_block_ids
 
     # -- stepping ------------------------------------------------------------------------------------
     @property
@@ -130,9 +135,10 @@ class BlockTables:
     def full_message(self) -> str | None:
         """Why the next step cannot run (no free block for a sequence that needs one), or None."""
         needy = self.blocks_needed_next
-        if len(needy) <= len(self.free):
+        num_free = self.pool.num_free_blocks
+        if len(needy) <= num_free:
             return None
-        first = needy[len(self.free)]
+        first = needy[num_free]
         return (f"sequence {first} needs a new block for its token at position {self.lengths[first]:,}, but all "
                 f"{self.config.num_blocks} physical blocks are in use. A server would now make a sequence wait "
                 "and give its blocks to the others (the engine preempts the newest). Press Reset, or add "
@@ -149,11 +155,11 @@ class BlockTables:
     # -- derived numbers -----------------------------------------------------------------------------
     @property
     def num_used(self) -> int:
-        return self.config.num_blocks - len(self.free)
+        return self.pool.num_used_blocks
 
     @property
     def num_free(self) -> int:
-        return len(self.free)
+        return self.pool.num_free_blocks
 
     @property
     def num_empty_slots(self) -> int:

@@ -1,8 +1,7 @@
 """Lesson 12's simulator: one sequence forked into n samples that share blocks until they write.
 
-The model keeps what the engine's ``KVCacheManager`` keeps: one block table per sequence and a
-reference count per physical block, with blocks handed out front first from one free list, as
-``BlockPool`` does. The first Step forks the prompt's sequence into ``num_samples`` sequences
+The model steps the engine's own ``KVCacheManager``: one block table per sequence and a
+reference count per physical block, blocks handed out front first by its ``BlockPool``. The first Step forks the prompt's sequence into ``num_samples`` sequences
 (``KVCacheManager.fork``: every block's count goes up by n - 1); each later Step writes
 ``tokens_per_step`` tokens into every sample, in order (``KVCacheManager.append_slot``): a write
 into a block held by more than one table first copies it (copy on write), and a sample whose
@@ -14,7 +13,6 @@ engine's manager and a real ``LLMEngine`` run.
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -24,6 +22,7 @@ from matplotlib.collections import PatchCollection
 from matplotlib.colors import to_rgba
 from matplotlib.patches import Patch, Rectangle
 
+from kvcourse.kernels import KVCacheManager, Sequence
 from kvcourse.simulators.base import InvalidInput, SimulatorView, check_int, int_control
 
 MAX_PROMPT = 100_000
@@ -84,7 +83,12 @@ class CopyOnWrite:
 
 
 class Sharing:
-    """Block tables and reference counts while one prompt forks into n samples (lesson 12)."""
+    """Block tables and reference counts while one prompt forks into n samples (lesson 12).
+
+    The sequences and their blocks live in a real ``KVCacheManager``: the fork, the copies on
+    write and the new blocks are the engine's own; this class only steps it and checks that a
+    whole step fits before taking it.
+    """
 
     def __init__(self, config: SharingConfig) -> None:
         self.config = config
@@ -92,20 +96,29 @@ class Sharing:
 
     def reset(self) -> None:
         c = self.config
-        self.ref_counts = [0] * c.num_blocks
-        self._free: deque[int] = deque(range(c.num_blocks))
-        self.tables: list[list[int]] = [[self._allocate() for _ in range(c.prompt_blocks)]]
-        self.num_tokens = c.prompt_len  # tokens in the pool per sequence; every sample has as many
+        self.manager = KVCacheManager(c.num_blocks, c.block_size)
+        prompt = Sequence(0, [0] * c.prompt_len, c.prompt_len, c.block_size)
+        self.manager.allocate(prompt)
+        prompt.num_computed_tokens = c.prompt_len  # the prefill wrote the prompt's K/V
+        self.seqs = [prompt]
         self.forked = False
         self.num_steps_done = 0
         self.num_copies = 0
         self.last_copies: list[CopyOnWrite] = []
         self.last_new_blocks = 0
 
-    def _allocate(self) -> int:
-        block = self._free.popleft()
-        self.ref_counts[block] = 1
-        return block
+    @property
+    def tables(self) -> list[list[int]]:
+        return [s.block_table for s in self.seqs]
+
+    @property
+    def ref_counts(self) -> list[int]:
+        return self.manager.block_pool.ref_counts
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens in the pool per sequence; every sample has as many."""
+        return self.seqs[0].num_tokens
 
     # -- stepping ---------------------------------------------------------------------------------
     def step(self) -> None:
@@ -117,23 +130,22 @@ class Sharing:
         self.num_steps_done += 1
 
     def _fork(self) -> None:
-        parent = self.tables[0]
-        for block in parent:
-            self.ref_counts[block] += self.config.num_samples - 1
-        self.tables = [list(parent) for _ in range(self.config.num_samples)]
+        parent = self.seqs[0]
+        for i in range(1, self.config.num_samples):
+            child = Sequence(i, list(parent.token_ids), parent.num_prompt_tokens, self.config.block_size)
+            self.manager.fork(parent, child)
+            self.seqs.append(child)
         self.forked = True
         self.last_copies, self.last_new_blocks = [], 0
-
-    def _first_write_block(self) -> int:
-        return self.num_tokens // self.config.block_size
 
     def blocks_needed(self, num_new_tokens: int) -> int:
         """Free blocks that writing ``num_new_tokens`` more tokens into every sample takes: copies + new."""
         counts = dict(enumerate(self.ref_counts))
         needed = 0
+        first = self.num_tokens // self.config.block_size
         target = blocks_for(self.num_tokens + num_new_tokens, self.config.block_size)
         for table in self.tables:
-            for block in table[self._first_write_block():]:
+            for block in table[first:]:
                 if counts[block] > 1:  # this sample copies; the block keeps one holder fewer
                     counts[block] -= 1
                     needed += 1
@@ -141,27 +153,20 @@ class Sharing:
         return needed
 
     def _write(self, num_new_tokens: int) -> None:
-        needed, free = self.blocks_needed(num_new_tokens), len(self._free)
+        needed, free = self.blocks_needed(num_new_tokens), self.num_free_blocks
         if needed > free:
             raise InvalidInput(
-                f"the pool is full: writing {num_new_tokens} more token(s) into each of the {len(self.tables)} "
+                f"the pool is full: writing {num_new_tokens} more token(s) into each of the {len(self.seqs)} "
                 f"samples needs {needed} free blocks, and only {free} of {self.config.num_blocks} are free. "
                 "A serving engine would now make a sample wait or preempt it (lesson 08). "
                 "Press Reset, or make the pool bigger.")
-        first = self._first_write_block()
-        target = blocks_for(self.num_tokens + num_new_tokens, self.config.block_size)
         copies, new = [], 0
-        for sample, table in enumerate(self.tables):
-            for i in range(first, len(table)):
-                old = table[i]
-                if self.ref_counts[old] > 1:  # shared: copy on write
-                    table[i] = self._allocate()
-                    self.ref_counts[old] -= 1
-                    copies.append(CopyOnWrite(sample, old, table[i]))
-            while len(table) < target:
-                table.append(self._allocate())
-                new += 1
-        self.num_tokens += num_new_tokens
+        for sample, seq in enumerate(self.seqs):
+            held = len(seq.block_table)
+            seq.token_ids.extend([0] * num_new_tokens)
+            copies += [CopyOnWrite(sample, c.src, c.dst) for c in self.manager.append_slot(seq)]
+            seq.num_computed_tokens = seq.num_tokens
+            new += len(seq.block_table) - held
         self.num_copies += len(copies)
         self.last_copies, self.last_new_blocks = copies, new
 
@@ -177,11 +182,11 @@ class Sharing:
 
     @property
     def num_used_blocks(self) -> int:
-        return self.config.num_blocks - len(self._free)
+        return self.manager.num_used_blocks
 
     @property
     def num_free_blocks(self) -> int:
-        return len(self._free)
+        return self.manager.num_free_blocks
 
     @property
     def num_blocks_unshared(self) -> int:
