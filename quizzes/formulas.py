@@ -22,7 +22,9 @@ if TYPE_CHECKING:
     from .model import Question
 
 GB = 10**9
-_DTYPES = {1: "8-bit (int8)", 2: "16-bit (fp16/bf16)", 4: "32-bit (fp32)"}
+# One int8 convention across the bank (lesson 16): a 1-byte question counts the values only and says
+# so; a question that counts the per-token scales says so in its own words (bank 16, int8_bytes).
+_DTYPES = {1: "8-bit (int8, scales not counted)", 2: "16-bit (fp16/bf16)", 4: "32-bit (fp32)"}
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from kvcourse.simulators.base import (
 from kvcourse.simulators.kv_cache import tokens_processed_with_cache
 
 DEFAULT_MODEL = MODEL_CONFIGS["smollm2-135m"]
-BYTES_PER_VALUE_CHOICES = (("4 (float32)", 4), ("2 (bfloat16)", 2), ("1 (int8)", 1))
+BYTES_PER_VALUE_CHOICES = (("4 (float32)", 4), ("2 (bfloat16)", 2), ("1 (int8, scales not counted)", 1))
 PREFILL, DECODE, ENDED = "prefill", "decode", "request ended"
 
 _UNITS = (("GB", 1e9), ("MB", 1e6), ("kB", 1e3), ("B", 1.0))

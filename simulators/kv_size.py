@@ -178,7 +178,7 @@ class KVSizeView(SimulatorView):
             "head_dim": widgets.IntSlider(head_dim or preset.head_dim, min=8, max=512, step=8,
                                           description="Head dim (numbers)", **slider),
             "bytes_per_value": widgets.SelectionSlider(
-                options=[("1 (int8)", 1), ("2 (16-bit)", 2), ("4 (fp32)", 4)], value=bytes_per_value,
+                options=[("1 (int8, scales not counted)", 1), ("2 (16-bit)", 2), ("4 (fp32)", 4)], value=bytes_per_value,
                 description="Bytes per value", **slider),
             "num_tokens": int_control("Tokens per user", num_tokens),
             "num_users": int_control("Users", num_users),

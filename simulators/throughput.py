@@ -69,7 +69,7 @@ HARDWARE: dict[str, Hardware] = {
 }
 CUSTOM = "custom"
 DEFAULT_HARDWARE = "H100 SXM"
-BYTES_PER_VALUE_CHOICES = (("2 (16-bit)", 2), ("4 (float32)", 4), ("1 (8-bit)", 1))
+BYTES_PER_VALUE_CHOICES = (("2 (16-bit)", 2), ("4 (float32)", 4), ("1 (int8, scales not counted)", 1))
 MAX_BATCH = 1_000_000
 MAX_TOKENS = 10_000_000
 MAX_BLOCK_SIZE = 1024
