@@ -108,6 +108,52 @@ def max_cached_tokens(config: Any, free_bytes: int, bytes_per_value: int = 2) ->
     return free // kv_bytes_per_token(config, bytes_per_value)
 
 
+def kv_blocks_needed(context_len: int, block_size: int, num_users: int = 1, shared_prefix_tokens: int = 0) -> int:
+    """Blocks a paged pool holds for num_users sequences of context_len tokens that open alike (lesson 15).
+
+    Each sequence needs ceil(context_len / block_size) blocks, its last one partly empty. The
+    first ``shared_prefix_tokens`` (a system prompt every user sends) are stored once with prefix
+    caching, but only in whole blocks: a partly filled prefix block, and the block that holds a
+    sequence's last token, stay each sequence's own, as the engine's KVCacheManager shares them.
+    """
+    ctx, bs = _count("context_len", context_len), _count("block_size", block_size)
+    users = _count("num_users", num_users, allow_zero=True)
+    prefix = _count("shared_prefix_tokens", shared_prefix_tokens, allow_zero=True)
+    if users == 0:
+        return 0
+    shared = min(prefix, ctx - 1) // bs  # whole prefix blocks that end before the last token
+    return shared + users * (-(-ctx // bs) - shared)
+
+
+def pool_window(num_blocks: int, block_size: int, num_users: int = 1, shared_prefix_tokens: int = 0) -> int:
+    """The longest context every one of num_users sequences can reach at once in num_blocks blocks (lesson 15).
+
+    The largest whole number of blocks k per sequence with ``kv_blocks_needed(k * block_size, ...)``
+    <= num_blocks, in tokens; 0 when the pool cannot give each user even one block.
+    """
+    blocks, bs = _count("num_blocks", num_blocks, allow_zero=True), _count("block_size", block_size)
+    users = _count("num_users", num_users)
+    shared = _count("shared_prefix_tokens", shared_prefix_tokens, allow_zero=True) // bs
+    if blocks < users:
+        return 0
+    if blocks >= shared + users:  # the whole shared prefix fits: the rest is split evenly
+        return (shared + (blocks - shared) // users) * bs
+    return (blocks - users + 1) * bs  # shorter than the prefix: all but each last block shared
+
+
+def context_window(config: Any, free_bytes: int, bytes_per_value: int = 2, num_users: int = 1,
+                   block_size: int = 1, shared_prefix_tokens: int = 0) -> int:
+    """Window = spare memory / bytes per token, for num_users at once, in whole blocks (lesson 15).
+
+    The memory is cut into whole blocks of ``block_size`` tokens (what is left over is lost), the
+    whole blocks of a shared prefix are stored once, and every user gets the same number of
+    blocks of their own. One user, blocks of one token and nothing shared: ``max_cached_tokens``.
+    """
+    block_bytes = kv_bytes_per_token(config, bytes_per_value) * _count("block_size", block_size)
+    num_blocks = _count("free_bytes", free_bytes, allow_zero=True) // block_bytes
+    return pool_window(num_blocks, block_size, num_users, shared_prefix_tokens)
+
+
 def layer_parameters(config: Any) -> int:
     """Parameters of one decoder layer: attention projections (and biases), SwiGLU MLP, two norms."""
     hidden, head_dim = _attr(config, "hidden_size"), _attr(config, "head_dim")

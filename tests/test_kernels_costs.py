@@ -199,3 +199,40 @@ def test_a_long_context_keeps_the_step_memory_bound_at_any_batch():
         costs.compute_bound_batch(EXAMPLE_13B, 1, 1e12, 0)
     with pytest.raises(ValueError, match="flops_per_second"):
         costs.compute_bound_batch(EXAMPLE_13B, 1, math.nan, 1e9)
+
+
+def test_kv_blocks_needed_counts_whole_blocks_and_a_shared_prefix_once():
+    assert costs.kv_blocks_needed(100, 16) == 7  # six full blocks and one holding 4 tokens
+    assert costs.kv_blocks_needed(100, 16, num_users=3) == 21
+    # 40 shared tokens: 2 whole blocks stored once, the 8 left over sit in each user's own third block
+    assert costs.kv_blocks_needed(100, 16, num_users=3, shared_prefix_tokens=40) == 2 + 3 * 5
+    assert costs.kv_blocks_needed(32, 16, num_users=3, shared_prefix_tokens=32) == 1 + 3 * 1  # last block own
+    assert costs.kv_blocks_needed(100, 16, num_users=0) == 0
+
+
+def test_pool_window_is_the_longest_context_whose_blocks_fit():
+    def brute(num_blocks, bs, users, prefix):
+        fits = [k for k in range(1, num_blocks + 2) if costs.kv_blocks_needed(k * bs, bs, users, prefix) <= num_blocks]
+        return max(fits, default=0) * bs
+
+    for num_blocks in range(0, 30):
+        for users in (1, 2, 3, 7):
+            for prefix in (0, 5, 16, 40, 200):
+                assert costs.pool_window(num_blocks, 16, users, prefix) == brute(num_blocks, 16, users, prefix), \
+                    (num_blocks, users, prefix)
+
+
+def test_context_window_one_user_token_by_token_is_max_cached_tokens():
+    for free in (0, 819_199, 819_200, 80 * 10**9):
+        assert costs.context_window(EXAMPLE_13B, free, 2) == costs.max_cached_tokens(EXAMPLE_13B, free, 2)
+
+
+def test_context_window_rounds_down_to_whole_blocks_and_shares_the_prefix():
+    block_bytes = 819_200 * 16
+    free = 100 * block_bytes + block_bytes - 1  # 100 blocks and a bit, not a 101st
+    assert costs.context_window(EXAMPLE_13B, free, 2, block_size=16) == 1600
+    assert costs.context_window(EXAMPLE_13B, free, 2, num_users=3, block_size=16) == 33 * 16
+    # a 20-block system prompt stored once: the other 80 blocks split three ways
+    assert costs.context_window(EXAMPLE_13B, free, 2, 3, 16, shared_prefix_tokens=320) == (20 + 26) * 16
+    with pytest.raises(ValueError, match="num_users"):
+        costs.context_window(EXAMPLE_13B, free, 2, num_users=0)
