@@ -25,6 +25,8 @@ def check_answer(lesson: str | int, question_id: str, answer: Any) -> Verdict:
     from .progress import Progress
 
     progress = Progress()
+    for note in progress.notes:  # a damaged or newer progress file: say so once, never a traceback
+        print(note)
     question = load_quiz(lesson).question(question_id)
     verdict = check(question, answer, progress.seed)
     if not verdict.malformed:

@@ -16,7 +16,7 @@ from typing import Any
 
 from .formulas import compute_answer, draw_params, render
 from .model import Kind, Question
-from .units import AnswerFormatError, format_quantity, parse_quantity, within_tolerance
+from .units import AnswerFormatError, format_quantity, parse_quantity, shown, within_tolerance
 
 # A learner's loop that never ends must not freeze the lesson: calls are cut off after this long.
 CODE_TIME_LIMIT_S = 2.0
@@ -68,7 +68,7 @@ def _check_choice(question: Question, answer: Any, seed: str) -> Verdict:
         return Verdict(False, "Choose an option first.", malformed=True)
     if key is None:
         keys = ", ".join(f'"{k}"' for k in question.option_keys)
-        return Verdict(False, f"Answer with one option's letter: {keys} (got {answer!r}).", malformed=True)
+        return Verdict(False, f"Answer with one option's letter: {keys} (got {shown(answer)}).", malformed=True)
     why = question.explanations[key]
     if key == question.correct:
         return Verdict(True, f"Right: ({key}).", why)
@@ -127,7 +127,7 @@ def compile_function(source: str, name: str) -> Callable:
     except SyntaxError as err:
         raise ValueError(f"your code does not parse: {err.msg} (line {err.lineno})") from None
     except Exception as err:  # any error while defining it is the learner's to fix
-        raise ValueError(f"your code raised {type(err).__name__}: {err}") from None
+        raise ValueError(f"your code raised {type(err).__name__}: {shown(str(err), 200)}") from None
     func = namespace.get(name)
     if not callable(func):
         raise ValueError(f"your code must define a function named {name}()")
@@ -139,8 +139,14 @@ def same_value(got: Any, expected: Any) -> bool:
     if isinstance(expected, bool) or isinstance(got, bool):
         return got is expected
     if isinstance(expected, (int, float)) and isinstance(got, (int, float)):
-        return math.isclose(got, expected, rel_tol=1e-9, abs_tol=1e-9)
-    return bool(got == expected)
+        try:
+            return math.isclose(got, expected, rel_tol=1e-9, abs_tol=1e-9)
+        except OverflowError:  # an integer too large for a float is not the answer
+            return False
+    try:
+        return bool(got == expected)
+    except Exception:  # a returned object whose comparison fails is simply not the answer
+        return False
 
 
 def expected_results(question: Question) -> list[tuple[tuple, Any]]:
@@ -160,9 +166,9 @@ def _check_code(question: Question, answer: Any, seed: str) -> Verdict:
             with time_limit(CODE_TIME_LIMIT_S):
                 got = func(*args)
         except Exception as err:  # the learner's function failing is feedback, not a crash
-            return Verdict(False, f"{call} raised {type(err).__name__}: {err}", malformed=True)
+            return Verdict(False, f"{call} raised {type(err).__name__}: {shown(str(err), 200)}", malformed=True)
         if not same_value(got, expected):
-            return Verdict(False, f"{call} returned {got!r}; that is not right.")
+            return Verdict(False, f"{call} returned {shown(got)}; that is not right.")
     return Verdict(True, f"All {len(question.cases)} test cases pass.", question.explanation)
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from .bank import load_quiz
 from .checking import expected_number, prompt_for, same_value, time_limit
-from .units import AnswerFormatError, format_quantity, parse_quantity, within_tolerance
+from .units import AnswerFormatError, format_quantity, parse_quantity, shown, within_tolerance
 
 # An endless loop in a student's function fails its test instead of using up nbgrader's cell timeout.
 GRADE_TIME_LIMIT_S = 10.0
@@ -49,7 +49,7 @@ def check_format(value: Any, kind: str, unit: str = "") -> None:
     """The visible test: the answer is of a readable form (points come from the hidden tests)."""
     if kind == "choice":
         assert isinstance(value, str) and len(value.strip()) == 1, \
-            f"answer with one letter as a string, e.g. \"b\"; got {value!r}"
+            f"answer with one letter as a string, e.g. \"b\"; got {shown(value)}"
     else:
         try:
             parse_quantity(value, unit)
@@ -59,17 +59,17 @@ def check_format(value: Any, kind: str, unit: str = "") -> None:
 
 def check_runs(func: Any, args: tuple) -> None:
     """The visible test of a function: it can be called (points come from the hidden tests)."""
-    assert callable(func), f"expected a function, got {func!r}"
+    assert callable(func), f"expected a function, got {shown(func)}"
     try:
         func(*args)
     except Exception as err:  # reported as a failed check, like any wrong answer
-        raise AssertionError(f"calling it with {args!r} raised {type(err).__name__}: {err}") from None
+        raise AssertionError(f"calling it with {args!r} raised {type(err).__name__}: {shown(str(err), 200)}") from None
 
 
 def grade_choice(value: Any, expected: str, keys: str) -> None:
     """Hidden test of a multiple-choice answer."""
     assert isinstance(value, str) and value.strip().lower() in keys, \
-        f"answer with one letter among {list(keys)}; got {value!r}"
+        f"answer with one letter among {list(keys)}; got {shown(value)}"
     assert value.strip().lower() == expected, f"({value.strip().lower()}) is not the right option"
 
 
@@ -92,13 +92,13 @@ def grade_parameterised(lesson: str, question_id: str, value: Any) -> None:
 
 def grade_function(func: Any, cases: list[tuple[tuple, Any]]) -> None:
     """Hidden test of a short function: every (arguments, expected) case must match."""
-    assert callable(func), f"expected a function, got {func!r}"
+    assert callable(func), f"expected a function, got {shown(func)}"
     for args, expected in cases:
         call = f"{getattr(func, '__name__', 'function')}({', '.join(map(repr, args))})"
         try:
             with time_limit(GRADE_TIME_LIMIT_S):
                 got = func(*args)
         except Exception as err:  # the student's exception is a failed test, reported plainly
-            raise AssertionError(f"{call} raised {type(err).__name__}: {err}") from None
-        assert same_value(got, expected), f"{call} returned {got!r}, expected {expected!r}"
+            raise AssertionError(f"{call} raised {type(err).__name__}: {shown(str(err), 200)}") from None
+        assert same_value(got, expected), f"{call} returned {shown(got)}, expected {expected!r}"
 

@@ -60,23 +60,46 @@ DESCRIPTIONS = {
 _NUMBER = re.compile(r"\s*([-+]?(?:\d[\d,_]*(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)\s*(.*?)\s*")
 
 
+# Longer than any number anyone writes: a 1 MB paste is refused before it reaches the parser.
+MAX_ANSWER_CHARS = 200
+
+
 class AnswerFormatError(ValueError):
     """The answer could not be read as a number of the expected kind; the message says why."""
+
+
+def shown(value: object, limit: int = 60) -> str:
+    """A short repr of an answer for a message: a long string or a huge number is cut, never echoed whole."""
+    if isinstance(value, str) and len(value) > limit:
+        return f"{value[:limit]!r}... ({len(value):,} characters)"
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 3 * limit:
+        return f"an integer of about {int(value.bit_length() * 0.30103):,} digits"
+    try:
+        text = repr(value)
+    except Exception:  # a huge number inside a list, an object whose repr fails
+        return f"a {type(value).__name__} (cannot be shown)"
+    return text if len(text) <= limit else f"{text[:limit]}... ({type(value).__name__}, {len(text):,} characters)"
 
 
 def parse_quantity(value: object, unit: str = "") -> float:
     """The answer as a float in the question's unit; AnswerFormatError explains a malformed one."""
     table = DIMENSIONS[unit]
     if isinstance(value, bool) or value is None:
-        raise AnswerFormatError(f"expected {DESCRIPTIONS[unit]}, got {value!r}")
+        raise AnswerFormatError(f"expected {DESCRIPTIONS[unit]}, got {shown(value)}")
     if isinstance(value, Real):
-        number = float(value)
+        try:
+            number = float(value)
+        except (OverflowError, ValueError, TypeError):
+            raise AnswerFormatError(f"{shown(value)} is too large to read as a number") from None
     elif isinstance(value, str):
+        if len(value) > MAX_ANSWER_CHARS:
+            raise AnswerFormatError(f"an answer of {len(value):,} characters is too long to be a number; "
+                                    f"expected {DESCRIPTIONS[unit]}")
         number = _parse_text(value, unit, table)
     else:
-        raise AnswerFormatError(f"expected {DESCRIPTIONS[unit]}, got a {type(value).__name__}: {value!r}")
+        raise AnswerFormatError(f"expected {DESCRIPTIONS[unit]}, got a {type(value).__name__}: {shown(value)}")
     if not math.isfinite(number):
-        raise AnswerFormatError(f"expected a finite number, got {value!r}")
+        raise AnswerFormatError(f"expected a finite number, got {shown(value)}")
     return number
 
 

@@ -117,7 +117,8 @@ class QuickCheck(widgets.VBox):
         seed = self.progress.seed
         self.items = [QuestionView(q, self.progress, seed) for q in quiz.questions]
         title = widgets.HTML(f"<h4>Quick check: lesson {quiz.lesson}, {_html(quiz.title)}</h4>")
-        super().__init__([title, *[item.box for item in self.items]])
+        notes = [widgets.HTML(f'<i style="color:#8a5a00">{_html(note)}</i>') for note in self.progress.notes]
+        super().__init__([title, *notes, *[item.box for item in self.items]])
 
 
 def quick_check(lesson: str | int) -> QuickCheck:
