@@ -39,10 +39,12 @@ from kvcourse.kernels.engine.sampling import SamplingParams, sample
 from kvcourse.kernels.engine.sequence import Sequence
 from kvcourse.kernels.memory.block_pool import BlockPool, block_hash
 from kvcourse.kernels.memory.budget import MemoryBudget, num_blocks_for_budget
+from kvcourse.kernels.memory.cache_int8 import quantize_int8
 from kvcourse.kernels.memory.events import EventKind
 from kvcourse.kernels.memory.kv_cache_manager import KVCacheManager
 from kvcourse.kernels.model.config import ModelConfig
 from kvcourse.kernels.model.config_table import EXAMPLE_13B, MODEL_CONFIGS, get_model_config
+from kvcourse.kernels.model.merge_heads import regroup_kv_heads
 from kvcourse.kernels.model.transformer import Transformer
 
 __all__ = [
@@ -80,7 +82,9 @@ __all__ = [
     "num_blocks_for_budget",
     "paged_attention_reference",
     "paged_decode_attention",
+    "quantize_int8",
     "register_cache",
+    "regroup_kv_heads",
     "sample",
     "simulate_paging",
     "simulate_reservation",
