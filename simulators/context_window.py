@@ -1,0 +1,360 @@
+"""Lesson 15's simulator: how long a context a card can afford, for one user or for many.
+
+Window = the cache memory you can spare / bytes per token, counted the way the engine counts it:
+the card minus the weights (``MemoryBudget``), cut into whole blocks (``num_blocks_for_budget``);
+a prefix that every conversation shares (a system prompt) is stored once, in whole blocks, as
+prefix caching stores it (lesson 13); every user's own tokens take blocks of their own
+(``costs.kv_blocks_needed``). The shared part is given as a share of each conversation, so a
+longer window shares more tokens too: ``window_for`` finds the longest whole number of blocks
+that fits. The model's trained length (``max_position_embeddings``) is a second ceiling; the
+status line says which of the two sets the window. tests/test_sim_context_window.py checks the
+numbers against the cost model and against the engine's admissions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+import ipywidgets as widgets
+import numpy as np
+from matplotlib.ticker import FuncFormatter
+
+from kvcourse.kernels import MODEL_CONFIGS, MemoryBudget, ModelConfig, costs, num_blocks_for_budget
+from kvcourse.simulators.base import (
+    InvalidInput,
+    SimulatorView,
+    check_float,
+    check_int,
+    float_control,
+    format_bytes,
+    int_control,
+)
+from kvcourse.simulators.memory_wall import CUSTOM, GPU_PRESETS
+
+GB = 1e9  # decimal gigabytes, as the course counts them everywhere
+DEFAULT_GPU = "H100 80GB"
+DEFAULT_MODEL = "llama-3-8b"
+# One number width for the weights and the cache; int8 is counted without its scales (the course's convention).
+BYTES_PER_VALUE_CHOICES = (("16-bit (2 bytes)", 2), ("32-bit (4 bytes)", 4), ("8-bit (int8, scales not counted)", 1))
+MAX_CARD_GB = 10_000.0
+MAX_USERS = 100_000
+MAX_BLOCK_SIZE = 1024
+MEMORY, MODEL = "memory", "the model's trained length"  # the two ceilings on the window
+# The card's bytes with every user at the window (ContextWindow.budget_terms).
+WEIGHTS, SHARED, OWN, LEFT = "weights", "shared prefix, stored once", "users' own tokens", "left over"
+
+
+def _share(shared_percent: float) -> tuple[int, int]:
+    """shared_percent / 100 as an exact fraction (numerator, denominator) of the decimal typed."""
+    share = Fraction(repr(float(shared_percent))) / 100
+    return share.numerator, share.denominator
+
+
+def shared_tokens(window: int, shared_percent: float) -> int:
+    """Tokens of a ``window``-token conversation that are the shared prefix (rounded down)."""
+    num, den = _share(shared_percent)
+    return window * num // den
+
+
+def window_for(num_blocks: int, block_size: int, num_users: int, shared_percent: float = 0.0) -> int:
+    """The longest context, in whole blocks, that num_users reach at once when the first shared_percent
+    of each conversation is the same for all of them (lesson 15); 0 if not every user gets a block.
+
+    ``costs.kv_blocks_needed`` grows by at least one block with every block of context, so the
+    largest fitting number of blocks is found by bisection.
+    """
+    num, den = _share(shared_percent)
+
+    def fits(k: int) -> bool:
+        context = k * block_size
+        return costs.kv_blocks_needed(context, block_size, num_users, context * num // den) <= num_blocks
+
+    if num_blocks < 1 or not fits(1):
+        return 0
+    low, high = 1, num_blocks  # a conversation of k blocks needs at least k blocks
+    while low < high:
+        mid = (low + high + 1) // 2
+        low, high = (mid, high) if fits(mid) else (low, mid - 1)
+    return low * block_size
+
+
+@dataclass(frozen=True)
+class ContextWindowConfig:
+    """A card, a model, the users sharing it, the shared share of each conversation, the block size (lesson 15)."""
+
+    card_gb: float
+    model: str = DEFAULT_MODEL
+    bytes_per_value: int = 2
+    num_users: int = 1
+    shared_percent: float = 0.0
+    block_size: int = 16
+    model_config: ModelConfig | None = None  # a shape of one's own (SmolLM2 as loaded); None: the preset's
+
+    def __post_init__(self) -> None:
+        check_float("Card memory (GB)", self.card_gb, 1e-6, MAX_CARD_GB)
+        if self.model_config is None and self.model not in MODEL_CONFIGS:
+            raise InvalidInput(f"Model must be one of {', '.join(sorted(MODEL_CONFIGS))}, got {self.model!r}.")
+        if self.bytes_per_value not in {b for _, b in BYTES_PER_VALUE_CHOICES}:
+            raise InvalidInput(f"Bytes per value must be 1, 2 or 4, got {self.bytes_per_value!r}.")
+        check_int("Users", self.num_users, 1, MAX_USERS)
+        check_float("Shared prefix (% of each conversation)", self.shared_percent, 0.0, 100.0)
+        check_int("Block size (tokens)", self.block_size, 1, MAX_BLOCK_SIZE)
+        weights = costs.weight_bytes(self.shape, self.bytes_per_value)
+        left = self.total_bytes - weights
+        if left <= 0:
+            raise InvalidInput(
+                f"the weights of {self.model} ({format_bytes(weights)} at {self.bytes_per_value} bytes per value) "
+                f"fill the {format_bytes(self.total_bytes)} card: nothing is left for a cache. Pick a bigger card, "
+                "a smaller model or fewer bytes per value.")
+        if left < costs.kv_bytes_per_token(self.shape, self.bytes_per_value) * self.block_size:
+            raise InvalidInput(f"after the weights only {format_bytes(left)} is left: not one block of "
+                               f"{self.block_size} tokens fits. Pick a bigger card or a smaller model.")
+
+    @property
+    def shape(self) -> ModelConfig:
+        return self.model_config if self.model_config is not None else MODEL_CONFIGS[self.model]
+
+    @property
+    def total_bytes(self) -> int:
+        return round(self.card_gb * GB)
+
+    @property
+    def budget(self) -> MemoryBudget:
+        """The split the engine takes (``EngineConfig(memory_budget=...)``): weights, then the KV pool."""
+        return MemoryBudget.for_model(self.shape, self.total_bytes, self.bytes_per_value)
+
+
+class ContextWindow:
+    """The window each user can have, and what sets it; step() doubles the users (lesson 15)."""
+
+    def __init__(self, config: ContextWindowConfig) -> None:
+        self.config = config
+        self.budget = config.budget
+        self.num_users = config.num_users
+
+    def step(self) -> None:
+        """Twice as many users share the card."""
+        if self.num_users * 2 > MAX_USERS:
+            raise InvalidInput(f"{MAX_USERS:,} users is the most this simulator counts; press Reset.")
+        self.num_users *= 2
+
+    def reset(self) -> None:
+        self.num_users = self.config.num_users
+
+    # -- the pool -------------------------------------------------------------------------------------
+    @property
+    def bytes_per_token(self) -> int:
+        return costs.kv_bytes_per_token(self.config.shape, self.config.bytes_per_value)
+
+    @property
+    def block_bytes(self) -> int:
+        return self.bytes_per_token * self.config.block_size
+
+    @property
+    def num_blocks(self) -> int:
+        c = self.config
+        return num_blocks_for_budget(c.shape, self.budget, c.block_size, c.bytes_per_value)
+
+    @property
+    def pool_tokens(self) -> int:
+        return self.num_blocks * self.config.block_size
+
+    @property
+    def max_context(self) -> int:
+        """The longest sequence the model was trained to read (its max_position_embeddings)."""
+        return self.config.shape.max_position_embeddings
+
+    # -- the window -----------------------------------------------------------------------------------
+    def memory_window_at(self, num_users: int, shared_percent: float | None = None) -> int:
+        """What memory alone allows each of num_users, in whole blocks."""
+        percent = self.config.shared_percent if shared_percent is None else shared_percent
+        return window_for(self.num_blocks, self.config.block_size, num_users, percent)
+
+    @property
+    def memory_window(self) -> int:
+        return self.memory_window_at(self.num_users)
+
+    @property
+    def unshared_window(self) -> int:
+        """The same users if every one of them stored the whole conversation."""
+        return self.memory_window_at(self.num_users, 0.0)
+
+    @property
+    def exact_window(self) -> int:
+        """Memory's window counted token by token, as if there were no blocks."""
+        c = self.config
+        return window_for(self.budget.kv_bytes // self.bytes_per_token, 1, self.num_users, c.shared_percent)
+
+    @property
+    def window(self) -> int:
+        """The longest conversation every user can have at once: the lower of the two ceilings."""
+        return min(self.memory_window, self.max_context)
+
+    @property
+    def limit(self) -> str:
+        """Which ceiling sets the window: MEMORY or MODEL."""
+        return MODEL if self.memory_window > self.max_context else MEMORY
+
+    @property
+    def shared_tokens(self) -> int:
+        return shared_tokens(self.window, self.config.shared_percent)
+
+    def budget_terms(self) -> dict[str, int]:
+        """The card's bytes when every user is at the window: weights, the shared prefix, own tokens, the rest."""
+        c, window = self.config, self.window
+        if window == 0:
+            shared = own = 0
+        else:
+            shared = min(self.shared_tokens, window - 1) // c.block_size
+            own = costs.kv_blocks_needed(window, c.block_size, self.num_users, self.shared_tokens) - shared
+        terms = {WEIGHTS: self.budget.weight_bytes, SHARED: shared * self.block_bytes, OWN: own * self.block_bytes}
+        terms[LEFT] = c.total_bytes - sum(terms.values())
+        return terms
+
+
+def _users(num_users: int) -> str:
+    return f"{num_users:,} user{'s' if num_users != 1 else ''}"
+
+
+def _model_label(name: str) -> str:
+    cfg = MODEL_CONFIGS[name]
+    return f"{name} (reads {cfg.max_position_embeddings:,} tokens)"
+
+
+_COLOURS = {WEIGHTS: "C0", SHARED: "C2", OWN: "C1", LEFT: "0.85"}
+
+
+class ContextWindowView(SimulatorView):
+    """The window a card affords each user, and which ceiling sets it (lesson 15)."""
+
+    def __init__(self, gpu: str | None = None, *, card_gb: float | None = None, model: str = DEFAULT_MODEL,
+                 bytes_per_value: int = 2, num_users: int = 1, shared_percent: float = 0.0, block_size: int = 16,
+                 ) -> None:
+        if gpu is None:
+            gpu = CUSTOM if card_gb is not None else DEFAULT_GPU
+        if gpu != CUSTOM and gpu not in GPU_PRESETS:
+            raise ValueError(f"unknown GPU {gpu!r}; choose one of {sorted(GPU_PRESETS)} or {CUSTOM!r}")
+        if card_gb is None:
+            card_gb = GPU_PRESETS.get(gpu, GPU_PRESETS[DEFAULT_GPU])
+        if model not in MODEL_CONFIGS:
+            raise ValueError(f"unknown model {model!r}; choose one of {sorted(MODEL_CONFIGS)}")
+        wide = dict(style={"description_width": "initial"}, layout=widgets.Layout(width="280px"))
+        controls = {
+            "gpu": widgets.Dropdown(options=[(f"{n} ({gb:g} GB)", n) for n, gb in GPU_PRESETS.items()]
+                                    + [("custom: type the size", CUSTOM)], value=gpu, description="GPU preset", **wide),
+            "card_gb": float_control("Card memory (GB)", card_gb),
+            "model": widgets.Dropdown(options=[(_model_label(n), n) for n in sorted(MODEL_CONFIGS)], value=model,
+                                      description="Model", **wide),
+            "bytes_per_value": widgets.Dropdown(options=BYTES_PER_VALUE_CHOICES, value=bytes_per_value,
+                                                description="Weights and cache in", **wide),
+            "num_users": int_control("Users at once", num_users),
+            "shared_percent": float_control("Shared prefix (% of each conversation)", shared_percent, width="330px"),
+            "block_size": int_control("Block size (tokens)", block_size),
+        }
+        super().__init__(controls, num_axes=2, figsize=(11.5, 4.4), step_label="Double the users")
+
+    def _on_control_change(self, change: dict) -> None:
+        gpu, card = self.controls["gpu"], self.controls["card_gb"]
+        if not self._holding and change.get("owner") is gpu and change["new"] in GPU_PRESETS:
+            with self._hold():  # a preset puts its memory into the card box, then rebuilds once
+                card.value = GPU_PRESETS[change["new"]]
+        elif (not self._holding and change.get("owner") is card and gpu.value in GPU_PRESETS
+              and change["new"] != GPU_PRESETS[gpu.value]):
+            with self._hold():  # a typed size is no longer the preset's
+                gpu.value = CUSTOM
+        super()._on_control_change(change)
+
+    def build(self, values: dict[str, Any]) -> ContextWindow:
+        return ContextWindow(ContextWindowConfig(
+            values["card_gb"], values["model"], values["bytes_per_value"], values["num_users"],
+            values["shared_percent"], values["block_size"]))
+
+    def advance(self, model: ContextWindow) -> None:
+        model.step()
+
+    def draw(self, model: ContextWindow) -> str:
+        card_ax, curve_ax = self.axes
+        card_ax.clear()
+        curve_ax.clear()
+        self._draw_card(card_ax, model)
+        self._draw_curve(curve_ax, model)
+        return self._summary(model)
+
+    @staticmethod
+    def _draw_card(ax: Any, m: ContextWindow) -> None:
+        total = m.config.total_bytes
+        unit, label = (GB, "GB") if total >= GB else (1e6, "MB")
+        base = 0.0
+        names = {LEFT: "unused: the model reads no further" if m.limit == MODEL else "left over (whole blocks)"}
+        for name, size in m.budget_terms().items():
+            if size > 0:
+                ax.bar(0, size / unit, bottom=base, width=0.6, color=_COLOURS[name],
+                       label=f"{names.get(name, name)}: {format_bytes(size)}")
+                base += size / unit
+        top, weights = total / unit, m.budget.weight_bytes / unit
+        ax.axhline(top, color="k", lw=2.5, label=f"the card: {format_bytes(total)}")
+        bottom = max(0.0, top - 2.5 * (top - weights)) if m.budget.kv_bytes < 0.25 * total else 0.0
+        ax.set_ylim(bottom, top + 0.45 * (top - bottom))
+        ax.set_xlim(-0.4, 2.0)
+        ax.set_xticks([])
+        ax.set_ylabel(f"card memory ({label})" + (", zoomed to the top" if bottom else ""))
+        ax.legend(loc="center right", fontsize=8)
+        if m.window == 0:
+            ax.set_title(f"{_users(m.num_users)}: not one block each")
+        else:
+            each = " each" if m.num_users > 1 else ""
+            ax.set_title(f"{_users(m.num_users)} at {m.window:,} tokens{each}: {m.limit} sets it")
+
+    @staticmethod
+    def _draw_curve(ax: Any, m: ContextWindow) -> None:
+        c = m.config
+        top = max(2, min(max(1024, 4 * m.num_users), m.num_blocks))  # past num_blocks users nobody gets a block
+        users = np.unique(np.geomspace(1, top, 60).round().astype(int))
+        series = {"every user stores it all": 0.0}
+        if c.shared_percent > 0:
+            series[f"{c.shared_percent:g} % shared, stored once"] = c.shared_percent
+        for i, (name, percent) in enumerate(series.items()):
+            windows = np.array([m.memory_window_at(int(u), percent) for u in users])
+            keep = windows > 0
+            ax.plot(users[keep], windows[keep], color="C1" if i == 0 else "C2", lw=2, label=f"memory: {name}")
+        ax.axhline(m.max_context, color="0.4", ls=":", lw=1.5, label=f"the model reads {m.max_context:,}")
+        if m.window:
+            ax.plot([m.num_users], [m.window], "o", color="C3", ms=7, label=f"{_users(m.num_users)}: {m.window:,}")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log", base=2)
+        for axis in (ax.xaxis, ax.yaxis):
+            axis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:,.0f}"))
+        ax.set_xlabel("users at once (log scale)")
+        ax.set_ylabel("window per user (tokens, log scale)")
+        ax.set_title("twice the users, half the window each")
+        ax.legend(loc="lower left", fontsize=8)
+
+    @staticmethod
+    def _summary(m: ContextWindow) -> str:
+        c = m.config
+        terms = m.budget_terms()
+        head = (f"{format_bytes(c.total_bytes)} card: {format_bytes(m.budget.weight_bytes)} of weights leave "
+                f"{format_bytes(m.budget.kv_bytes)} = {m.num_blocks:,} blocks of {c.block_size} tokens "
+                f"({m.bytes_per_token:,} bytes per token). ")
+        who = f"{_users(m.num_users)}, {c.shared_percent:g} % of each conversation shared: "
+        if m.window == 0:
+            return head + who + (f"<b>no window</b>: the pool cannot give each user even one block "
+                                 f"({m.num_blocks:,} blocks for {m.num_users:,} users).")
+        if m.limit == MODEL:
+            return head + who + (f"memory holds {m.memory_window:,} tokens{' each' if m.num_users > 1 else ''}, "
+                                 f"but {c.model} reads at most "
+                                 f"{m.max_context:,}: <b>the window is {m.window:,} tokens, set by the model's "
+                                 f"trained length</b>.")
+        shared = (f", the shared prefix ({m.shared_tokens:,} tokens) {format_bytes(terms[SHARED])}"
+                  f" once (without sharing: {m.unshared_window:,} tokens each)" if c.shared_percent > 0 else "")
+        lost, whose = m.exact_window - m.window, ("users'" if m.num_users > 1 else "user's")
+        rounding = (f"{'each' if m.num_users > 1 else 'the'} window is {lost:,} tokens shorter than counting "
+                    "byte by byte" if lost
+                    else "it costs no user a token here")
+        return head + who + (
+            f"<b>the window is {m.window:,} tokens{' each' if m.num_users > 1 else ''}, set by memory</b>: "
+            f"the {whose} own tokens take "
+            f"{format_bytes(terms[OWN])}{shared}; {format_bytes(terms[LEFT])} is left over because blocks are "
+            f"whole ({rounding}).")
