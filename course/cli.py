@@ -61,8 +61,15 @@ def _add_quizzes(sub: argparse._SubParsersAction) -> None:
     register(sub)
 
 
+def _add_site(sub: argparse._SubParsersAction) -> None:
+    from kvcourse.site import add_site
+
+    add_site(sub)
+
+
 # Each entry adds its subcommands to the parser; issues that add a subcommand add a line here.
-REGISTRARS: list[Callable[[argparse._SubParsersAction], None]] = [_add_core, _add_timing_lab, _add_quizzes]
+REGISTRARS: list[Callable[[argparse._SubParsersAction], None]] = [_add_core, _add_timing_lab, _add_quizzes,
+                                                                     _add_site]
 
 
 def build_parser() -> argparse.ArgumentParser:
