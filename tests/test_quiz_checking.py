@@ -8,7 +8,6 @@ import pytest
 
 from kvcourse.kernels import costs
 from kvcourse.kernels.model.config_table import EXAMPLE_13B, MODEL_CONFIGS
-from kvcourse.quizzes import graded
 from kvcourse.quizzes.bank import load_quiz
 from kvcourse.quizzes.checking import check, prompt_for
 from kvcourse.quizzes.formulas import draw_params
@@ -106,39 +105,6 @@ def test_free_response_needs_an_attempt_before_the_model_answer():
     # Answered, not passed: nothing checks free text, the learner compares it with the model answer.
     assert not full.passed and not full.malformed and full.self_assessed and full.explanation == q.model_answer
     assert "judge for yourself" in full.message
-
-
-def test_graders_give_zero_never_crash(monkeypatch):
-    with pytest.raises(AssertionError):
-        graded.grade_numeric("abc", 819200, "bytes", 0.03, 0.0)
-    with pytest.raises(AssertionError):
-        graded.grade_numeric(None, 819200, "bytes", 0.03, 0.0)
-    graded.grade_numeric("0.8 MB", 819200, "bytes", 0.03, 0.0)
-    with pytest.raises(AssertionError):
-        graded.grade_choice(3, "b", "abcd")
-    with pytest.raises(AssertionError, match="ZeroDivisionError"):
-        graded.grade_function(lambda x: 1 / 0, [((1,), 1)])
-    with pytest.raises(AssertionError, match="expected a function"):
-        graded.grade_function(None, [((1,), 1)])
-    monkeypatch.setenv("KVCOURSE_STUDENT_ID", "carol")
-    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
-    assert graded.student_id() == "carol"
-    value = graded.solve("07", "cache_bytes_param", "carol")
-    graded.grade_parameterised("07", "cache_bytes_param", value)
-    with pytest.raises(AssertionError):
-        graded.grade_parameterised("07", "cache_bytes_param", [value])
-
-
-def test_student_id_while_autograding_comes_from_the_path(tmp_path, monkeypatch):
-    folder = tmp_path / "autograded" / "dave" / "lesson07"
-    folder.mkdir(parents=True)
-    monkeypatch.chdir(folder)
-    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
-    monkeypatch.setenv("KVCOURSE_STUDENT_ID", "someone_else")
-    assert graded.student_id() == "dave"
-    monkeypatch.chdir(tmp_path)
-    with pytest.raises(AssertionError, match="cannot find the student id"):
-        graded.student_id()
 
 
 def test_an_endless_loop_is_cut_off(monkeypatch):

@@ -1,0 +1,88 @@
+"""What the sandboxed kernel runs at grading time, in place of the test cells: it hands over plain values.
+
+`kvcourse grade autograde` puts this file's code in a cell of the throw-away copy it grades, and a
+call after every answer cell: ``record(question, name)`` writes the answer's value, and
+``record_calls(question, name, cases)`` the results of the student's function on the test cases,
+as one JSON line each. Only None, bools, ints, floats, strings and short lists of them are handed
+over; anything else is written as "unreadable". Nothing here knows a right answer, and nothing it
+writes is trusted: the instructor's process reads the lines as JSON (plain values by construction),
+checks them again and decides the points (autograde.py).
+"""
+
+import json
+import signal
+
+RESULTS = "results.jsonl"   # set by the injected cell
+CALL_LIMIT_S = 5.0          # one call of the student's function
+_MISSING = object()
+
+
+def _plain(value, depth=0):
+    kind = type(value)
+    if value is None or kind is bool:
+        return value
+    if kind is int:
+        return value if value.bit_length() <= 256 else {"unreadable": "an integer of more than 77 digits"}
+    if kind is float:
+        return value if value == value and abs(value) != float("inf") else {"unreadable": repr(value)}
+    if kind is str:
+        return value if len(value) <= 2000 else {"unreadable": f"a string of {len(value):,} characters"}
+    if kind in (list, tuple) and depth < 3 and len(value) <= 100:
+        return [_plain(item, depth + 1) for item in value]
+    return {"unreadable": f"a {str(kind.__name__)[:40]}, not a plain value"}
+
+
+def _write(entry):
+    with open(RESULTS, "a", encoding="utf-8") as f:
+        f.write(json.dumps(entry) + "\n")
+
+
+def record(question, name):
+    """Hand over the value of the answer variable ``name``."""
+    value = globals().get(name, _MISSING)
+    _write({"q": question, "value": _plain(value)} if value is not _MISSING else {"q": question, "missing": name})
+
+
+class _TooLong(Exception):
+    pass
+
+
+def _stop(signum, frame):
+    raise _TooLong()
+
+
+def record_calls(question, name, cases):
+    """Hand over what the student's function ``name`` returns for each argument tuple (or what it raised)."""
+    func = globals().get(name, _MISSING)
+    if func is _MISSING or not callable(func):
+        _write({"q": question, "missing": name})
+        return
+    results = []
+    for args in cases:
+        previous = signal.signal(signal.SIGALRM, _stop)
+        signal.setitimer(signal.ITIMER_REAL, CALL_LIMIT_S)
+        try:
+            results.append({"ok": _plain(func(*args))})
+        except _TooLong:
+            results.append({"error": f"ran for more than {CALL_LIMIT_S:g} s"})
+        except BaseException as err:  # noqa: BLE001 - whatever the student's code raises is its answer
+            try:
+                results.append({"error": f"{type(err).__name__}: {str(err)[:200]}"})
+            except BaseException:  # noqa: BLE001 - an exception whose str() fails
+                results.append({"error": "an exception that cannot be shown"})
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+    _write({"q": question, "calls": results})
+
+
+def record_missing(questions):
+    """At the end: hand over every answer not handed over yet (its cell moved, or was merged into another)."""
+    try:
+        with open(RESULTS, encoding="utf-8") as f:
+            done = {json.loads(line).get("q") for line in f if line.strip()}
+    except (OSError, ValueError, AttributeError):
+        done = set()
+    for question, name, cases in questions:
+        if question not in done:
+            record_calls(question, name, cases) if cases else record(question, name)

@@ -1,0 +1,134 @@
+"""Runs one submission's grading notebook inside the sandbox (see sandbox.py); nbformat and nbclient only.
+
+    python sandbox_runner.py IN.ipynb OUT.ipynb --timeout 30 --output-cap 1000000 --prelude 2
+
+Every code cell runs with a time limit: on time-out the kernel is interrupted, and if it does not
+answer within a few seconds (a loop that swallows KeyboardInterrupt) it is killed and started
+again. A kernel that dies (os._exit) is started again too. After a restart the first ``--prelude``
+cells (the set-up and the collector) run again, then the next cell. Each cell keeps at most
+``--output-cap`` bytes of output, then one line saying how much was cut. OUT is rewritten after
+every cell, so a sandbox killed from outside still leaves the outputs so far.
+"""
+
+import argparse
+import json
+import sys
+import time
+
+# jsonschema builds an IRI grammar at import when rfc3987_syntax is installed (4 s on a busy machine);
+# nbformat never validates IRIs, so the runner goes without it.
+sys.modules.setdefault("rfc3987_syntax", None)
+
+import nbformat  # noqa: E402
+from nbclient import NotebookClient  # noqa: E402
+from nbclient.exceptions import CellTimeoutError, DeadKernelError  # noqa: E402
+from nbclient.util import run_sync  # noqa: E402
+
+TIMEOUT_NOTE = "Stopped: this cell ran for more than {limit:g} s (the grader's time limit per cell)."
+MAX_KERNELS = 20  # restarts are for a cell that kills or hangs its kernel, not a way to run forever
+CUT_NOTE = "\n[... output cut: this cell printed more than {cap:,} bytes; the rest was dropped by the grader ...]\n"
+
+
+class CappedClient(NotebookClient):
+    """A notebook client that drops a cell's output beyond a byte cap, with one line saying so."""
+
+    output_cap = 1_000_000
+
+    def output(self, outs, msg, display_id, cell_index):
+        sizes = self.__dict__.setdefault("_sizes", {})
+        size = len(json.dumps(msg.get("content", {}), default=str))
+        used = sizes.get(cell_index, 0)
+        sizes[cell_index] = used + size
+        if used > self.output_cap:
+            return None
+        if used + size > self.output_cap:
+            outs.append(nbformat.v4.new_output("stream", name="stdout", text=CUT_NOTE.format(cap=self.output_cap)))
+            return None
+        return super().output(outs, msg, display_id, cell_index)
+
+
+def _client(nb, timeout, cap, cwd):
+    client = CappedClient(nb, timeout=timeout, allow_errors=True, interrupt_on_timeout=False,
+                          kernel_name="python3", startup_timeout=120, record_timing=False,
+                          shutdown_kernel="immediate", resources={"metadata": {"path": cwd}})
+    client.output_cap = cap
+    return client
+
+
+def _error(name, text):
+    return nbformat.v4.new_output("error", ename=name, evalue=text, traceback=[text])
+
+
+async def _answers(kc, seconds):
+    msg_id = kc.execute("", store_history=False)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            reply = await kc.get_shell_msg(timeout=0.5)
+        except Exception:  # queue.Empty: keep waiting until the deadline
+            continue
+        if reply["parent_header"].get("msg_id") == msg_id:
+            return True
+    return False
+
+
+def _responsive(client, seconds=5.0):
+    """Whether the kernel answers a trivial request within `seconds` (after a time-out)."""
+    try:
+        return run_sync(_answers)(client.kc, seconds)
+    except Exception:  # a dead or broken channel: not responsive
+        return False
+
+
+def run(nb, out_path, timeout, cap, prelude, cwd):
+    """Execute every code cell of nb in turn, restarting the kernel where it dies or will not stop."""
+    code = [i for i, cell in enumerate(nb.cells) if cell.cell_type == "code"]
+    start = 0
+    for _ in range(MAX_KERNELS):
+        if start >= len(code):
+            return
+        client = _client(nb, timeout, cap, cwd)
+        with client.setup_kernel():
+            if start:  # a restarted kernel: the set-up and the collector again, quietly
+                try:
+                    for i in code[:prelude]:
+                        client.execute_cell(nbformat.from_dict(nb.cells[i]), i)
+                except (DeadKernelError, CellTimeoutError):
+                    return  # a kernel that cannot even be set up again (something kills it on start)
+            for position in range(start, len(code)):
+                index = code[position]
+                start = position + 1
+                cell = nb.cells[index]
+                try:
+                    client.execute_cell(cell, index)
+                except DeadKernelError:
+                    cell.outputs.append(_error("DeadKernel", "the kernel died in this cell; it was started again"))
+                    nbformat.write(nb, out_path)
+                    break
+                except CellTimeoutError:
+                    cell.outputs.append(_error("TimeoutError", TIMEOUT_NOTE.format(limit=timeout)))
+                    nbformat.write(nb, out_path)
+                    run_sync(client.km.interrupt_kernel)()
+                    if not _responsive(client):
+                        break  # the kernel ignores interrupts: a fresh one for the next cell
+                    continue
+                nbformat.write(nb, out_path)
+            else:
+                return
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("notebook")
+    parser.add_argument("out")
+    parser.add_argument("--timeout", type=float, default=30.0)
+    parser.add_argument("--output-cap", type=int, default=1_000_000)
+    parser.add_argument("--prelude", type=int, default=2)
+    args = parser.parse_args(argv)
+    nb = nbformat.read(args.notebook, as_version=4)
+    run(nb, args.out, args.timeout, args.output_cap, args.prelude, cwd=".")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
