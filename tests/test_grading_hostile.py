@@ -9,12 +9,15 @@ else. `pytest tests/test_grading_hostile.py -s` prints the table (student, score
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
+import json
 import math
 import os
 import sqlite3
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import nbformat
@@ -345,12 +348,12 @@ def _snapshot(course_dir: Path, students: list[str], course_id: str) -> dict:
         for student in students:
             for path in sorted((course_dir / top / student).rglob("*")):
                 if path.is_file():
-                    files[str(path.relative_to(course_dir))] = path.read_bytes()
+                    files[str(path.relative_to(course_dir))] = hashlib.sha256(path.read_bytes()).hexdigest()
     for top in ("source", "release", "instructor/course.json", "nbgrader_config.py"):
         root = course_dir / top
         for path in sorted([root] if root.is_file() else root.rglob("*")):
             if path.is_file():
-                files[str(path.relative_to(course_dir))] = path.read_bytes()
+                files[str(path.relative_to(course_dir))] = hashlib.sha256(path.read_bytes()).hexdigest()
     with sqlite3.connect(course_dir / "gradebook.db") as db:
         rows = db.execute(
             "select s.student_id, g.cell_id, g.auto_score, g.manual_score, g.needs_manual_grade "
@@ -359,14 +362,13 @@ def _snapshot(course_dir: Path, students: list[str], course_id: str) -> dict:
         stamps = db.execute("select student_id, timestamp from submitted_assignment order by 1").fetchall()
         sources = db.execute("select name, source, checksum from source_cell order by 1").fetchall()
     status = load_status(Course.load(course_dir), ASSIGNMENT)
-    return {"files": files, "grades": [r for r in rows if r[0] in students],
-            "stamps": [r for r in stamps if r[0] in students], "sources": sources,
-            "status": {s: status.get(s) for s in students}}
+    return json.loads(json.dumps({"files": files, "grades": [r for r in rows if r[0] in students],
+                                  "stamps": [r for r in stamps if r[0] in students], "sources": sources,
+                                  "status": {s: status.get(s) for s in students}}))
 
 
-@pytest.fixture(scope="module")
-def graded(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("hostile")
+def _grade_everyone(tmp: Path) -> dict:
+    """The innocent students graded, a snapshot, everyone else graded, a snapshot (JSON-able)."""
     course_dir = tmp / "course"
     init_course(course_dir, ["07"], course_id="kvhostile", exchange=str(tmp / "exchange"))
     (tmp / "exchange").mkdir()
@@ -376,14 +378,33 @@ def graded(tmp_path_factory):
     course = Course.load(course_dir)
     build_submissions(course_dir, course, INNOCENTS)
     log: list[str] = []
-    results = {r.student: r for r in autograde(course_dir, ASSIGNMENT, INNOCENTS, LIMITS, log=log.append)}
+    results = autograde(course_dir, ASSIGNMENT, INNOCENTS, LIMITS, log=log.append)
     before = _snapshot(course_dir, INNOCENTS, course.course_id)
     others = [case.name for case in CASES if case.name not in INNOCENTS]
     build_submissions(course_dir, course, others + [SLEEPER.name])
-    results |= {r.student: r for r in autograde(course_dir, ASSIGNMENT, others, LIMITS, log=log.append)}
-    results |= {r.student: r for r in autograde(course_dir, ASSIGNMENT, [SLEEPER.name], log=log.append)}
+    results += autograde(course_dir, ASSIGNMENT, others, LIMITS, log=log.append)
+    results += autograde(course_dir, ASSIGNMENT, [SLEEPER.name], log=log.append)
     after = _snapshot(course_dir, INNOCENTS, course.course_id)
-    return {"course": course_dir, "results": results, "before": before, "after": after, "log": log}
+    return {"course": str(course_dir), "results": {r.student: asdict(r) for r in results},
+            "before": before, "after": after, "log": log}
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory, worker_id):
+    """One grading run for the whole module, shared by both xdist workers (make test runs two)."""
+    if worker_id == "master":
+        data = _grade_everyone(tmp_path_factory.mktemp("hostile"))
+    else:
+        shared = tmp_path_factory.getbasetemp().parent / "hostile-grading"
+        shared.mkdir(exist_ok=True)
+        with open(shared / "lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            done = shared / "graded.json"
+            if not done.exists():
+                done.write_text(json.dumps(_grade_everyone(shared)))
+            data = json.loads(done.read_text())
+    data["course"] = Path(data["course"])
+    return data
 
 
 def test_every_student_scores_exactly_what_its_honest_work_earns(graded, capsys):
@@ -391,9 +412,9 @@ def test_every_student_scores_exactly_what_its_honest_work_earns(graded, capsys)
     rows = []
     for case in [*CASES, SLEEPER]:
         result = results[case.name]
-        got = result.score if result.status == "graded" else None
+        got = result["score"] if result["status"] == "graded" else None
         rows.append((case.name, "not graded" if got is None else f"{got:g}",
-                     "not graded" if case.due is None else f"{case.due:g}", f"{result.seconds:.1f}", case.what))
+                     "not graded" if case.due is None else f"{case.due:g}", f"{result['seconds']:.1f}", case.what))
     with capsys.disabled():
         print("\n\nstudent         got         due         seconds  what it did")
         for row in rows:
@@ -431,8 +452,8 @@ def test_no_background_process_outlives_its_sandbox(graded):
 
 
 def test_a_looping_submission_finishes_in_under_a_minute(graded):
-    assert graded["results"]["sleeper"].seconds < 60  # the default limits: 30 s per cell
-    assert graded["results"]["looper"].seconds < 40   # 5 s per cell here
+    assert graded["results"]["sleeper"]["seconds"] < 60  # the default limits: 30 s per cell
+    assert graded["results"]["looper"]["seconds"] < 40   # 5 s per cell here
 
 
 def test_output_is_capped_per_cell(graded):
@@ -443,11 +464,11 @@ def test_output_is_capped_per_cell(graded):
 
 def test_broken_notebooks_are_graded_or_reported_never_silently_zero(graded, tmp_path):
     results = graded["results"]
-    assert results["garbage"].reason == "not a notebook (invalid JSON)"
-    assert results["empty"].reason == "not a notebook (invalid JSON)"
-    assert "link" in results["symlinker"].reason
+    assert results["garbage"]["reason"] == "not a notebook (invalid JSON)"
+    assert results["empty"]["reason"] == "not a notebook (invalid JSON)"
+    assert "link" in results["symlinker"]["reason"]
     assert "could not grade garbage: not a notebook (invalid JSON)" in graded["log"]
-    assert any("not valid JSON" in note for note in results["invalid_json"].notes)
+    assert any("not valid JSON" in note for note in results["invalid_json"]["notes"])
     rows = {r["student_id"]: r for r in export_grades(graded["course"], tmp_path / "grades.csv")}
     assert rows["garbage"]["status"] == "not graded" and rows["garbage"]["score"] == ""
     assert rows["garbage"]["reason"] == "not a notebook (invalid JSON)"
@@ -456,9 +477,9 @@ def test_broken_notebooks_are_graded_or_reported_never_silently_zero(graded, tmp
 
 
 def test_untouched_submissions_log_nothing_that_looks_like_tampering(graded):
-    assert graded["results"]["untouched"].notes == []
-    assert graded["results"]["alice"].notes == []
-    assert any("edited" in note for note in graded["results"]["tamperer"].notes)
+    assert graded["results"]["untouched"]["notes"] == []
+    assert graded["results"]["alice"]["notes"] == []
+    assert any("edited" in note for note in graded["results"]["tamperer"]["notes"])
 
 
 def test_graded_notebooks_show_verdicts_never_hidden_cases_or_right_values(graded):
