@@ -29,7 +29,7 @@ from .gradebook import check_assignment, read_timestamp, save_status, write_grad
 from .grading_notebook import graded_notebook, grading_notebook, read_outputs, read_records
 from .nbgrader_export import answer_name, lesson_of
 from .recovery import NotGradable, match_cells, read_cells, template_cells
-from .sandbox import INSIDE, Limits, run_submission
+from .sandbox import INSIDE, Limits, preflight, run_submission
 
 
 @dataclass
@@ -71,15 +71,19 @@ def grade_student(course: Course, assignment: str, student: str, limits: Limits,
     timestamp = read_timestamp(folder, result.notes)
     grade_cells = {f"test_{q.id}": q for q in quiz.questions if q.auto_graded}
     grade_cells |= {f"free_{q.id}": q for q in quiz.questions if not q.auto_graded}
-    try:
-        raw_cells, notes = read_cells(folder / f"{assignment}.ipynb")
-    except NotGradable as err:
-        result.status, result.reason = "not graded", str(err)
+
+    def not_graded(reason: str) -> Result:  # scores left empty for a human, never a 0
+        result.status, result.reason = "not graded", reason
         shutil.rmtree(graded_dir, ignore_errors=True)
         write_gradebook(course, assignment, student, timestamp, dict.fromkeys(grade_cells), {})
         result.seconds = time.monotonic() - start
         save_status(course, assignment, result)
         return result
+
+    try:
+        raw_cells, notes = read_cells(folder / f"{assignment}.ipynb")
+    except NotGradable as err:
+        return not_graded(str(err))
     names = {q.id: answer_name(q) for q in quiz.questions if q.auto_graded}
     sub = match_cells(raw_cells, template, names)
     result.notes += notes + sub.notes
@@ -91,8 +95,11 @@ def grade_student(course: Course, assignment: str, student: str, limits: Limits,
         nbformat.write(nb, copy / "grading.ipynb")
         hidden = [course.directory, Path(course.exchange)]
         run = run_submission(copy, student, limits, hidden, sandbox=sandbox)
+        started = (copy / "out.ipynb").exists()
         records = read_records(copy / "results.jsonl")
         executed = read_outputs(copy / "out.ipynb", len(nb.cells), limits.output_cap_bytes)
+    if not started:  # the machine passed the preflight, so this is the submission's doing (it deleted it?)
+        result.notes.append("the run left no outputs; graded on the answers it handed over")
     if run.returncode is None:
         result.notes.append(f"stopped at the time limit of {limits.submission_timeout_s:g} s per submission")
     outputs = {index: executed[i] for i, index in enumerate(origin) if index is not None}
@@ -141,6 +148,7 @@ def autograde(course_dir: Path, assignment: str, students: list[str] | None = No
         if bwrap_path() is None:
             raise RuntimeError(MISSING_BWRAP)
     check_assignment(course, assignment)
+    preflight(limits, sandbox=sandbox)  # a machine that cannot run a notebook must not hand out zeros
     everyone = submitted_students(course, assignment)
     if students:
         unknown = [s for s in students if s not in everyone]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import html
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -151,8 +152,9 @@ def _clean_outputs(outputs: Any, cap: int) -> list:
 
 
 def _escape_markdown(text: str) -> str:
-    """A student's Markdown with raw HTML made inert (formgrader renders it in the instructor's browser)."""
-    return html.escape(text, quote=False)
+    """A student's Markdown with raw HTML and script links made inert (formgrader shows it in your browser)."""
+    text = html.escape(text, quote=False)
+    return re.sub(r"(?i)\]\(\s*(javascript|vbscript|data)\s*:", r"](unsafe-\1:", text)
 
 
 def _verdict_output(decision: Decision) -> nbformat.NotebookNode:

@@ -156,3 +156,27 @@ def run_submission(copy: Path, student: str, limits: Limits, hidden: list[Path],
         log.seek(max(0, size - 4000))
         tail = log.read().decode("utf-8", "replace")
     return Run(seconds, code, tail)
+
+
+_PREFLIGHT_PASSED: set[bool] = set()
+
+
+def preflight(limits: Limits, *, sandbox: bool = True) -> None:
+    """RuntimeError unless a one-cell notebook runs here (once per process): failures are then the submission's."""
+    if sandbox in _PREFLIGHT_PASSED:
+        return
+    import nbformat
+
+    with tempfile.TemporaryDirectory(prefix="kvgrade-preflight-") as scratch:
+        copy = Path(scratch)
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print('kvgrade ' + 'ready')")])
+        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+        nbformat.write(nb, copy / "grading.ipynb")
+        run = run_submission(copy, "preflight", Limits(max(limits.cell_timeout_s, 60.0), 10_000, 300.0), [],
+                             sandbox=sandbox)
+        out = copy / "out.ipynb"
+        if not out.is_file() or "kvgrade ready" not in out.read_text(encoding="utf-8", errors="replace"):
+            tail = " | ".join(run.log.strip().splitlines()[-3:]) or "no message"
+            raise RuntimeError(f"the grading sandbox cannot run a notebook on this machine ({tail[:500]}); "
+                               "nothing was graded")
+    _PREFLIGHT_PASSED.add(sandbox)

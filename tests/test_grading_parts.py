@@ -367,3 +367,19 @@ def test_the_runner_cuts_output_and_stops_loops_even_without_the_sandbox(tmp_pat
     assert "output cut" in json.dumps(outputs[2]) and len(json.dumps(outputs[2])) < 110_000
     assert outputs[3][0]["ename"] == "TimeoutError"
     assert read_records(copy / "results.jsonl") == {"x": {"q": "x", "value": 1}}
+
+
+def test_a_machine_that_cannot_run_a_notebook_grades_nobody(monkeypatch):
+    from kvcourse.quizzes import sandbox
+
+    monkeypatch.setattr(sandbox, "_PREFLIGHT_PASSED", set())
+    monkeypatch.setattr(sandbox, "run_submission", lambda *a, **k: sandbox.Run(0.1, 1, "bwrap: setting up uid map: boom"))
+    with pytest.raises(RuntimeError, match="boom.*nothing was graded"):
+        sandbox.preflight(Limits())
+
+
+def test_a_students_markdown_cannot_run_script_in_the_graders_browser():
+    from kvcourse.quizzes.grading_notebook import _escape_markdown
+
+    shown = _escape_markdown("<img src=x onerror=steal()> [click](javascript:steal()) [ok](https://example.org)")
+    assert "<img" not in shown and "](javascript:" not in shown and "[ok](https://example.org)" in shown
