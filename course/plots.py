@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
 
-__all__ = ["bars", "lines", "mark", "panels"]
+__all__ = ["bars", "chain", "lines", "mark", "panels"]
 
 _SIZE_ONE, _SIZE_TWO = (7.0, 3.8), (11.5, 3.8)
 
@@ -68,6 +68,25 @@ def mark(ax: Axes, x: float, label: str, *, horizontal: bool = False) -> None:
     line = ax.axhline if horizontal else ax.axvline
     line(x, linestyle="--", color="0.35", label=label)
     ax.legend()
+
+
+def chain(links: Sequence[tuple[str, str]], *, title: str, width: float = 9.0) -> Axes:
+    """Boxes top to bottom joined by arrows, each a headline over a line of detail (lesson 16's map)."""
+    height = 0.95 * len(links) + 0.6
+    fig, ax = plt.subplots(figsize=(width, height))
+    ax.set_axis_off()
+    ax.set_xlim(0, 1)
+    ax.set_ylim(len(links) - 0.5, -0.6)
+    for i, (headline, detail) in enumerate(links):
+        ax.text(0.5, i - 0.12, headline, ha="center", va="center", fontsize=12, fontweight="bold",
+                bbox=dict(boxstyle="round,pad=0.4", facecolor=f"C{i % 10}", alpha=0.18, edgecolor=f"C{i % 10}"))
+        ax.text(0.5, i + 0.2, detail, ha="center", va="center", fontsize=9, color="0.2")
+        if i + 1 < len(links):
+            ax.annotate("", xy=(0.5, i + 0.68), xytext=(0.5, i + 0.36),
+                        arrowprops=dict(arrowstyle="-|>", color="0.4", lw=1.5))
+    ax.set_title(title, fontsize=12)
+    fig.set_layout_engine("tight")
+    return ax
 
 
 def _decorate(ax: Axes, title: str, xlabel: str, ylabel: str, logx: bool, logy: bool) -> None:
