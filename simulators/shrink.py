@@ -1,0 +1,449 @@
+"""Lesson 16's simulator: chapter 003's ways to shrink the cache, switched on one by one over one memory budget.
+
+Every technique changes one factor of what a user's cache costs:
+
+* **key/value heads** (grouped-query and multi-query attention) and **int8 values** change the bytes
+  per token, through the cost model: ``costs.kv_bytes_per_token`` for the model's own values and
+  ``costs.quantized_kv_bytes_per_token`` (1-byte values plus one 4-byte scale per token, per KV head,
+  for K and for V) for int8;
+* **paging** changes how much of the memory holds real tokens. Without it, each user's tokens are
+  charged at the share of reserved memory that lesson 09's trace found filled with real tokens
+  (``reservation_filled``, 31 % on ``workload.LESSON_TRACE``); with it, a user holds whole blocks
+  of ``block_size`` tokens, so only the last block's tail is empty;
+* **prefix caching** stores the full blocks of a prompt opening that every user shares once, for
+  all of them (it needs paging: blocks are what is shared; the block holding a prompt's last token
+  is never shared, as in the engine);
+* a **sliding window** keeps only the last ``window_tokens`` tokens of each user, so a user's cache
+  stops growing there. Once a conversation is longer than the window, the shared opening has slid
+  out of every user's window and is no longer held.
+
+The three numbers the lesson compares come out side by side: bytes per token, the users whose
+caches fit at once at one context length, and the longest context one user can keep (lesson 15's
+window: the memory ÷ bytes per token; unlimited with a sliding window, which forgets instead).
+tests/test_sim_shrink.py checks the bytes per token against the engine's int8, sliding-window and
+regrouped caches, and the users that fit with paging against LLMEngine's admissions.
+
+``next_token_agreement`` and ``first_difference`` are the lesson's two measures of what a change
+to the model costs in answers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import ipywidgets as widgets
+import numpy as np
+import torch
+from matplotlib.ticker import FuncFormatter
+
+from kvcourse.kernels import MODEL_CONFIGS, ModelConfig, Transformer, costs
+from kvcourse.kernels.attention.backend import StepMetadata
+from kvcourse.kernels.memory.cache_int8 import Int8KVBackend
+from kvcourse.kernels.memory.caches import NoCacheBackend
+from kvcourse.simulators.base import (
+    InvalidInput,
+    SimulatorView,
+    check_float,
+    check_int,
+    float_control,
+    format_bytes,
+    int_control,
+)
+
+GB = 1e9  # decimal gigabytes, as the course counts them everywhere
+MHA, SHIPPED, MQA = "mha", "shipped", "mqa"
+KV_HEAD_CHOICES = (("MHA: one per query head", MHA), ("as the model ships", SHIPPED), ("MQA: just one", MQA))
+BYTES_PER_VALUE_CHOICES = (("32-bit (4 bytes)", 4), ("16-bit (2 bytes)", 2))
+LESSON_09_FILLED = 0.311  # share of a reserving pool that held real tokens on LESSON_TRACE (lesson 09)
+SCALE_BYTES = 4  # one float32 scale per token, per KV head, for K and for V (kernels/memory/cache_int8.py)
+MAX_GB = 1e5
+MAX_TOKENS = 10_000_000
+MAX_USERS_DRAWN = 10**9
+TECHNIQUES = ("gqa", "mqa", "int8", "paging", "prefix", "window")  # the order Step switches them on
+
+# Lesson 16's texts for comparing a changed model's next-token predictions with the original's.
+MERGE_TEXTS = (
+    "The KV cache stores the keys and values of every token the model has read, so each new token "
+    "needs only one forward pass instead of a pass over the whole text.",
+    "Once upon a time, in a small village by the sea, there lived an old fisherman who told stories "
+    "to the children every evening.",
+    "Water boils at 100 degrees Celsius at sea level. Higher up, the air pressure is lower, so water "
+    "boils at a lower temperature.",
+    "def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + fibonacci(n - 2)\n",
+)
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """How often a changed model predicts the original's next token, and how far apart their distributions are."""
+
+    num_positions: int
+    num_same_top1: int
+    mean_kl: float  # KL(original || changed) in nats, averaged over positions
+
+    @property
+    def top1(self) -> float:
+        return self.num_same_top1 / self.num_positions
+
+
+def all_logits(model: Transformer, ids: Sequence[int], cache: str = "none") -> torch.Tensor:
+    """The logits (T, vocab) after every prefix of ids, in float32, from one forward pass.
+
+    cache "none" attends to the keys and values as computed; "int8" stores them in the engine's int8
+    cache first (Int8KVBackend) and attends to what it gives back, as every later step would.
+    """
+    tokens = torch.tensor(list(ids), device=model.device)
+    positions = torch.arange(len(tokens), device=model.device)
+    if cache == "int8":
+        backend = Int8KVBackend(model.config, len(tokens), model.dtype, model.device, measure_error=False)
+        backend.begin_step(StepMetadata(0, len(tokens)))
+    elif cache == "none":
+        backend = NoCacheBackend()
+    else:
+        raise ValueError(f"cache must be 'none' or 'int8', got {cache!r}")
+    with torch.inference_mode():
+        return model(tokens, positions, backend).float()
+
+
+def next_token_agreement(reference: Transformer | Sequence[torch.Tensor], changed: Transformer,
+                         texts: Sequence[Sequence[int]], cache: str = "none") -> Agreement:
+    """At every position of every text: does ``changed`` (its K/V kept as ``cache`` says) rank first
+    the token that ``reference`` ranks first? And the mean KL divergence between their predictions.
+
+    ``reference`` is a model, or its ``all_logits`` for each text, computed once and reused.
+    """
+    positions = same = 0
+    kl = 0.0
+    for i, ids in enumerate(texts):
+        ref = all_logits(reference, ids) if isinstance(reference, Transformer) else reference[i]  # (T, vocab)
+        new = all_logits(changed, ids, cache)  # (T, vocab)
+        if ref.shape != new.shape:
+            raise ValueError(f"reference logits {tuple(ref.shape)} do not match text {i} ({len(ids)} tokens)")
+        positions += len(ids)
+        same += int((ref.argmax(-1) == new.argmax(-1)).sum())
+        log_p, log_q = ref.log_softmax(-1), new.log_softmax(-1)
+        kl += float((log_p.exp() * (log_p - log_q)).sum())
+    return Agreement(positions, same, kl / positions)
+
+
+def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
+    """The first index where two token lists differ (one ending early counts), or None if equal."""
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+@dataclass(frozen=True)
+class ShrinkConfig:
+    """One memory budget, one context length, and which of chapter 003's techniques are on (lesson 16)."""
+
+    model: str = "smollm2-135m"
+    kv_budget_gb: float = 1.0
+    context_tokens: int = 512
+    bytes_per_value: int = 2
+    kv_heads: str = SHIPPED
+    int8: bool = False
+    paging: bool = False
+    prefix: bool = False
+    prefix_tokens: int = 0
+    window: bool = False
+    window_tokens: int = 4096
+    block_size: int = 16
+    reservation_filled: float = LESSON_09_FILLED
+    model_config: ModelConfig | None = None  # a shape of one's own; None: the preset's
+
+    def __post_init__(self) -> None:
+        if self.model_config is None and self.model not in MODEL_CONFIGS:
+            raise InvalidInput(f"Model must be one of {', '.join(sorted(MODEL_CONFIGS))}, got {self.model!r}.")
+        check_float("KV memory (GB)", self.kv_budget_gb, 1e-9, MAX_GB)
+        check_int("Context per user (tokens)", self.context_tokens, 1, MAX_TOKENS)
+        if self.bytes_per_value not in {b for _, b in BYTES_PER_VALUE_CHOICES}:
+            raise InvalidInput(f"Values in must be 4 or 2 bytes, got {self.bytes_per_value!r}.")
+        if self.kv_heads not in {k for _, k in KV_HEAD_CHOICES}:
+            raise InvalidInput(f"Key/value heads must be one of {MHA}, {SHIPPED}, {MQA}, got {self.kv_heads!r}.")
+        check_int("Shared prefix (tokens)", self.prefix_tokens, 0, self.context_tokens)
+        check_int("Window (tokens)", self.window_tokens, 1, MAX_TOKENS)
+        check_int("block_size", self.block_size, 1, 1024)
+        check_float("reservation_filled", self.reservation_filled, 1e-6, 1.0)
+        if self.prefix and not self.paging:
+            raise InvalidInput("prefix caching shares blocks, so it needs paging: tick paging too.")
+
+    @property
+    def base_shape(self) -> ModelConfig:
+        return self.model_config if self.model_config is not None else MODEL_CONFIGS[self.model]
+
+    @property
+    def shape(self) -> ModelConfig:
+        """The model with the chosen number of key/value heads."""
+        base = self.base_shape
+        heads = {MHA: base.num_heads, SHIPPED: base.num_kv_heads, MQA: 1}[self.kv_heads]
+        return dataclasses.replace(base, num_kv_heads=heads)
+
+    def with_technique(self, name: str) -> ShrinkConfig:
+        """This config with one more technique on (the order of TECHNIQUES)."""
+        changes = {"gqa": {"kv_heads": SHIPPED}, "mqa": {"kv_heads": MQA}, "int8": {"int8": True},
+                   "paging": {"paging": True}, "prefix": {"prefix": True}, "window": {"window": True}}[name]
+        return dataclasses.replace(self, **changes)
+
+    def is_on(self, name: str) -> bool:
+        """Whether a technique is on and changes something for this model."""
+        base = self.base_shape
+        if name == "gqa":
+            return self.kv_heads != MHA and base.num_kv_heads < base.num_heads
+        if name == "mqa":
+            return self.kv_heads == MQA and base.num_kv_heads > 1
+        return bool(getattr(self, name))
+
+    @property
+    def nothing_on(self) -> ShrinkConfig:
+        """The same budget and context with every technique off: multi-head attention, reserved regions."""
+        return dataclasses.replace(self, kv_heads=MHA, int8=False, paging=False, prefix=False, window=False)
+
+
+class Shrink:
+    """What one user's cache costs under a ShrinkConfig, and who fits; step() switches on the next technique."""
+
+    def __init__(self, config: ShrinkConfig) -> None:
+        self.start = config
+        self.config = config
+
+    def reset(self) -> None:
+        self.config = self.start
+
+    @property
+    def next_technique(self) -> str | None:
+        c = self.config
+        for name in TECHNIQUES:
+            if c.is_on(name) or (name == "gqa" and c.kv_heads != MHA):
+                continue
+            if name == "mqa" and c.base_shape.num_kv_heads == 1:
+                continue  # the model already ships with one KV head
+            if name == "gqa" and c.base_shape.num_kv_heads == c.base_shape.num_heads:
+                continue  # multi-head as shipped: grouped-query attention is not an option it has
+            return name
+        return None
+
+    def step(self) -> str:
+        """Switch on the next technique of chapter 003's table; return its name."""
+        name = self.next_technique
+        if name is None:
+            raise InvalidInput("every technique is on; press Reset to start again.")
+        self.config = self.config.with_technique(name)
+        return name
+
+    # -- per token ---------------------------------------------------------------------------------
+    @property
+    def bytes_per_token(self) -> int:
+        """K and V of one token over all layers, scales included for int8 (the cost model)."""
+        c = self.config
+        if c.int8:
+            return costs.quantized_kv_bytes_per_token(c.shape, 1, SCALE_BYTES)
+        return costs.kv_bytes_per_token(c.shape, c.bytes_per_value)
+
+    @property
+    def block_bytes(self) -> int:
+        return self.bytes_per_token * self.config.block_size
+
+    @property
+    def budget_bytes(self) -> int:
+        return round(self.config.kv_budget_gb * GB)
+
+    # -- per user ----------------------------------------------------------------------------------
+    def held_tokens(self, context_tokens: int) -> int:
+        """Tokens whose K and V a user of this context keeps: all of them, or the last window."""
+        c = self.config
+        return min(context_tokens, c.window_tokens) if c.window else context_tokens
+
+    def shared_prefix(self, context_tokens: int) -> int:
+        """Tokens of the shared opening that prefix caching can share at this context (0: none)."""
+        c = self.config
+        if not (c.prefix and c.paging) or self.held_tokens(context_tokens) < context_tokens:
+            return 0  # no sharing, or the opening has slid out of every user's window
+        return c.prefix_tokens
+
+    def _blocks(self, context_tokens: int, num_users: int) -> int:
+        return costs.kv_blocks_needed(self.held_tokens(context_tokens), self.config.block_size, num_users,
+                                      self.shared_prefix(context_tokens))
+
+    def shared_blocks(self, context_tokens: int) -> int:
+        """Whole blocks of the opening stored once for everyone (never the block of a last token)."""
+        return 2 * self._blocks(context_tokens, 1) - self._blocks(context_tokens, 2)
+
+    def bytes_per_user(self, context_tokens: int) -> float:
+        """What one more user of this context takes from the memory (the shared blocks not counted)."""
+        c = self.config
+        if not c.paging:
+            return self.held_tokens(context_tokens) * self.bytes_per_token / c.reservation_filled
+        return (self._blocks(context_tokens, 2) - self._blocks(context_tokens, 1)) * self.block_bytes
+
+    @property
+    def num_blocks(self) -> int:
+        """Whole blocks in the budget, as a paged pool cuts it."""
+        return self.budget_bytes // self.block_bytes
+
+    def users_at(self, context_tokens: int) -> int:
+        """Users of this context whose caches fit in the budget at once."""
+        c = self.config
+        if not c.paging:
+            return min(MAX_USERS_DRAWN, math.floor(self.budget_bytes / self.bytes_per_user(context_tokens)))
+        shared, own = self.shared_blocks(context_tokens), self._blocks(context_tokens, 2) - self._blocks(context_tokens, 1)
+        return 0 if shared > self.num_blocks else min(MAX_USERS_DRAWN, (self.num_blocks - shared) // own)
+
+    @property
+    def users_fit(self) -> int:
+        return self.users_at(self.config.context_tokens)
+
+    @property
+    def longest_context(self) -> int | None:
+        """The longest context one user can have in the budget (None: unlimited, a window forgets instead).
+
+        The same accounting as users_at: the largest context at which one user fits.
+        """
+        c = self.config
+        if c.window and self.users_at(c.window_tokens) >= 1:
+            return None
+        if c.paging:
+            return costs.pool_window(self.num_blocks, c.block_size)
+        return math.floor(self.budget_bytes * c.reservation_filled / self.bytes_per_token)
+
+    def stages(self) -> list[tuple[str, Shrink]]:
+        """Nothing on, then each technique that is on, added in table order: (label, the model then)."""
+        config = self.config.nothing_on
+        out = [("nothing on", Shrink(config))]
+        for name in TECHNIQUES:
+            if self.config.is_on(name):
+                config = config.with_technique(name)
+                out.append((self.label(name), Shrink(config)))
+        return out
+
+    def label(self, name: str) -> str:
+        c = self.config
+        return {"gqa": f"+ GQA ({c.base_shape.num_kv_heads} KV heads)", "mqa": "+ MQA (1 KV head)",
+                "int8": "+ int8 and scales", "paging": f"+ paging ({c.block_size}-token blocks)",
+                "prefix": f"+ prefix caching ({c.prefix_tokens:,} shared)",
+                "window": f"+ sliding window ({c.window_tokens:,})"}[name]
+
+
+def _model_label(name: str) -> str:
+    shape = MODEL_CONFIGS[name]
+    return f"{name} ({shape.num_heads} query, {shape.num_kv_heads} KV heads)"
+
+
+class ShrinkView(SimulatorView):
+    """Chapter 003's techniques as switches: bytes per token, users that fit, the longest context (lesson 16)."""
+
+    def __init__(self, model: str = "smollm2-135m", *, kv_budget_gb: float = 1.0, context_tokens: int = 512,
+                 bytes_per_value: int = 2, kv_heads: str = MHA, int8: bool = False, paging: bool = False,
+                 prefix: bool = False, prefix_tokens: int = 0, window: bool = False, window_tokens: int = 4096,
+                 reservation_filled: float = LESSON_09_FILLED) -> None:
+        if model not in MODEL_CONFIGS:
+            raise ValueError(f"unknown model {model!r}; choose one of {sorted(MODEL_CONFIGS)}")
+        self.reservation_filled = reservation_filled
+        wide = dict(style={"description_width": "initial"}, layout=widgets.Layout(width="300px"))
+        tick = dict(indent=False, layout=widgets.Layout(width="auto", margin="2px 6px 2px 12px"))
+        controls = {
+            "model": widgets.Dropdown(options=[(_model_label(n), n) for n in sorted(MODEL_CONFIGS)], value=model,
+                                      description="Model", **wide),
+            "bytes_per_value": widgets.Dropdown(options=BYTES_PER_VALUE_CHOICES, value=bytes_per_value,
+                                                description="Values in", **wide),
+            "kv_budget_gb": float_control("KV memory (GB)", kv_budget_gb),
+            "context_tokens": int_control("Context per user (tokens)", context_tokens, width="250px"),
+            "kv_heads": widgets.Dropdown(options=KV_HEAD_CHOICES, value=kv_heads, description="Key/value heads",
+                                         style={"description_width": "initial"}, layout=widgets.Layout(width="330px")),
+            "int8": widgets.Checkbox(value=int8, description="int8 keys and values (scales counted)", **tick),
+            "paging": widgets.Checkbox(value=paging, description="paging", **tick),
+            "prefix": widgets.Checkbox(value=prefix, description="prefix caching", **tick),
+            "prefix_tokens": int_control("Shared prefix (tokens)", prefix_tokens),
+            "window": widgets.Checkbox(value=window, description="sliding window", **tick),
+            "window_tokens": int_control("Window (tokens)", window_tokens, width="190px"),
+        }
+        super().__init__(controls, num_axes=2, figsize=(11.5, 4.4), step_label="Next technique")
+
+    def build(self, values: dict[str, Any]) -> Shrink:
+        return Shrink(ShrinkConfig(**values, reservation_filled=self.reservation_filled))
+
+    def advance(self, model: Shrink) -> None:
+        model.step()
+        with self._hold():  # the controls follow the model: one redraw, by step()
+            for name in ("kv_heads", "int8", "paging", "prefix", "window"):
+                self.controls[name].value = getattr(model.config, name)
+
+    def draw(self, model: Shrink) -> str:
+        for ax in self.axes:
+            ax.clear()
+        self._draw_stages(self.axes[0], model)
+        self._draw_curve(self.axes[1], model)
+        return self._summary(model)
+
+    @staticmethod
+    def _draw_stages(ax: Any, m: Shrink) -> None:
+        stages = m.stages()
+        users = [max(s.users_fit, 0) for _, s in stages]
+        y = np.arange(len(stages))[::-1]
+        ax.barh(y, [max(u, 0.8) for u in users], color=["0.6"] + ["C0"] * (len(stages) - 1), height=0.6)
+        for yi, u, (label, s) in zip(y, users, stages):
+            ax.text(0.02, yi + 0.38, f"{label}: {format_bytes(s.bytes_per_token)} per token", fontsize=8,
+                    transform=ax.get_yaxis_transform(), va="bottom")
+            ax.text(max(u, 0.8), yi, f" {u:,}", va="center", fontsize=9)
+        ax.set_xscale("log")
+        ax.set_yticks([])
+        ax.set_ylim(-0.6, len(stages))
+        ax.set_xlim(0.5, max(users + [2]) * 8)
+        ax.set_xlabel(f"users that fit at {m.config.context_tokens:,} tokens each (log scale)")
+        num_on = len(stages) - 1
+        if num_on == 0:
+            ax.set_title(f"nothing on: {users[0]:,} users fit; press Next technique")
+        else:
+            gain = f"{users[-1] / users[0]:,.1f}x the users" if users[0] else f"{users[-1]:,} users instead of none"
+            ax.set_title(f"{num_on} technique{'s' if num_on > 1 else ''} on: {gain}")
+
+    @staticmethod
+    def _draw_curve(ax: Any, m: Shrink) -> None:
+        c = m.config
+        top = max(64 * c.context_tokens, 16 * c.window_tokens if c.window else 0, 4 * (m.longest_context or 0))
+        top = min(max(top, 1024), MAX_TOKENS * 10)
+        exact = [c.context_tokens, c.window_tokens, m.longest_context or 1, Shrink(c.nothing_on).longest_context or 1]
+        contexts = np.unique(np.concatenate([np.geomspace(1, top, 200).round().astype(int), exact]))
+        contexts = contexts[(contexts >= 1) & (contexts <= top)]
+        for label, model, colour in (("nothing on", Shrink(c.nothing_on), "0.5"), ("now", m, "C0")):
+            users = np.array([model.users_at(int(n)) for n in contexts])
+            keep = users >= 1
+            ax.step(contexts[keep], users[keep], where="post", color=colour, label=label)
+        if m.users_fit >= 1:
+            ax.plot([c.context_tokens], [m.users_fit], "o", color="C3", ms=7,
+                    label=f"{m.users_fit:,} users at {c.context_tokens:,} tokens")
+        if m.longest_context:
+            ax.axvline(m.longest_context, color="C3", ls=":", label=f"one user at most: {m.longest_context:,} tokens")
+        if c.window:
+            ax.axvline(c.window_tokens, color="C2", ls="--", label=f"window: {c.window_tokens:,} tokens kept")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log", base=2)
+        ax.set_xlim(0.7, top * 1.6)
+        for axis in (ax.xaxis, ax.yaxis):
+            axis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:,.0f}"))
+        ax.set_xlabel("context per user (tokens, log scale)")
+        ax.set_ylabel("users that fit at once (log scale)")
+        ax.set_title("a window flattens the curve; the rest lift it" if c.window else "each technique lifts the curve")
+        max_context = c.base_shape.max_position_embeddings
+        if max_context < top:
+            ax.axvline(max_context, color="0.3", ls="-.", lw=1, label=f"the model reads at most {max_context:,}")
+        ax.legend(loc="lower left", fontsize=8)
+
+    @staticmethod
+    def _summary(m: Shrink) -> str:
+        c, base = m.config, Shrink(m.config.nothing_on)
+        window = ("unlimited (it keeps the last " f"{c.window_tokens:,})" if c.window and m.longest_context is None
+                  else f"{m.longest_context:,} tokens")
+        if m.longest_context and m.longest_context > c.base_shape.max_position_embeddings:
+            window += f" of memory (the model reads at most {c.base_shape.max_position_embeddings:,})"
+        text = (f"{format_bytes(m.budget_bytes)} for caches. Bytes per token: <b>{format_bytes(m.bytes_per_token)}</b> "
+                f"(nothing on: {format_bytes(base.bytes_per_token)}). Users at {c.context_tokens:,} tokens: "
+                f"<b>{m.users_fit:,}</b> (nothing on: {base.users_fit:,}). Longest context for one user: "
+                f"<b>{window}</b> (nothing on: {base.longest_context:,}).")
+        nxt = m.next_technique
+        return text + (f" Next technique: {nxt}." if nxt else " Every technique is on.")
