@@ -1,4 +1,4 @@
-"""`make lab` serves JupyterLab on the start notebook (checked over loopback)."""
+"""`make lab` serves JupyterLab on the start notebook (checked over loopback); the student's and the instructor's lab."""
 
 from __future__ import annotations
 
@@ -71,3 +71,45 @@ def test_make_lab_serves_the_start_notebook(tmp_path):
             except subprocess.TimeoutExpired:
                 os.killpg(server.pid, signal.SIGKILL)
         log.close()
+
+
+def _flags(command: list[str]) -> set[str]:
+    return {arg for arg in command if arg.startswith("--")}
+
+
+def test_student_lab_hides_nbgrader_news_and_language_servers(tmp_path, monkeypatch):
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))
+    from kvcourse.lab import NBGRADER_SERVER_EXTENSIONS, lab_command
+
+    flags = _flags(lab_command())
+    assert f"--ServerApp.root_dir={REPO_ROOT}" in flags and f"--LabApp.default_url=/lab/tree/{START}" in flags
+    for name in NBGRADER_SERVER_EXTENSIONS:
+        assert f"--ServerApp.jpserver_extensions={name}=False" in flags
+    assert {"--LabApp.news_url=None", "--LanguageServerManager.autodetect=False"} <= flags
+    settings = next(arg.split("=", 1)[1] for arg in flags if arg.startswith("--LabApp.app_settings_dir="))
+    page_config = json.loads((tmp_path / "runtime" / "kvcourse-lab" / "student" / "page_config.json").read_text())
+    assert settings == str(tmp_path / "runtime" / "kvcourse-lab" / "student")
+    assert {"@jupyter/nbgrader", "@jupyterlab/apputils-extension:announcements"} <= set(page_config["disabledExtensions"])
+
+
+def test_instructor_lab_is_rooted_at_an_nbgrader_course(tmp_path, monkeypatch):
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))
+    from kvcourse.lab import lab_command
+
+    course = tmp_path / "kv-course"
+    course.mkdir()
+    with pytest.raises(ValueError, match="kvcourse grade init"):
+        lab_command(instructor=True, course=course)
+    (course / "nbgrader_config.py").write_text("c = get_config()\n")
+    flags = _flags(lab_command(instructor=True, course=course))
+    assert f"--ServerApp.root_dir={course}" in flags
+    assert not [arg for arg in flags if "jpserver_extensions=nbgrader" in arg], "formgrader must stay on"
+    page_config = json.loads((tmp_path / "runtime" / "kvcourse-lab" / "instructor" / "page_config.json").read_text())
+    assert page_config["disabledExtensions"] == ["@jupyterlab/apputils-extension:announcements"]
+
+
+def test_course_without_instructor_is_refused(capsys):
+    from kvcourse.cli import main
+
+    assert main(["lab", "--course", "somewhere"]) == 2
+    assert "--instructor" in capsys.readouterr().err
