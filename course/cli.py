@@ -25,13 +25,15 @@ def _doctor(args: argparse.Namespace) -> int:
 def _lab(args: argparse.Namespace) -> int:
     from kvcourse.lab import open_lab
 
+    if args.course and not args.instructor:
+        raise ValueError("--course names an nbgrader course for the instructor's lab: add --instructor")
     extra = [f"--ServerApp.port={args.port}"] if args.port else []
     if args.no_browser:
         extra.append("--no-browser")
     if args.token is not None:
         extra.append(f"--IdentityProvider.token={args.token}")
     extra += [a for a in args.jupyter_args if a != "--"]
-    open_lab(extra)
+    open_lab(extra, instructor=args.instructor, course=args.course)
     return 0  # not reached: open_lab replaces the process
 
 
@@ -41,6 +43,11 @@ def _add_core(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("doctor", help="check packages, device and model")
     p.set_defaults(func=_doctor)
     p = sub.add_parser("lab", help="open the course in JupyterLab (what `make lab` runs)")
+    p.add_argument("--instructor", action="store_true",
+                   help="the instructor's lab on an nbgrader course: formgrader, Create Assignment "
+                        "(quizzes/INSTRUCTORS.md)")
+    p.add_argument("--course", default=None,
+                   help="with --instructor: the course folder from `kvcourse grade init` (default: the current one)")
     p.add_argument("--port", type=int, default=None, help="port to serve on (default: Jupyter's)")
     p.add_argument("--no-browser", action="store_true", help="do not open a browser")
     p.add_argument("--token", default=None, help="access token ('' for none; default: a random one)")
