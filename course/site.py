@@ -213,7 +213,7 @@ def _site_command(args) -> int:
     missing = [lsn.number for lsn in load_syllabus() if not lsn.notebook_path.exists()]
     print(f"site: wrote {args.out}/index.html and {len(pages)} lesson pages in {time.perf_counter() - start:.0f} s "
           f"({len(pages) - len(executed)} from the cache of executed notebooks, {len(executed)} executed)"
-          + (f"; lessons {', '.join(missing)} have no notebook yet" if missing else ""))
+          + (f"; no notebook yet for lesson(s) {', '.join(missing)}" if missing else ""))
     return 0
 
 

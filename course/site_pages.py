@@ -9,12 +9,13 @@ import nbformat
 
 from kvcourse.syllabus import Lesson
 
-# The lab template of nbconvert, less what a static page must not fetch: require.js and the widget
-# manager (widgets are drawn as HTML by site_render) and mermaid (no lesson uses it). MathJax stays:
-# online it typesets the few formulas; offline they read as plain TeX.
+# The lab template of nbconvert, less every script it would fetch: require.js and the widget manager
+# (site_render draws widgets as HTML), MathJax (site_render draws formulas) and mermaid (unused).
+# A page works offline, and opens from a file as well as from a web server.
 _TEMPLATE = """{%- extends 'index.html.j2' -%}
 {%- block html_head_js_requirejs -%}{%- endblock html_head_js_requirejs -%}
 {% block jupyter_widgets %}{% endblock jupyter_widgets %}
+{%- block html_head_js_mathjax -%}{%- endblock html_head_js_mathjax -%}
 {%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
 {% block extra_css %}<style>{{ resources.kvcourse_css }}</style>{% endblock extra_css %}
 {%- block body_header -%}{{ super() }}{{ resources.kvcourse_header }}{%- endblock body_header -%}

@@ -9,7 +9,9 @@ drawn from the public half of the question bank: prompts, options and units, nev
 
 from __future__ import annotations
 
+import base64
 import html
+import io
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -167,6 +169,49 @@ def quiz_html(lesson: str, notebook: str) -> str:
             f"open <code>{_e(notebook)}</code>. The answers are not on this page.</p>{questions}</div>")
 
 
+# ---------------------------------------------------------------- formulas
+
+# $$display$$ or $inline$ TeX, as MathJax reads it: no space just inside the dollars, no digit after the
+# closing one (so "$5 and $10" stays text); code spans and fences are left alone.
+_CODE = re.compile(r"(```.*?```|`[^`\n]*`)", re.DOTALL)
+_MATH = re.compile(r"\$\$(.+?)\$\$|(?<![\\$])\$(?![\s$])([^$\n]+?)(?<![\s\\])\$(?!\d)", re.DOTALL)
+
+
+_GROUP = r"\{((?:[^{}]|\{[^{}]*\})*)\}"  # {...}, with braces one level deep inside
+# What mathtext lacks, said with what it has: a brace's label set under (over) the term instead.
+_REWRITES = [(re.compile(r"\\underbrace" + _GROUP + r"_" + _GROUP), r"\\underset{\2}{\1}"),
+             (re.compile(r"\\overbrace" + _GROUP + r"\^" + _GROUP), r"\\overset{\2}{\1}")]
+
+
+def _math_image(tex: str, display: bool) -> str | None:
+    """A formula drawn by matplotlib's mathtext as an embedded SVG; None where mathtext cannot read it."""
+    from matplotlib import mathtext
+    from matplotlib.font_manager import FontProperties
+
+    drawable = tex.strip()
+    for pattern, replacement in _REWRITES:
+        drawable = pattern.sub(replacement, drawable)
+    buffer = io.BytesIO()
+    try:
+        mathtext.math_to_image(f"${drawable}$", buffer, prop=FontProperties(size=15 if display else 13),
+                               dpi=72, format="svg")
+    except ValueError:
+        return None
+    data = base64.b64encode(buffer.getvalue()).decode("ascii")
+    style = "display:block;margin:0.6em auto" if display else "vertical-align:middle"
+    return f"<img class='kv-math' style='{style}' alt='{_e(tex.strip())}' src='data:image/svg+xml;base64,{data}'>"
+
+
+def typeset_math(markdown: str) -> str:
+    """Markdown with its TeX formulas drawn as images, so a page needs no MathJax (and no network)."""
+    def draw(match: re.Match) -> str:
+        display = match.group(1) is not None
+        return _math_image(match.group(1) if display else match.group(2), display) or match.group(0)
+
+    parts = _CODE.split(markdown)  # odd parts are code: left as written
+    return "".join(part if i % 2 else _MATH.sub(draw, part) for i, part in enumerate(parts))
+
+
 # ---------------------------------------------------------------- the notebook
 
 
@@ -193,6 +238,8 @@ def make_static(nb: nbformat.NotebookNode, notebook: str) -> nbformat.NotebookNo
     for cell in nb.cells:
         if _hides_source(cell):
             cell.metadata.setdefault("transient", {})["remove_source"] = True
+        if cell.cell_type == "markdown" and "$" in cell.source:
+            cell.source = typeset_math(cell.source)
         if cell.cell_type != "code":
             continue
         if cell.metadata.get("jupyter", {}).get("outputs_hidden"):

@@ -24,7 +24,7 @@ from kvcourse.quizzes.model import Kind
 from kvcourse.quizzes.units import DESCRIPTIONS, format_quantity
 from kvcourse.site import DEFAULT_CACHE, MARKER, build_site
 from kvcourse.site_pages import page_name
-from kvcourse.site_render import QUIZ_SEED, WIDGET_STATE, question_html, quiz_html
+from kvcourse.site_render import QUIZ_SEED, WIDGET_STATE, question_html, quiz_html, typeset_math
 from kvcourse.syllabus import Lesson, load_syllabus
 
 pytestmark = pytest.mark.slow
@@ -112,8 +112,11 @@ def test_lesson_page_has_its_outputs_and_figures_and_no_errors(site: Path, lesso
         assert len(links.srcs) >= png_outputs + min(simulator_figures, 1)
     for bad in (r"Traceback", r"\bename\b", r"CellExecutionError", r"✘ Expected"):
         assert not re.search(bad, text), f"{page_name(lesson)} shows an error ({bad!r})"
-    assert "<script src=" not in text.replace('<script src="https://cdnjs.cloudflare.com/ajax/libs/mathjax', ""), \
-        "no script other than MathJax's"
+    fetched = [m.group(0)[:80] for m in re.finditer(r'<(\w+)[^>]*\s(?:src|href)="https?://[^"]*"', text)
+               if m.group(1) != "a"] + re.findall(r"url\(['\"]?https?://[^)]*\)", text)
+    assert not fetched and "<script src=" not in text, f"the page fetches {fetched}: it must read offline"
+    raw_tex = re.findall(r"\\(?:frac|text|dots|approx|cdot|times|sum)\b", _plain(text))
+    assert not raw_tex, f"{page_name(lesson)}: formulas left as TeX ({raw_tex}); site_render.typeset_math draws them"
     assert "make lab" in text and lesson.notebook in text, "the page says how to run the lesson live"
     assert "widget-state" not in text and "widget-view" not in text, "no widget state or view in a static page"
 
@@ -204,3 +207,10 @@ def test_site_in_a_browser(site: Path, tmp_path: Path) -> None:
                 assert Path(href.removeprefix("file://")).is_file(), f"{url}: broken link {href}"
         browser.close()
     assert not errors, f"script errors: {errors}"
+
+
+def test_formulas_are_drawn_and_money_and_code_left_alone() -> None:
+    drawn = typeset_math(r"Time: $$a \times n + \underbrace{b}_{\text{per FLOP}}$$, step $t$; "
+                         r"it costs $5 and $10; `x = $y$` is code.")
+    assert drawn.count("class='kv-math'") == 2 and "$5 and $10" in drawn and "`x = $y$`" in drawn
+    assert "\\underbrace" in drawn, "the formula's own TeX is kept as the image's alt text"
