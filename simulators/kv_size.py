@@ -195,6 +195,12 @@ class KVSizeView(SimulatorView):
                 self.controls["head_dim"].value = preset.head_dim
         super()._on_control_change(change)
 
+    def advance(self, model: KVSize) -> None:
+        # The doubled length goes into the Tokens box too, so the next slider move keeps it.
+        model.step()
+        with self._hold():
+            self.controls["num_tokens"].value = model.num_tokens
+
     def build(self, values: dict[str, Any]) -> KVSize:
         return KVSize(KVSizeConfig(values["model"], values["num_layers"], values["num_kv_heads"], values["head_dim"],
                                    values["bytes_per_value"], values["num_tokens"], values["num_users"]))

@@ -139,6 +139,17 @@ def test_every_control_changes_the_status_and_the_figure_stays():
     assert view.figure is figure and view.axes == axes and len(figure.axes) == 2
 
 
+def test_regression_doubled_tokens_stay_when_another_control_moves():
+    """Double the tokens, then move a slider: the doubling was lost when the rebuild read the old Tokens box."""
+    view = KVSizeView("llama-2-13b", num_tokens=4000, num_users=32)
+    view.step()
+    assert view.controls["num_tokens"].value == 8000 and view.model.num_tokens == 8000
+    view.controls["num_users"].value = 16
+    assert view.model.num_tokens == 8000 and view.model.config.num_users == 16
+    view.reset()
+    assert view.controls["num_tokens"].value == 4000 and view.model.num_tokens == 4000
+
+
 def test_a_preset_sets_its_own_shape_and_reset_restores_the_start():
     view = KVSizeView("smollm2-135m", bytes_per_value=4, num_tokens=50)
     view.controls["num_layers"].value = 3
