@@ -148,7 +148,7 @@ def test_cli_without_a_command_prints_help(capsys):
 
 def test_cli_lab_builds_the_jupyter_command(monkeypatch):
     seen = {}
-    monkeypatch.setattr("kvcourse.lab.open_lab", lambda extra: seen.setdefault("extra", extra))
+    monkeypatch.setattr("kvcourse.lab.open_lab", lambda extra, **options: seen.setdefault("extra", extra))
     main(["lab", "--no-browser", "--port", "8899", "--token", "", "--", "--ServerApp.ip=127.0.0.1"])
     assert seen["extra"] == ["--ServerApp.port=8899", "--no-browser", "--IdentityProvider.token=",
                              "--ServerApp.ip=127.0.0.1"]
