@@ -34,15 +34,21 @@ WRITTEN = [lesson for lesson in load_syllabus() if lesson.notebook_path.exists()
 
 @pytest.fixture(scope="session")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The built site; the notebooks it was built from lie beside it in executed/."""
+    """The built site; the notebooks it was built from lie beside it, in kvcourse-site-executed/."""
     root = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
         root = root.parent  # shared by the workers of this run
-    out = root / "kvcourse-site"
+    out, failed = root / "kvcourse-site", root / "kvcourse-site.failed"
     with open(root / "kvcourse-site.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one worker builds; the other waits for it
+        if failed.exists():  # the other worker's build failed: say why instead of failing slowly again
+            pytest.fail(failed.read_text())
         if not (out / MARKER).exists():
-            pages = build_site(out, DEFAULT_CACHE, jobs=2, log=lambda line: None)
+            try:
+                pages = build_site(out, DEFAULT_CACHE, jobs=2, log=lambda line: None)
+            except Exception as err:
+                failed.write_text(f"building the site failed: {err}")
+                raise
             executed = root / "kvcourse-site-executed"
             executed.mkdir(exist_ok=True)
             for page in pages:
