@@ -74,7 +74,8 @@ def _exposed_roots() -> list[Path]:
     spec = importlib.util.find_spec("kvcourse")
     if spec and spec.submodule_search_locations:
         roots.add(Path(next(iter(spec.submodule_search_locations))).parent)  # the repository, for an editable install
-    roots = {root.resolve() for root in roots if root.exists()}
+    # Never a whole shared folder: /tmp or / would expose other students and the gradebook.
+    roots = {root.resolve() for root in roots if root.exists()} - {Path("/"), Path("/tmp"), Path.home()}
     return sorted(root for root in roots if not any(other != root and other in root.parents for other in roots))
 
 
@@ -95,6 +96,8 @@ def bwrap_command(copy: Path, hidden: list[Path], command: list[str], env: dict[
             cmd += ["--ro-bind", str(path), str(path)]
     for name in _ETC:
         cmd += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+    # The private /tmp first: a course or virtual environment that itself lives under /tmp is bound on top.
+    cmd += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--dir", "/tmp/home", "--dir", "/tmp/runtime"]
     roots = _exposed_roots()
     for root in roots:
         cmd += ["--ro-bind", str(root), str(root)]
@@ -102,8 +105,7 @@ def bwrap_command(copy: Path, hidden: list[Path], command: list[str], env: dict[
         path = path.resolve()
         if any(path == root or root in path.parents for root in roots) and path.exists():
             cmd += ["--tmpfs", str(path), "--remount-ro", str(path)]  # an empty, read-only folder instead
-    cmd += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--dir", "/tmp/home", "--dir", "/tmp/runtime",
-            "--ro-bind", str(quizzes_dir() / "sandbox_runner.py"), str(RUNNER_INSIDE),
+    cmd += ["--ro-bind", str(quizzes_dir() / "sandbox_runner.py"), str(RUNNER_INSIDE),
             "--bind", str(copy), str(INSIDE), "--chdir", str(INSIDE)]
     for key, value in env.items():
         cmd += ["--setenv", key, value]

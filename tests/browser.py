@@ -119,7 +119,9 @@ def running_lab(home: Path, *lab_args: str, cwd: Path = REPO_ROOT) -> Iterator[L
     port, token = _free_port(), f"browser-test-{os.getpid()}"
     kvcourse = Path(sys.executable).with_name("kvcourse")
     command = [str(kvcourse), "lab", *lab_args, "--no-browser", "--port", str(port), "--token", token,
-               "--", "--ServerApp.ip=127.0.0.1", "--ServerApp.port_retries=0"]  # this port or fail, never the next
+               "--", "--ServerApp.ip=127.0.0.1", "--ServerApp.port_retries=0",  # this port or fail, never the next
+               # JupyterLab checkpoints a notebook when it opens it: keep those copies out of the repository.
+               f"--FileCheckpoints.root_dir={home / 'checkpoints'}"]
     log_path = home / "lab.log"
     with open(log_path, "w", encoding="utf-8") as log:
         server = subprocess.Popen(command, cwd=cwd, env=_lab_env(home), stdout=log, stderr=subprocess.STDOUT,
