@@ -19,6 +19,8 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from kvcourse.kernels import MODEL_CONFIGS, ModelConfig
+
 
 class InvalidInput(ValueError):
     """A learner-fixable input problem; views show its message next to the controls (lesson 01)."""
@@ -33,6 +35,15 @@ def check_int(name: str, value: Any, low: int, high: int) -> int:
     if not low <= value <= high:
         raise InvalidInput(f"{name} must be between {low:,} and {high:,}, got {value:,}.")
     return int(value)
+
+
+def model_shape(model: str, model_config: ModelConfig | None = None) -> ModelConfig:
+    """The shape a simulator counts with: one of its own (SmolLM2 as loaded), else the named preset."""
+    if model_config is not None:
+        return model_config
+    if model not in MODEL_CONFIGS:
+        raise InvalidInput(f"Model must be one of {', '.join(sorted(MODEL_CONFIGS))}, got {model!r}.")
+    return MODEL_CONFIGS[model]
 
 
 def check_float(name: str, value: Any, low: float, high: float) -> float:

@@ -30,6 +30,7 @@ from kvcourse.simulators.base import (
     float_control,
     format_bytes,
     int_control,
+    model_shape,
 )
 from kvcourse.simulators.memory_wall import CUSTOM, GPU_PRESETS
 
@@ -94,8 +95,7 @@ class ContextWindowConfig:
 
     def __post_init__(self) -> None:
         check_float("Card memory (GB)", self.card_gb, 1e-6, MAX_CARD_GB)
-        if self.model_config is None and self.model not in MODEL_CONFIGS:
-            raise InvalidInput(f"Model must be one of {', '.join(sorted(MODEL_CONFIGS))}, got {self.model!r}.")
+        model_shape(self.model, self.model_config)  # an unknown preset name is an input error
         if self.bytes_per_value not in {b for _, b in BYTES_PER_VALUE_CHOICES}:
             raise InvalidInput(f"Bytes per value must be 1, 2 or 4, got {self.bytes_per_value!r}.")
         check_int("Users", self.num_users, 1, MAX_USERS)
@@ -114,7 +114,7 @@ class ContextWindowConfig:
 
     @property
     def shape(self) -> ModelConfig:
-        return self.model_config if self.model_config is not None else MODEL_CONFIGS[self.model]
+        return model_shape(self.model, self.model_config)
 
     @property
     def total_bytes(self) -> int:

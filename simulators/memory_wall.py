@@ -39,6 +39,7 @@ from kvcourse.simulators.base import (
     float_control,
     format_bytes,
     int_control,
+    model_shape,
 )
 
 GB = 1e9  # decimal gigabytes, as the course counts them everywhere
@@ -93,8 +94,7 @@ class MemoryWallConfig:
 
     def __post_init__(self) -> None:
         check_float("Card memory (GB)", self.card_gb, 1e-6, MAX_CARD_GB)
-        if self.model_config is None and self.model not in MODEL_CONFIGS:
-            raise InvalidInput(f"Model must be one of {', '.join(sorted(MODEL_CONFIGS))}, got {self.model!r}.")
+        model_shape(self.model, self.model_config)  # an unknown preset name is an input error
         if self.bytes_per_value not in {b for _, b in BYTES_PER_VALUE_CHOICES}:
             raise InvalidInput(f"Bytes per value must be 1, 2 or 4, got {self.bytes_per_value!r}.")
         check_float("Reserve (GB)", self.reserve_gb, 0.0, MAX_CARD_GB)
@@ -115,7 +115,7 @@ class MemoryWallConfig:
 
     @property
     def shape(self) -> ModelConfig:
-        return self.model_config if self.model_config is not None else MODEL_CONFIGS[self.model]
+        return model_shape(self.model, self.model_config)
 
     @property
     def total_bytes(self) -> int:

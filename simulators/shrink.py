@@ -52,6 +52,7 @@ from kvcourse.simulators.base import (
     float_control,
     format_bytes,
     int_control,
+    model_shape,
 )
 
 GB = 1e9  # decimal gigabytes, as the course counts them everywhere
@@ -158,8 +159,7 @@ class ShrinkConfig:
     model_config: ModelConfig | None = None  # a shape of one's own; None: the preset's
 
     def __post_init__(self) -> None:
-        if self.model_config is None and self.model not in MODEL_CONFIGS:
-            raise InvalidInput(f"Model must be one of {', '.join(sorted(MODEL_CONFIGS))}, got {self.model!r}.")
+        model_shape(self.model, self.model_config)  # an unknown preset name is an input error
         check_float("KV memory (GB)", self.kv_budget_gb, 1e-9, MAX_GB)
         check_int("Context per user (tokens)", self.context_tokens, 1, MAX_TOKENS)
         if self.bytes_per_value not in {b for _, b in BYTES_PER_VALUE_CHOICES}:
@@ -175,7 +175,7 @@ class ShrinkConfig:
 
     @property
     def base_shape(self) -> ModelConfig:
-        return self.model_config if self.model_config is not None else MODEL_CONFIGS[self.model]
+        return model_shape(self.model, self.model_config)
 
     @property
     def shape(self) -> ModelConfig:

@@ -45,6 +45,7 @@ from kvcourse.simulators.base import (
     float_control,
     format_bytes,
     int_control,
+    model_shape,
 )
 
 GB = 1e9  # decimal gigabytes, as the course counts them everywhere
@@ -110,8 +111,7 @@ class ThroughputConfig:
     model_config: ModelConfig | None = None  # a shape of one's own (SmolLM2 as loaded); None: the preset's
 
     def __post_init__(self) -> None:
-        if self.model_config is None and self.model not in MODEL_CONFIGS:
-            raise InvalidInput(f"Model must be one of {', '.join(sorted(MODEL_CONFIGS))}, got {self.model!r}.")
+        model_shape(self.model, self.model_config)  # an unknown preset name is an input error
         if self.bytes_per_value not in {b for _, b in BYTES_PER_VALUE_CHOICES}:
             raise InvalidInput(f"Bytes per value must be 1, 2 or 4, got {self.bytes_per_value!r}.")
         check_float("Memory bandwidth (GB/s)", self.bandwidth_gbs, 1e-3, MAX_BANDWIDTH_GBS)
@@ -124,7 +124,7 @@ class ThroughputConfig:
 
     @property
     def shape(self) -> ModelConfig:
-        return self.model_config if self.model_config is not None else MODEL_CONFIGS[self.model]
+        return model_shape(self.model, self.model_config)
 
     @property
     def kv_budget_bytes(self) -> int:
