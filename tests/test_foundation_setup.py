@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import re
 import subprocess
 import sys
 import tomllib
@@ -41,13 +42,29 @@ def test_no_top_level_package_named_kernels(tmp_path):
     assert out.stdout.strip() == "None"
 
 
-def test_environment_yml_lists_the_same_packages_as_pyproject():
-    project = _pyproject()["project"]
-    wanted = {_normalise(s) for s in project["dependencies"] + project["optional-dependencies"]["dev"]}
+CPU_INDEX = "--extra-index-url https://download.pytorch.org/whl/cpu"
+
+
+def _environment_pip_list() -> list[str]:
     env = yaml.safe_load((REPO_ROOT / "environment.yml").read_text())
     pip_lists = [d["pip"] for d in env["dependencies"] if isinstance(d, dict) and "pip" in d]
     assert len(pip_lists) == 1
-    listed = {_normalise(s) for s in pip_lists[0]}
+    return pip_lists[0]
+
+
+def test_environment_yml_lists_the_same_packages_as_pyproject():
+    # One exception: torch is pinned there to the Makefile's TORCH_VERSION, which pyproject's range must accept.
+    project = _pyproject()["project"]
+    wanted = {_normalise(s) for s in project["dependencies"] + project["optional-dependencies"]["dev"]}
+    options = [s for s in _environment_pip_list() if s.startswith("-")]
+    listed = {_normalise(s) for s in _environment_pip_list() if not s.startswith("-")}
+    assert options == [CPU_INDEX], f"environment.yml's pip options must be exactly the CPU index: {options}"
+    torch_version = re.search(r"^TORCH_VERSION := (\S+)$", (REPO_ROOT / "Makefile").read_text(), re.M).group(1)
+    assert ("torch", f"=={torch_version}", "") in listed, "environment.yml pins torch to the Makefile's version"
+    torch_range = next(spec for name, spec, _ in wanted if name == "torch")
+    assert Requirement(f"torch{torch_range}").specifier.contains(torch_version), "pyproject's range accepts it"
+    listed = {entry for entry in listed if entry[0] != "torch"}
+    wanted = {entry for entry in wanted if entry[0] != "torch"}
     assert listed == wanted, f"only in pyproject: {wanted - listed}; only in environment.yml: {listed - wanted}"
 
 
