@@ -39,13 +39,17 @@ def disabled_server_extensions(instructor: bool = False) -> list[str]:
     return [] if instructor else list(NBGRADER_SERVER_EXTENSIONS)
 
 
-def settings_dir(instructor: bool = False) -> Path:
-    """Write the lab's own JupyterLab settings folder (page_config.json) and return it."""
+def settings_dir(instructor: bool = False, *, name: str | None = None, plugins: list[str] | None = None) -> Path:
+    """Write the lab's own JupyterLab settings folder (page_config.json) and return it.
+
+    ``name`` and ``plugins`` give another variant its own folder (the hub's student lab, kvcourse.hub_singleuser).
+    """
     from jupyter_core.paths import jupyter_runtime_dir
 
-    folder = Path(jupyter_runtime_dir()) / "kvcourse-lab" / ("instructor" if instructor else "student")
+    name = name or ("instructor" if instructor else "student")
+    folder = Path(jupyter_runtime_dir()) / "kvcourse-lab" / name
     folder.mkdir(parents=True, exist_ok=True)
-    page_config = {"disabledExtensions": disabled_plugins(instructor)}
+    page_config = {"disabledExtensions": disabled_plugins(instructor) if plugins is None else plugins}
     tmp = folder / f"page_config.json.{os.getpid()}"
     tmp.write_text(json.dumps(page_config, indent=1) + "\n", encoding="utf-8")
     tmp.replace(folder / "page_config.json")  # two labs starting at once never read half a file
@@ -74,15 +78,20 @@ def lab_command(extra_args: list[str] | None = None, *, instructor: bool = False
         landing = [f"--LabApp.default_url=/lab/tree/{get_lesson('00').notebook}"]
     # Jupyter refuses to run as root unless told; containers and CI machines often are root.
     as_root = ["--allow-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []
-    quiet = [f"--ServerApp.jpserver_extensions={name}=False" for name in disabled_server_extensions(instructor)]
-    quiet += [f"--LabApp.app_settings_dir={settings_dir(instructor)}",
-              # jupyter_lsp would look for a dozen language servers the course does not use and list
-              # the missing ones in the terminal; the front end still asks it for its (empty) status.
-              "--LanguageServerManager.autodetect=False",
-              "--LabApp.news_url=None",  # no news fetched from the internet
-              "--LabApp.check_for_updates_class=jupyterlab.handlers.announcements.NeverCheckForUpdate"]
+    quiet = quiet_options(disabled_server_extensions(instructor), settings_dir(instructor))
     return [sys.executable, "-m", "jupyter", "lab", f"--ServerApp.root_dir={root}", *landing, *quiet,
             *as_root, *(extra_args or [])]
+
+
+def quiet_options(server_extensions_off: list[str], settings: Path) -> list[str]:
+    """Server options both labs (and the hub's servers) share: extensions off, JupyterLab settings, no news."""
+    quiet = [f"--ServerApp.jpserver_extensions={name}=False" for name in server_extensions_off]
+    return [*quiet, f"--LabApp.app_settings_dir={settings}",
+            # jupyter_lsp would look for a dozen language servers the course does not use and list
+            # the missing ones in the terminal; the front end still asks it for its (empty) status.
+            "--LanguageServerManager.autodetect=False",
+            "--LabApp.news_url=None",  # no news fetched from the internet
+            "--LabApp.check_for_updates_class=jupyterlab.handlers.announcements.NeverCheckForUpdate"]
 
 
 def open_lab(extra_args: list[str] | None = None, *, instructor: bool = False, course: Path | None = None) -> None:
