@@ -74,9 +74,15 @@ def _add_site(sub: argparse._SubParsersAction) -> None:
     add_site(sub)
 
 
+def _add_hub(sub: argparse._SubParsersAction) -> None:
+    from kvcourse.hub import add_hub
+
+    add_hub(sub)
+
+
 # Each entry adds its subcommands to the parser; issues that add a subcommand add a line here.
 REGISTRARS: list[Callable[[argparse._SubParsersAction], None]] = [_add_core, _add_timing_lab, _add_quizzes,
-                                                                     _add_site]
+                                                                     _add_site, _add_hub]
 
 
 def build_parser() -> argparse.ArgumentParser:
