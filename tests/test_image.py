@@ -105,3 +105,9 @@ def test_start_copies_nothing_when_the_repository_is_home(tmp_path: Path):
     (tmp_path / "lessons").mkdir()
     _start(tmp_path, tmp_path, tmp_path)  # Binder: the repository is the home folder
     assert not (tmp_path / "kv-cache-course").exists()
+
+
+def test_the_image_has_bubblewrap_for_the_grading_sandbox():
+    packages = [line.strip() for line in (REPO_ROOT / "apt.txt").read_text().splitlines()
+                if line.strip() and not line.startswith("#")]
+    assert packages == ["bubblewrap"]  # autograde's sandbox (quizzes/sandbox.py); nothing else from apt
