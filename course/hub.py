@@ -185,7 +185,8 @@ def hub_command(args: argparse.Namespace) -> int:
     state_dir.mkdir(parents=True, exist_ok=True)
     settings = HubSettings(state_dir, roster, ip=args.ip, port=args.port, hub_port=free_port(),
                            proxy_api_port=free_port(), proxy=proxy, model_cache=str(cache_dir()),
-                           passwords=passwords is not None)
+                           passwords=passwords is not None,
+                           extra_config=str(Path(args.config).expanduser().resolve()) if args.config else "")
     check_port_free(settings.ip, settings.port)
     with open(state_dir / ".lock", "w") as lock:
         try:
@@ -198,6 +199,8 @@ def hub_command(args: argparse.Namespace) -> int:
         if leftovers:
             stop_processes(leftovers)
         login = "with the shared passwords" if passwords else "with any password (DummyAuthenticator)"
+        if args.config:
+            login += f", unless {args.config} sets another authenticator"
         print(f"kvcourse hub: {len(roster.instructors)} instructor(s) ({', '.join(roster.instructors)}) and "
               f"{len(roster.students)} student(s) log in at {settings.url} {login}.\n"
               f"kvcourse hub: state in {state_dir}, course in {settings.course_dir}. "
@@ -218,6 +221,9 @@ def add_hub(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--password-file", default=None,
                    help="lines `student: PASSWORD` (8+ characters, shared by students) and `instructor: PASSWORD` "
                         "(32+); without it any password logs in (loopback only)")
+    p.add_argument("--config", default=None,
+                   help="your own jupyterhub_config.py, loaded after the course's: a real authenticator or spawner "
+                        "(quizzes/INSTRUCTORS.md)")
     p.add_argument("--lessons", default="00-17",
                    help='the course\'s assignments, when the hub creates it on first start (default 00-17)')
     p.set_defaults(func=hub_command)

@@ -40,6 +40,7 @@ class HubSettings:
     python: str = field(default_factory=lambda: sys.executable)
     model_cache: str = ""         # KVCOURSE_CACHE for every server: the converted weights, shared read-only
     passwords: bool = False       # SharedPasswordAuthenticator, passwords in PASSWORDS_ENV
+    extra_config: str = ""        # the instructor's own jupyterhub config, loaded last (a real authenticator...)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "state_dir", Path(self.state_dir).expanduser().resolve())
@@ -54,9 +55,12 @@ class HubSettings:
                 raise ValueError(f"{name} {port} is not a port number (1-65535)")
         if len(set(ports.values())) < 3:
             raise ValueError(f"the hub needs three different ports, got {ports}")
-        if not self.loopback and not self.passwords:
+        if self.extra_config and not Path(self.extra_config).is_file():
+            raise ValueError(f"--config {self.extra_config}: no such file")
+        if not self.loopback and not self.passwords and not self.extra_config:
             raise ValueError(f"--ip {self.ip} lets other machines reach the hub, where anyone could log in as any "
-                             "listed user: give --password-file, or set up a real authenticator (INSTRUCTORS.md)")
+                             "listed user: give --password-file, or a real authenticator with --config "
+                             "(quizzes/INSTRUCTORS.md)")
 
     @property
     def loopback(self) -> bool:
@@ -206,6 +210,10 @@ from kvcourse.hub_config import HubSettings, configure
 
 configure(c, HubSettings.load({path!r}))  # noqa: F821 - c is JupyterHub's config object
 '''
+EXTRA_CONFIG = '''
+# The instructor's own settings (kvcourse hub --config), after the course's: they win.
+load_subconfig({path!r})  # noqa: F821
+'''
 
 
 def write_config(settings: HubSettings) -> Path:
@@ -215,5 +223,8 @@ def write_config(settings: HubSettings) -> Path:
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "nbgrader_config.py").write_text(text, encoding="utf-8")
     path = settings.state_dir / "jupyterhub_config.py"
-    path.write_text(CONFIG_FILE.format(path=str(settings.save())), encoding="utf-8")
+    text = CONFIG_FILE.format(path=str(settings.save()))
+    if settings.extra_config:
+        text += EXTRA_CONFIG.format(path=str(Path(settings.extra_config).resolve()))
+    path.write_text(text, encoding="utf-8")
     return path

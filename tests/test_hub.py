@@ -35,6 +35,7 @@ from kvcourse.hub_config import (
     configure,
     nbgrader_configs,
     server_environment,
+    write_config,
 )
 from kvcourse.hub_singleuser import STUDENT_PLUGINS_OFF, server_command
 from kvcourse.hub_users import Roster, parse_users
@@ -158,6 +159,12 @@ def test_generated_configuration(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="not an IP address"):
         HubSettings(tmp_path / "hub", roster, ip="localhost")
     assert HubSettings.load(settings.save()) == settings
+    with pytest.raises(ValueError, match="--config"):
+        HubSettings(tmp_path / "hub", roster, extra_config=str(tmp_path / "missing.py"))
+    (tmp_path / "mine.py").write_text("c.JupyterHub.authenticator_class = 'native'\n")
+    config = write_config(HubSettings(tmp_path / "hub", roster, ip="0.0.0.0", extra_config=str(tmp_path / "mine.py")))
+    assert config.read_text().rstrip().endswith(f"load_subconfig({str(tmp_path / 'mine.py')!r})  # noqa: F821")
+    assert "os.environ['JUPYTERHUB_USER']" in (settings.config_dir("student") / "nbgrader_config.py").read_text()
 
 
 def test_student_and_instructor_servers(tmp_path, monkeypatch):
