@@ -111,3 +111,10 @@ def test_the_image_has_bubblewrap_for_the_grading_sandbox():
     packages = [line.strip() for line in (REPO_ROOT / "apt.txt").read_text().splitlines()
                 if line.strip() and not line.startswith("#")]
     assert packages == ["bubblewrap"]  # autograde's sandbox (quizzes/sandbox.py); nothing else from apt
+
+
+def test_post_build_quiets_the_lab_as_kvcourse_lab_does():
+    from kvcourse.lab import QUIET_PLUGINS
+
+    for plugin in QUIET_PLUGINS:
+        assert f"jupyter labextension disable --level=sys_prefix {plugin}" in POST_BUILD.read_text()
