@@ -131,7 +131,7 @@ def nbgrader_configs(settings: HubSettings) -> dict[str, str]:
         "c = get_config()  # noqa: F821\n"
         "# With SimpleLocalProcessSpawner every submission belongs to the one system user that runs the hub,\n"
         "# which nbgrader's collect would report as a cheating attempt for every student.\n"
-        "c.CollectApp.check_owner = False\n")
+        "c.ExchangeCollect.check_owner = False\n")
     return {"student": student, "instructor": instructor}
 
 
