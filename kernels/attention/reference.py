@@ -142,17 +142,20 @@ def grouped_decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     group = _check(q, k, v, q_start)
     num_heads, num_q, head_dim = q.shape
     num_kv = k.shape[0]
-    qg = q.reshape(num_kv, group * num_q, head_dim).float()  # (Hkv, G*Tq, D)
-    scores = torch.bmm(qg, k.float().transpose(1, 2)) * (1.0 / math.sqrt(head_dim))  # (Hkv, G*Tq, Tk)
+    dtype = q.dtype
+    if dtype != torch.float32:  # skipped, not a no-op call, for fp32: every small op counts in a decode step
+        q, k, v = q.float(), k.float(), v.float()
+    qg = q.reshape(num_kv, group * num_q, head_dim)  # (Hkv, G*Tq, D)
+    scores = torch.bmm(qg, k.transpose(1, 2)).mul_(1.0 / math.sqrt(head_dim))  # (Hkv, G*Tq, Tk)
     if num_q > 1 or window is not None or q_start + num_q != k.shape[1]:
         mask = causal_mask(num_q, k.shape[1], q_start, window, q.device).repeat(group, 1)  # (G*Tq, Tk)
         scores = scores.masked_fill(~mask, float("-inf"))
     weights = torch.softmax(scores, dim=-1)
-    out = torch.bmm(weights, v.float())  # (Hkv, G*Tq, D)
+    out = torch.bmm(weights, v).reshape(num_heads, num_q, head_dim)  # (H, Tq, D)
     if stats is not None:
         stats.record(visible_keys_per_query(num_q, k.shape[1], q_start, window) * num_heads,
                      scores.numel() * scores.element_size())
-    return out.reshape(num_heads, num_q, head_dim).to(q.dtype)  # (H, Tq, D)
+    return out if dtype == torch.float32 else out.to(dtype)
 
 
 def auto_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_start: int, window: int | None = None,

@@ -149,6 +149,7 @@ class ContiguousKVBackend(_GrowingCache):
             raise RuntimeError("call begin_step(StepMetadata(...)) before the forward pass")
         start, end = self.meta.start_pos, self.meta.end_pos
         k_cache, v_cache = self.k_cache[layer_idx], self.v_cache[layer_idx]
-        k_cache[:, start:end] = k.transpose(0, 1)  # (Hkv, T, D) into the next slots
-        v_cache[:, start:end] = v.transpose(0, 1)
-        return self._attend(q, k_cache[:, :end], v_cache[:, :end], start)
+        # narrow + copy_, not slice assignment: the same copy without the indexing machinery
+        k_cache.narrow(1, start, end - start).copy_(k.transpose(0, 1))  # (Hkv, T, D) into the next slots
+        v_cache.narrow(1, start, end - start).copy_(v.transpose(0, 1))
+        return self._attend(q, k_cache.narrow(1, 0, end), v_cache.narrow(1, 0, end), start)

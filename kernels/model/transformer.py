@@ -36,7 +36,8 @@ class Attention(nn.Module):
         self.o_proj = Linear(self.q_size, config.hidden_size, bias=config.attention_out_bias)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                backend: AttentionBackend) -> torch.Tensor:
+                backend: AttentionBackend, residual: torch.Tensor | None = None) -> torch.Tensor:
+        """Attention of the normalised ``x``; with ``residual``, returns residual + attention (one op)."""
         num_tokens = x.shape[0]
         qkv = self.qkv_proj(x)  # (T, q_size + 2 * kv_size)
         qk = qkv[:, : self.q_size + self.kv_size].view(num_tokens, self.num_heads + self.num_kv_heads,
@@ -46,7 +47,7 @@ class Attention(nn.Module):
         k = qk[:, self.num_heads:]  # (T, Hkv, D)
         v = qkv[:, self.q_size + self.kv_size:].view(num_tokens, self.num_kv_heads, self.head_dim)  # (T, Hkv, D)
         out = backend.attend(self.layer_idx, q, k, v)  # (T, H, D)
-        return self.o_proj(out.reshape(num_tokens, self.q_size))  # (T, hidden)
+        return self.o_proj(out.reshape(num_tokens, self.q_size), residual)  # (T, hidden): residual + attention
 
 
 class MLP(nn.Module):
@@ -58,10 +59,11 @@ class MLP(nn.Module):
         self.gate_up_proj = Linear(config.hidden_size, 2 * config.intermediate_size)
         self.down_proj = Linear(config.intermediate_size, config.hidden_size)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+        """SwiGLU of the normalised ``x``; with ``residual``, returns residual + MLP (one op)."""
         gate_up = self.gate_up_proj(x)  # (T, 2 * intermediate)
         gate, up = gate_up[:, : self.intermediate_size], gate_up[:, self.intermediate_size:]
-        return self.down_proj(F.silu(gate).mul_(up))  # in place: one buffer fewer per layer
+        return self.down_proj(F.silu(gate).mul_(up), residual)  # silu in place: one buffer fewer per layer
 
 
 class DecoderLayer(nn.Module):
@@ -76,8 +78,8 @@ class DecoderLayer(nn.Module):
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                 backend: AttentionBackend) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, backend)
-        return x + self.mlp(self.post_attention_layernorm(x))
+        x = self.self_attn(self.input_layernorm(x), cos, sin, backend, residual=x)  # x + attention
+        return self.mlp(self.post_attention_layernorm(x), residual=x)  # x + MLP
 
 
 class Transformer(nn.Module):
