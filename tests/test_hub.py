@@ -6,8 +6,10 @@ API starts each user's server; the instructor's formgrader API generates and rel
 each student's server fetches it (nbgrader's assignment list), gets an answer written into the
 fetched notebook through the contents API (alice right, bob wrong) and submits it; formgrader
 collects; `kvcourse grade autograde` (bubblewrap) and `kvcourse grade export` run in the
-instructor's environment. Then Ctrl-C (SIGINT to the command's process group) must stop the hub and
-every server, leaving no process behind. Skipped without JupyterHub's proxy or bubblewrap.
+instructor's environment. Where Debian's chromium is installed, bob fetches in a real browser instead
+(log in, lesson 00 among the lessons, Nbgrader → Assignment List → Fetch) and the instructor opens
+formgrader. Then Ctrl-C (SIGINT to the command's process group) must stop the hub and every server,
+leaving no process behind. Skipped without JupyterHub's proxy or bubblewrap.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -25,6 +28,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from browser import CHROMIUM, chromium_page, menu
 
 from kvcourse.hub import find_proxy, free_port, leftover_processes, read_passwords
 from kvcourse.hub_config import (
@@ -253,6 +257,40 @@ def _answers(right: bool) -> dict[str, str]:
     return answers
 
 
+def _log_in(page, base: str, name: str) -> None:
+    page.goto(f"{base}/hub/login")
+    page.fill("#username_input", name)
+    page.fill("#password_input", "any password: the trial's DummyAuthenticator")
+    page.click("#login_submit")
+    page.wait_for_url(re.compile(f".*/user/{name}/lab.*"))
+
+
+def _in_the_browser(base: str, student: str, shots: Path) -> None:
+    """A student logs in, lands on lesson 00 among the lessons, fetches lesson 05 from the assignment list;
+    the instructor logs in and sees it released in formgrader. Screenshots in ``shots``."""
+    with chromium_page() as page:
+        _log_in(page, base, student)
+        page.locator(".jp-Notebook").first.wait_for()
+        page.locator(".jp-DirListing-itemName", has_text="17_lab_use_cache.ipynb").wait_for()
+        names = page.locator(".jp-DirListing-itemName").all_inner_texts()
+        assert len([n for n in names if n.endswith(".ipynb")]) == 18, names
+        page.screenshot(path=str(shots / "hub_student_lesson00.png"))
+        menu(page, "Nbgrader")
+        assert page.locator(".lm-Menu-itemLabel:visible").all_inner_texts() == ["Assignment List"], \
+            "a student's Nbgrader menu holds the assignment list only"
+        page.locator(".lm-Menu-itemLabel", has_text="Assignment List").last.click()
+        page.locator("#released_assignments_list", has_text=ASSIGNMENT).wait_for()
+        page.locator("#released_assignments_list button", has_text=re.compile("^Fetch$")).first.click()
+        page.locator("#fetched_assignments_list button", has_text=re.compile("^Submit$")).wait_for()
+        page.screenshot(path=str(shots / "hub_student_fetched.png"))
+        page.goto(f"{base}/hub/logout")
+        _log_in(page, base, "teacher")
+        page.goto(f"{base}/user/teacher/formgrader")
+        row = page.locator("tr", has_text=ASSIGNMENT)
+        row.locator("text=released").wait_for()
+        page.screenshot(path=str(shots / "hub_formgrader.png"))
+
+
 def _env(tmp: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("NBGRADER_EXECUTION", "KVCOURSE_STUDENT_ID")}
     # jsonschema compiles an IRI grammar at import when rfc3987_syntax is installed: seconds of CPU in every
@@ -294,10 +332,17 @@ def test_a_class_on_the_hub_end_to_end(tmp_path):
             assert status == 200 and body["success"], f"formgrader {action}: {body}"
 
         # 3. Each student: fetch with the assignment list, answer in the fetched notebook, submit.
+        #    Where Chromium is installed, bob logs in and fetches in a real browser, and the instructor
+        #    opens formgrader; screenshots in tmp_path.
         which = {"course_id": COURSE_ID, "assignment_id": ASSIGNMENT}
+        browser = CHROMIUM.exists()
+        if browser:
+            _in_the_browser(hub.base, "bob", tmp_path)
         for name, right in (("alice", True), ("bob", False)):
-            status, body = hub.call("POST", f"/user/{name}/assignments/fetch", params=which)
-            assert status == 200 and body["success"], body
+            if not (browser and name == "bob"):
+                status, body = hub.call("POST", f"/user/{name}/assignments/fetch", params=which)
+                assert status == 200 and body["success"], body
+            status, body = hub.call("GET", f"/user/{name}/assignments", params={"course_id": COURSE_ID})
             fetched = [a for a in body["value"] if a["assignment_id"] == ASSIGNMENT and a["status"] == "fetched"]
             assert fetched and fetched[0]["path"] == ASSIGNMENT, body
             path = f"/user/{name}/api/contents/{ASSIGNMENT}/{ASSIGNMENT}.ipynb"
