@@ -125,3 +125,22 @@ def test_cuda_matches_cpu():
         a = cpu(ids, torch.arange(37), NoCacheBackend())
         b = gpu(ids.cuda(), torch.arange(37, device="cuda"), NoCacheBackend()).cpu()
     assert (a - b).abs().max().item() <= 1e-3
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("rows", [1, 7, 300])
+def test_rms_norm_is_llamas_bit_for_bit(dtype, rows):
+    """layers.RMSNorm writes mean(x^2) out in fewer ops; it must still be Hugging Face's LlamaRMSNorm exactly."""
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    from kvcourse.kernels.model.layers import RMSNorm
+
+    gen = torch.Generator().manual_seed(rows)
+    ours, theirs = RMSNorm(576, 1e-5), LlamaRMSNorm(576, eps=1e-5)
+    with torch.no_grad():
+        ours.weight.copy_(torch.randn(576, generator=gen))
+        theirs.weight.copy_(ours.weight)
+    ours.to(dtype), theirs.to(dtype)
+    x = (torch.randn(rows, 576, generator=gen) * 3).to(dtype)
+    with torch.no_grad():
+        assert torch.equal(ours(x), theirs(x))

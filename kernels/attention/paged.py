@@ -64,10 +64,15 @@ def paged_attention_reference(q: torch.Tensor, k_cache: torch.Tensor, v_cache: t
     return torch.cat(outputs)
 
 
-def decode_mask(context_lens: torch.Tensor, num_keys: int) -> torch.Tensor:
-    """(B, 1, 1, num_keys) boolean mask: True for the keys each sequence really has."""
+def decode_mask(context_lens: torch.Tensor, num_keys: int, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """(B, 1, 1, num_keys) mask of the keys each sequence really has: True where visible, or, with a
+    ``dtype``, 0 where visible and -inf elsewhere, added to the scores as it is (SDPA would otherwise
+    turn a boolean mask into that in every layer)."""
     visible = torch.arange(num_keys, device=context_lens.device) < context_lens[:, None]  # (B, S)
-    return visible[:, None, None, :]
+    visible = visible[:, None, None, :]
+    if dtype is None:
+        return visible
+    return torch.zeros(visible.shape, dtype=dtype, device=visible.device).masked_fill_(~visible, float("-inf"))
 
 
 def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,

@@ -97,7 +97,7 @@ class PagedAttentionBackend:
                 block_size = self.pool.block_size
                 num_blocks = (int(context.max()) + block_size - 1) // block_size
                 tables = tables[:, :num_blocks]
-                mask = decode_mask(context, num_blocks * block_size)
+                mask = decode_mask(context, num_blocks * block_size, self.pool.k.dtype)  # built once a step
             self._decode_inputs = (tables, context, mask)
         return self._decode_inputs
 

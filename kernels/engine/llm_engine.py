@@ -149,10 +149,16 @@ class LLMEngine:
     def _sample(batch: ScheduledBatch, logits: torch.Tensor) -> list[list[int]]:
         """One token per sampled sequence; a sequence about to split into n samples draws n, one from
         each sample's own generator (lesson 12)."""
+        seqs = batch.sampled_seqs
+        # Greedy rows need no generator: one argmax over the whole (B, vocab) block, not B small ones.
+        greedy = logits.argmax(dim=-1).tolist() if any(s.params.greedy for s in seqs) else []
         tokens = []
-        for seq, row in zip(batch.sampled_seqs, logits):
+        for i, (seq, row) in enumerate(zip(seqs, logits)):
             generators = [seq.generator, *seq.fork_generators] if seq.num_pending_forks else [seq.generator]
-            tokens.append([int(sample(row, seq.params, g)) for g in generators])
+            if seq.params.greedy:
+                tokens.append([greedy[i]] * len(generators))
+            else:
+                tokens.append([int(sample(row, seq.params, g)) for g in generators])
         return tokens
 
     def _update_requests(self, grown: list[Sequence]) -> list[RequestOutput]:

@@ -82,14 +82,15 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # mean(x^2) written out as Llama writes it (sum, then / d: what mean does inside), in place
+        # where it can: bit for bit F.rms_norm, in half the small ops (a decode step runs 61 of
+        # these, each just after a matrix product has pushed the code out of the CPU's caches).
+        xf = x.float()  # the same tensor, no copy, for float32
+        inv_rms = (xf * xf).sum(-1, keepdim=True).div_(x.shape[-1]).add_(self.eps).rsqrt_()  # (..., 1)
         if x.dtype == torch.float32:
-            # mean(x^2) written out as Llama writes it (sum, then / d: what mean does inside), in
-            # place where it can: bit for bit F.rms_norm, in half the small ops (a decode step
-            # runs 61 of these, each after a matrix product has pushed the code out of the cache).
-            inv_rms = (x * x).sum(-1, keepdim=True).div_(x.shape[-1]).add_(self.eps).rsqrt_()  # (..., 1)
-            return (x * inv_rms).mul_(self.weight)
+            return (xf * inv_rms).mul_(self.weight)
         # Llama rounds the normalised activations to the model dtype BEFORE the weight multiply.
-        return self.weight * F.rms_norm(x.float(), self.weight.shape, None, self.eps).to(x.dtype)
+        return self.weight * (xf * inv_rms).to(x.dtype)
 
 
 class RotaryEmbedding(nn.Module):
