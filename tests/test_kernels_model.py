@@ -144,3 +144,22 @@ def test_rms_norm_is_llamas_bit_for_bit(dtype, rows):
     x = (torch.randn(rows, 576, generator=gen) * 3).to(dtype)
     with torch.no_grad():
         assert torch.equal(ours(x), theirs(x))
+
+
+@pytest.mark.parametrize("num_tokens", [1, 5, 9, 40])
+def test_rotation_at_positions_is_the_textbook_rope(num_tokens):
+    """RotaryEmbedding.at: elementwise for a prompt (bit for bit rotate), a rotation matrix per token for a decode step."""
+    from kvcourse.kernels.model.layers import RotaryEmbedding
+
+    rotary = RotaryEmbedding(64, 4096, 10000.0)
+    gen = torch.Generator().manual_seed(num_tokens)
+    x = torch.randn(num_tokens, 12, 64, generator=gen)
+    positions = torch.randint(0, 4096, (num_tokens,), generator=gen)
+    rope = rotary.at(positions, torch.float32)
+    expected = RotaryEmbedding.rotate(x, *rotary.tables(positions, torch.float32))
+    assert (rope.matrix is not None) == (num_tokens <= RotaryEmbedding.matrix_rows)
+    if rope.matrix is None:
+        assert torch.equal(rope(x), expected)
+    else:
+        torch.testing.assert_close(rope(x), expected, rtol=0, atol=1e-5)
+        torch.testing.assert_close(rope.matrix[0] @ rope.matrix[0].T, torch.eye(64), rtol=0, atol=1e-6)  # R R^T = I

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -82,11 +84,11 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # mean(x^2) written out as Llama writes it (sum, then / d: what mean does inside), in place
-        # where it can: bit for bit F.rms_norm, in half the small ops (a decode step runs 61 of
-        # these, each just after a matrix product has pushed the code out of the CPU's caches).
-        xf = x.float()  # the same tensor, no copy, for float32
-        inv_rms = (xf * xf).sum(-1, keepdim=True).div_(x.shape[-1]).add_(self.eps).rsqrt_()  # (..., 1)
+        # Llama's own arithmetic, in place where it can: bit for bit F.rms_norm, in half the small
+        # ops (a decode step runs 61 of these, each just after a matrix product has pushed the
+        # code out of the CPU's caches, so every op counts).
+        xf = x if x.dtype == torch.float32 else x.float()
+        inv_rms = xf.pow(2).mean(-1, keepdim=True).add_(self.eps).rsqrt_()  # (..., 1)
         if x.dtype == torch.float32:
             return (xf * inv_rms).mul_(self.weight)
         # Llama rounds the normalised activations to the model dtype BEFORE the weight multiply.
@@ -99,6 +101,8 @@ class RotaryEmbedding(nn.Module):
     cos and sin are tabulated once for every position up to max_positions, in float32,
     exactly as Hugging Face computes them, then cast to the activations' dtype when used.
     """
+
+    matrix_rows = 8  # at most this many tokens (a decode step): the rotation as one matrix per token
 
     def __init__(self, head_dim: int, max_positions: int, theta: float) -> None:
         super().__init__()
@@ -119,15 +123,22 @@ class RotaryEmbedding(nn.Module):
                                                                    self.folded_sin_table))
         return self._cast[key]
 
+    def at(self, positions: torch.Tensor, dtype: torch.dtype) -> Rotation:
+        """The rotation for these positions (T,), built once per forward pass and used by every layer."""
+        cos, _, folded_sin = self._tables_in(dtype, positions.device)
+        cos, folded_sin = cos[positions], folded_sin[positions]  # (T, D) each
+        if len(positions) > self.matrix_rows:
+            return Rotation(cos=cos[:, None, :], folded_sin=folded_sin[:, None, :])  # (T, 1, D) each
+        # out[j] = x[j] cos[j] + x[j +- D/2] folded_sin[j]: cos on the diagonal, the folded sin where
+        # row j +- D/2 meets column j (the diagonal matrix's rows rolled by half of D).
+        half = cos.shape[-1] // 2
+        matrix = torch.diag_embed(cos) + torch.diag_embed(folded_sin).roll(half, dims=-2)  # (T, D, D)
+        return Rotation(matrix=matrix)
+
     def tables(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and sin at the given positions in the given dtype, shaped (T, 1, D) to broadcast over heads."""
         cos, sin, _ = self._tables_in(dtype, positions.device)
         return cos[positions][:, None, :], sin[positions][:, None, :]  # (T, 1, D)
-
-    def folded_tables(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and the sign-folded sin (first half negated) at the positions, (T, 1, D) each, for rotate_folded."""
-        cos, _, folded_sin = self._tables_in(dtype, positions.device)
-        return cos[positions][:, None, :], folded_sin[positions][:, None, :]  # (T, 1, D)
 
     @staticmethod
     def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -145,3 +156,24 @@ class RotaryEmbedding(nn.Module):
         """
         swapped = torch.roll(x, x.shape[-1] // 2, dims=-1)  # (T, heads, D): (x2, x1), one copy
         return (x * cos).add_(swapped.mul_(folded_sin))
+
+
+@dataclass(frozen=True)
+class Rotation:
+    """RoPE at one forward pass's positions, applied to q and k (T, heads, D) in every layer (lesson 04).
+
+    For a prompt, cos and the sign-folded sin, (T, 1, D), applied elementwise: rotate_folded, bit for
+    bit Hugging Face's rotation. For a decode step (a few tokens), the same rotation written as what
+    it is, a (D, D) rotation matrix per token, applied in one batched matrix product: one op per
+    layer instead of four. The two agree up to rounding (a matrix product sums with fused
+    multiply-adds).
+    """
+
+    cos: torch.Tensor | None = None
+    folded_sin: torch.Tensor | None = None
+    matrix: torch.Tensor | None = None  # (T, D, D)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.matrix is not None:
+            return torch.bmm(x, self.matrix)  # (T, heads, D) @ (T, D, D)
+        return RotaryEmbedding.rotate_folded(x, self.cos, self.folded_sin)

@@ -14,17 +14,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from kvcourse.kernels.model.config import ModelConfig
-from kvcourse.kernels.model.layers import Linear, RMSNorm, RotaryEmbedding
+from kvcourse.kernels.model.layers import Linear, RMSNorm, RotaryEmbedding, Rotation
 
 if TYPE_CHECKING:  # the model only calls a backend; attention is the layer above it
     from kvcourse.kernels.attention.backend import AttentionBackend
 
 
 class Attention(nn.Module):
-    """q, k, v from one fused projection; RoPE; backend attention; output projection (lesson 04).
-
-    ``cos`` and ``sin`` come from RotaryEmbedding.folded_tables: sin has its first half negated.
-    """
+    """q, k, v from one fused projection; RoPE; backend attention; output projection (lesson 04)."""
 
     def __init__(self, config: ModelConfig, layer_idx: int) -> None:
         super().__init__()
@@ -35,14 +32,14 @@ class Attention(nn.Module):
         self.qkv_proj = Linear(config.hidden_size, self.q_size + 2 * self.kv_size, bias=config.attention_bias)
         self.o_proj = Linear(self.q_size, config.hidden_size, bias=config.attention_out_bias)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                backend: AttentionBackend, residual: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rope: Rotation, backend: AttentionBackend,
+                residual: torch.Tensor | None = None) -> torch.Tensor:
         """Attention of the normalised ``x``; with ``residual``, returns residual + attention (one op)."""
         num_tokens = x.shape[0]
         qkv = self.qkv_proj(x)  # (T, q_size + 2 * kv_size)
         qk = qkv[:, : self.q_size + self.kv_size].view(num_tokens, self.num_heads + self.num_kv_heads,
                                                        self.head_dim)  # (T, H + Hkv, D)
-        qk = RotaryEmbedding.rotate_folded(qk, cos, sin)  # q and k rotated in one go
+        qk = rope(qk)  # q and k rotated in one go
         q = qk[:, : self.num_heads]  # (T, H, D)
         k = qk[:, self.num_heads:]  # (T, Hkv, D)
         v = qkv[:, self.q_size + self.kv_size:].view(num_tokens, self.num_kv_heads, self.head_dim)  # (T, Hkv, D)
@@ -76,9 +73,8 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.mlp = MLP(config)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                backend: AttentionBackend) -> torch.Tensor:
-        x = self.self_attn(self.input_layernorm(x), cos, sin, backend, residual=x)  # x + attention
+    def forward(self, x: torch.Tensor, rope: Rotation, backend: AttentionBackend) -> torch.Tensor:
+        x = self.self_attn(self.input_layernorm(x), rope, backend, residual=x)  # x + attention
         return self.mlp(self.post_attention_layernorm(x), residual=x)  # x + MLP
 
 
@@ -124,9 +120,9 @@ class Transformer(nn.Module):
             raise ValueError(f"input_ids and positions must both be 1-D of equal length (a flat batch), "
                              f"got {tuple(input_ids.shape)} and {tuple(positions.shape)}")
         x = self.embed_tokens(input_ids)  # (T, hidden)
-        cos, sin = self.rotary.folded_tables(positions, x.dtype)  # (T, 1, D) each; sin sign-folded
+        rope = self.rotary.at(positions, x.dtype)  # built once, used by every layer
         for layer in self.layers:
-            x = layer(x, cos, sin, backend)
+            x = layer(x, rope, backend)
         if logits_index is not None:
             x = x[logits_index]  # only the rows whose next token we need: the lm_head is the biggest matmul
         return self.lm_head(self.norm(x))  # (len(logits_index) or T, vocab)
