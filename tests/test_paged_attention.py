@@ -81,3 +81,49 @@ def test_copy_blocks_copies_every_layer():
     pool.copy_blocks([BlockCopy(src=1, dst=3)])
     assert torch.equal(pool.k[:, 3], pool.k[:, 1]) and pool.k[:, 3].eq(7).all()
     assert pool.v[:, 3].eq(0).all()
+
+
+def _padded_blocks(groups, lens, bs):
+    return sum(len(g) * -(-max(lens[i] for i in g) // bs) for g in groups)
+
+
+def test_length_groups_partition_the_batch_and_pay_for_their_cuts():
+    import itertools
+    import random
+
+    from kvcourse.kernels.attention.paged import length_groups
+
+    rng = random.Random(0)
+    for _ in range(200):
+        lens = [rng.randint(1, 200) for _ in range(rng.randint(1, 7))]
+        cost = rng.choice([0, 4, 16, 1000])
+        groups = length_groups(lens, 16, group_cost_blocks=cost)
+        assert sorted(i for g in groups for i in g) == list(range(len(lens)))
+        got = _padded_blocks(groups, lens, 16) + cost * len(groups)
+        # brute force over every way to cut the sorted batch
+        order = sorted(range(len(lens)), key=lambda i: lens[i])
+        best = min(_padded_blocks([order[a:b] for a, b in zip((0, *cuts), (*cuts, len(lens)))], lens, 16)
+                   + cost * (len(cuts) + 1)
+                   for r in range(len(lens)) for cuts in itertools.combinations(range(1, len(lens)), r))
+        assert got == best, (lens, cost, groups)
+    assert length_groups([300, 5], 16, group_cost_blocks=1000) == [[1, 0]]  # cutting costs more than it saves
+    assert length_groups([400, 5, 390], 16) == [[1], [2, 0]]
+
+
+def test_decode_in_length_groups_equals_one_padded_call():
+    """Sequences of very different lengths attend in separate calls; the result is the one-call result."""
+    torch.manual_seed(4)
+    heads, kv_heads, d, bs = 9, 3, 16, 4
+    lens = [3, 90, 5, 88, 40, 2]
+    tables = scattered_tables(lens, bs, 80, seed=5)
+    pool = KVPool.create(1, 80, bs, kv_heads, d)
+    pool.k.normal_()
+    pool.v.normal_()
+    meta = PagedMetadata.build(tables, [n - 1 for n in lens], [1] * len(lens), bs)
+    backend = PagedAttentionBackend(pool, meta)
+    q, k, v = torch.randn(len(lens), heads, d), torch.randn(len(lens), kv_heads, d), torch.randn(len(lens), kv_heads, d)
+    out = backend.attend(0, q, k, v)
+    assert len(backend._decode_groups) > 1  # the short and the long ones were split
+    ref = paged_attention_reference(q, pool.k[0], pool.v[0], meta.block_tables, list(lens), [1] * len(lens),
+                                    d ** -0.5)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
