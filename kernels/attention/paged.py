@@ -101,29 +101,3 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     qg = q.view(batch, num_kv_heads, group, head_dim)  # (B, kv, group, D): query heads sharing a KV head
     out = torch.nn.functional.scaled_dot_product_attention(qg, k, v, attn_mask=mask, scale=scale)
     return out.reshape(batch, num_heads, head_dim)  # (B, num_heads, D)
-
-
-def length_groups(context_lens: list[int], block_size: int, group_cost_blocks: int = 16) -> list[list[int]]:
-    """Split a decode batch into groups of similar length: indices into ``context_lens``, shortest first.
-
-    A batched decode call pads every sequence's keys to the longest one in the call, and the
-    padding is gathered and scored like real keys. Sorting by length and cutting where it pays
-    keeps the padding small: a cut costs about ``group_cost_blocks`` blocks' worth of work (one
-    more call per layer) and saves the padding it removes. Found exactly by dynamic programming
-    over the distinct lengths in blocks (lesson 11's fragmentation, inside one attention call).
-    """
-    if not context_lens:
-        return []
-    order = sorted(range(len(context_lens)), key=lambda i: context_lens[i])
-    blocks = [-(-context_lens[i] // block_size) for i in order]
-    # the last index of each run of equal block counts: the only places a cut can help
-    ends = [j for j in range(len(blocks)) if j == len(blocks) - 1 or blocks[j + 1] != blocks[j]]
-    best = {-1: (0, -1)}  # end index -> (cost of the rows up to it, the previous cut)
-    for j in ends:
-        best[j] = min((best[i][0] + (j - i) * blocks[j] + group_cost_blocks, i) for i in [-1, *ends] if i < j)
-    cuts, j = [], ends[-1]
-    while j >= 0:
-        cuts.append(j)
-        j = best[j][1]
-    bounds = [-1, *reversed(cuts)]
-    return [order[a + 1:b + 1] for a, b in zip(bounds, bounds[1:])]

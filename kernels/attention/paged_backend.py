@@ -17,7 +17,6 @@ from kvcourse.kernels.attention.paged import (
     causal_attention,
     decode_mask,
     gather_kv,
-    length_groups,
     paged_decode_attention,
     write_kv,
 )
@@ -78,17 +77,6 @@ class PagedMetadata:
         return all(n == 1 for n in self.query_lens)
 
 
-@dataclass(frozen=True)
-class DecodeGroup:
-    """Decoding sequences attended in one call: their rows of the step's q (None: all of them),
-    block tables cut at the group's longest context, context lengths, and mask (CPU path)."""
-
-    rows: torch.Tensor | None
-    tables: torch.Tensor
-    context_lens: torch.Tensor
-    mask: torch.Tensor | None
-
-
 class PagedAttentionBackend:
     """Writes K/V into the pool at ``slot_mapping`` and attends through the block tables (lesson 10)."""
 
@@ -96,50 +84,31 @@ class PagedAttentionBackend:
         self.pool = pool
         self.metadata = metadata
         self.use_triton = pool.k.is_cuda if use_triton is None else use_triton
-        self._decode_groups: list[DecodeGroup] | None = None
+        self._decode_inputs: tuple[torch.Tensor, torch.Tensor, torch.Tensor | None] | None = None
 
-    def _decode_batch(self, seqs: list[int]) -> list[DecodeGroup]:
-        """The decoding sequences (indices into the metadata's batch) in groups of similar length,
-        each with its block tables, context lengths and mask: built once per step, used by every layer."""
-        if self._decode_groups is None:
-            meta, block_size = self.metadata, self.pool.block_size
-            # The Triton kernel reads each sequence's own blocks: no padding, so no reason to split.
-            groups = [] if self.use_triton else length_groups([meta.context_lens_list[i] for i in seqs], block_size)
-            if len(groups) <= 1:
-                groups = [list(range(len(seqs)))]  # one call, in the batch's own order
-            self._decode_groups = []
-            for rows in groups:
-                index = torch.tensor([seqs[r] for r in rows], device=meta.block_tables.device)
-                tables, context = meta.block_tables[index], meta.context_lens[index]
-                mask = None
-                if not self.use_triton:
-                    num_blocks = -(-max(meta.context_lens_list[seqs[r]] for r in rows) // block_size)
-                    tables = tables[:, :num_blocks]
-                    mask = decode_mask(context, num_blocks * block_size, self.pool.k.dtype)
-                whole = len(groups) == 1
-                self._decode_groups.append(DecodeGroup(None if whole else torch.tensor(rows, device=index.device),
-                                                       tables, context, mask))
-        return self._decode_groups
+    def _decode_batch(self, rows: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Block tables, context lengths and mask of the decoding sequences, built once per step."""
+        if self._decode_inputs is None:
+            meta = self.metadata
+            tables = meta.block_tables if rows is None else meta.block_tables[rows]
+            context = meta.context_lens if rows is None else meta.context_lens[rows]
+            mask = None
+            if not self.use_triton:
+                block_size = self.pool.block_size
+                num_blocks = (int(context.max()) + block_size - 1) // block_size
+                tables = tables[:, :num_blocks]
+                mask = decode_mask(context, num_blocks * block_size, self.pool.k.dtype)  # built once a step
+            self._decode_inputs = (tables, context, mask)
+        return self._decode_inputs
 
     def _decode(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                seqs: list[int], scale: float) -> torch.Tensor:
-        """One new token for each of ``seqs``: q (len(seqs), num_heads, D) -> the same shape."""
-        groups = self._decode_batch(seqs)
-        if len(groups) == 1:
-            return self._decode_group(q, k_cache, v_cache, groups[0], scale)
-        out = torch.empty_like(q)
-        for group in groups:
-            out.index_copy_(0, group.rows, self._decode_group(q.index_select(0, group.rows), k_cache, v_cache,
-                                                              group, scale))
-        return out
-
-    def _decode_group(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                      group: DecodeGroup, scale: float) -> torch.Tensor:
+                rows: torch.Tensor | None, scale: float) -> torch.Tensor:
+        tables, context, mask = self._decode_batch(rows)
         if self.use_triton:
             from kvcourse.kernels.attention.triton_paged import triton_paged_decode
 
-            return triton_paged_decode(q, k_cache, v_cache, group.tables, group.context_lens, scale)
-        return paged_decode_attention(q, k_cache, v_cache, group.tables, group.context_lens, scale, group.mask)
+            return triton_paged_decode(q, k_cache, v_cache, tables, context, scale)
+        return paged_decode_attention(q, k_cache, v_cache, tables, context, scale, mask)
 
     def attend(self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """q: (T, num_heads, D), k and v: (T, num_kv_heads, D) -> (T, num_heads, D)."""
@@ -148,7 +117,7 @@ class PagedAttentionBackend:
         write_kv(k_cache, v_cache, k, v, meta.slot_mapping)
         scale = q.shape[-1] ** -0.5
         if meta.is_decode_only:
-            return self._decode(q, k_cache, v_cache, list(range(meta.num_seqs)), scale)
+            return self._decode(q, k_cache, v_cache, None, scale)
         out = torch.empty_like(q)
         decode_rows, decode_seqs, start = [], [], 0
         for i, (new, context) in enumerate(zip(meta.query_lens, meta.context_lens_list)):
@@ -165,5 +134,6 @@ class PagedAttentionBackend:
             start += new
         if decode_rows:
             rows_t = torch.tensor(decode_rows, device=q.device)
-            out[rows_t] = self._decode(q[rows_t], k_cache, v_cache, decode_seqs, scale)
+            seqs_t = torch.tensor(decode_seqs, device=q.device)
+            out[rows_t] = self._decode(q[rows_t], k_cache, v_cache, seqs_t, scale)
         return out
