@@ -20,7 +20,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -31,6 +30,7 @@ from pathlib import Path
 
 import nbformat
 
+from kvcourse.hub import free_port
 from kvcourse.models import cache_dir
 from kvcourse.syllabus import REPO_ROOT
 
@@ -90,12 +90,6 @@ def mem_available() -> int:
     raise RuntimeError("/proc/meminfo has no MemAvailable line")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def student_env(home: Path) -> dict[str, str]:
     """A student whose Jupyter, IPython and progress live in ``home``; one compute thread, as the course's kernels."""
     env = dict(os.environ)
@@ -122,7 +116,7 @@ class Student:
     def __init__(self, notebook: Path) -> None:
         self.notebook = notebook
         self.home = Path(tempfile.mkdtemp(prefix="kvcourse-class-"))
-        self.port, self.token = _free_port(), f"class-bench-{os.getpid()}-{id(self)}"
+        self.port, self.token = free_port(), f"class-bench-{os.getpid()}-{id(self)}"
         self.server: subprocess.Popen | None = None
         self.client = None
         self.kernel_id: str | None = None

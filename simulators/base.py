@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import io
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -44,6 +44,15 @@ def model_shape(model: str, model_config: ModelConfig | None = None) -> ModelCon
     if model not in MODEL_CONFIGS:
         raise InvalidInput(f"Model must be one of {', '.join(sorted(MODEL_CONFIGS))}, got {model!r}.")
     return MODEL_CONFIGS[model]
+
+
+def check_choice(name: str, value: Any, choices: Sequence[tuple[str, Any]]) -> Any:
+    """``value`` if it is one of a dropdown's (label, value) choices, else InvalidInput listing them."""
+    allowed = [v for _, v in choices]
+    if value not in allowed:
+        listed = ", ".join(str(v) for v in allowed[:-1]) + f" or {allowed[-1]}" if len(allowed) > 1 else str(allowed[0])
+        raise InvalidInput(f"{name} must be {listed}, got {value!r}.")
+    return value
 
 
 def check_float(name: str, value: Any, low: float, high: float) -> float:

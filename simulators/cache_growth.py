@@ -20,6 +20,7 @@ from kvcourse.kernels import MODEL_CONFIGS, costs
 from kvcourse.simulators.base import (
     InvalidInput,
     SimulatorView,
+    check_choice,
     check_int,
     format_bytes,
     int_control,
@@ -54,8 +55,7 @@ class CacheGrowthConfig:
         if self.prompt_len + self.num_new_tokens > context:
             raise InvalidInput(f"Prompt length + answer length = {self.prompt_len + self.num_new_tokens:,} tokens, "
                                f"more than the model's context of {context:,} positions.")
-        if self.bytes_per_value not in {b for _, b in BYTES_PER_VALUE_CHOICES}:
-            raise InvalidInput(f"Bytes per number must be 4, 2 or 1, got {self.bytes_per_value!r}.")
+        check_choice("Bytes per number", self.bytes_per_value, BYTES_PER_VALUE_CHOICES)
 
 
 class CacheGrowth:

@@ -25,6 +25,7 @@ from kvcourse.kernels import MODEL_CONFIGS, MemoryBudget, ModelConfig, costs, nu
 from kvcourse.simulators.base import (
     InvalidInput,
     SimulatorView,
+    check_choice,
     check_float,
     check_int,
     float_control,
@@ -96,8 +97,7 @@ class ContextWindowConfig:
     def __post_init__(self) -> None:
         check_float("Card memory (GB)", self.card_gb, 1e-6, MAX_CARD_GB)
         model_shape(self.model, self.model_config)  # an unknown preset name is an input error
-        if self.bytes_per_value not in {b for _, b in BYTES_PER_VALUE_CHOICES}:
-            raise InvalidInput(f"Bytes per value must be 1, 2 or 4, got {self.bytes_per_value!r}.")
+        check_choice("Bytes per value", self.bytes_per_value, BYTES_PER_VALUE_CHOICES)
         check_int("Users", self.num_users, 1, MAX_USERS)
         check_float("Shared prefix (% of each conversation)", self.shared_percent, 0.0, 100.0)
         check_int("Block size (tokens)", self.block_size, 1, MAX_BLOCK_SIZE)

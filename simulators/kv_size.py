@@ -24,6 +24,7 @@ from kvcourse.simulators.base import (
     check_int,
     format_bytes,
     int_control,
+    model_shape,
 )
 
 MAX_LAYERS = 200
@@ -48,8 +49,7 @@ class KVSizeConfig:
     num_users: int
 
     def __post_init__(self) -> None:
-        if self.model not in MODEL_CONFIGS:
-            raise InvalidInput(f"Model must be one of {', '.join(sorted(MODEL_CONFIGS))}, got {self.model!r}.")
+        model_shape(self.model)  # an unknown preset name is an input error
         check_int("Layers", self.num_layers, 1, MAX_LAYERS)
         check_int("KV heads", self.num_kv_heads, 1, MAX_KV_HEADS)
         check_int("Head dim (numbers)", self.head_dim, 1, MAX_HEAD_DIM)
@@ -67,9 +67,7 @@ class KVSizeConfig:
     def from_preset(cls, model: str, bytes_per_value: int = 2, num_tokens: int = 4000,
                     num_users: int = 1) -> KVSizeConfig:
         """A real model's own shape, as its config.json gives it."""
-        if model not in MODEL_CONFIGS:
-            raise InvalidInput(f"Model must be one of {', '.join(sorted(MODEL_CONFIGS))}, got {model!r}.")
-        preset = MODEL_CONFIGS[model]
+        preset = model_shape(model)
         return cls(model, preset.num_layers, preset.num_kv_heads, preset.head_dim, bytes_per_value,
                    num_tokens, num_users)
 

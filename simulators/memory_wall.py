@@ -34,6 +34,7 @@ from kvcourse.kernels.memory.budget import block_bytes
 from kvcourse.simulators.base import (
     InvalidInput,
     SimulatorView,
+    check_choice,
     check_float,
     check_int,
     float_control,
@@ -95,8 +96,7 @@ class MemoryWallConfig:
     def __post_init__(self) -> None:
         check_float("Card memory (GB)", self.card_gb, 1e-6, MAX_CARD_GB)
         model_shape(self.model, self.model_config)  # an unknown preset name is an input error
-        if self.bytes_per_value not in {b for _, b in BYTES_PER_VALUE_CHOICES}:
-            raise InvalidInput(f"Bytes per value must be 1, 2 or 4, got {self.bytes_per_value!r}.")
+        check_choice("Bytes per value", self.bytes_per_value, BYTES_PER_VALUE_CHOICES)
         check_float("Reserve (GB)", self.reserve_gb, 0.0, MAX_CARD_GB)
         check_int("Context per user (tokens)", self.context_tokens, 1, MAX_TOKENS)
         check_int("Users", self.num_users, 0, MAX_USERS)

@@ -47,6 +47,7 @@ from kvcourse.kernels.memory.caches import NoCacheBackend
 from kvcourse.simulators.base import (
     InvalidInput,
     SimulatorView,
+    check_choice,
     check_float,
     check_int,
     float_control,
@@ -162,10 +163,8 @@ class ShrinkConfig:
         model_shape(self.model, self.model_config)  # an unknown preset name is an input error
         check_float("KV memory (GB)", self.kv_budget_gb, 1e-9, MAX_GB)
         check_int("Context per user (tokens)", self.context_tokens, 1, MAX_TOKENS)
-        if self.bytes_per_value not in {b for _, b in BYTES_PER_VALUE_CHOICES}:
-            raise InvalidInput(f"Values in must be 4 or 2 bytes, got {self.bytes_per_value!r}.")
-        if self.kv_heads not in {k for _, k in KV_HEAD_CHOICES}:
-            raise InvalidInput(f"Key/value heads must be one of {MHA}, {SHIPPED}, {MQA}, got {self.kv_heads!r}.")
+        check_choice("Values in (bytes)", self.bytes_per_value, BYTES_PER_VALUE_CHOICES)
+        check_choice("Key/value heads", self.kv_heads, KV_HEAD_CHOICES)
         check_int("Shared prefix (tokens)", self.prefix_tokens, 0, self.context_tokens)
         check_int("Window (tokens)", self.window_tokens, 1, MAX_TOKENS)
         check_int("block_size", self.block_size, 1, 1024)

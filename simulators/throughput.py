@@ -40,6 +40,7 @@ from kvcourse.kernels import (
 from kvcourse.simulators.base import (
     InvalidInput,
     SimulatorView,
+    check_choice,
     check_float,
     check_int,
     float_control,
@@ -112,8 +113,7 @@ class ThroughputConfig:
 
     def __post_init__(self) -> None:
         model_shape(self.model, self.model_config)  # an unknown preset name is an input error
-        if self.bytes_per_value not in {b for _, b in BYTES_PER_VALUE_CHOICES}:
-            raise InvalidInput(f"Bytes per value must be 1, 2 or 4, got {self.bytes_per_value!r}.")
+        check_choice("Bytes per value", self.bytes_per_value, BYTES_PER_VALUE_CHOICES)
         check_float("Memory bandwidth (GB/s)", self.bandwidth_gbs, 1e-3, MAX_BANDWIDTH_GBS)
         check_float("Compute (TFLOP/s)", self.tflops, 1e-6, MAX_TFLOPS)
         check_float("KV budget (GB)", self.kv_budget_gb, 0.0, MAX_GB)

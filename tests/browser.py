@@ -13,7 +13,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from kvcourse.hub import free_port
 from kvcourse.models import cache_dir
 from kvcourse.syllabus import REPO_ROOT
 
@@ -43,12 +43,6 @@ def sync_playwright():
     """Playwright's sync API, or a skip naming the package (it is in the dev extras)."""
     module = pytest.importorskip("playwright.sync_api", reason="browser tests need playwright: pip install -e '.[dev]'")
     return module.sync_playwright()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _lab_env(home: Path) -> dict[str, str]:
@@ -116,7 +110,7 @@ def _status(lab: Lab) -> int | None:
 @contextmanager
 def running_lab(home: Path, *lab_args: str, cwd: Path = REPO_ROOT) -> Iterator[Lab]:
     """`kvcourse lab [lab_args]` on a free loopback port with a token, stopped afterwards."""
-    port, token = _free_port(), f"browser-test-{os.getpid()}"
+    port, token = free_port(), f"browser-test-{os.getpid()}"
     kvcourse = Path(sys.executable).with_name("kvcourse")
     command = [str(kvcourse), "lab", *lab_args, "--no-browser", "--port", str(port), "--token", token,
                "--", "--ServerApp.ip=127.0.0.1", "--ServerApp.port_retries=0",  # this port or fail, never the next

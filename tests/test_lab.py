@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -13,15 +12,10 @@ import urllib.request
 
 import pytest
 
+from kvcourse.hub import free_port
 from kvcourse.syllabus import REPO_ROOT
 
 START = "lessons/00_start_here.ipynb"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _get(url: str) -> tuple[int, str]:
@@ -34,7 +28,7 @@ def _get(url: str) -> tuple[int, str]:
 
 @pytest.mark.slow
 def test_make_lab_serves_the_start_notebook(tmp_path):
-    port, token = _free_port(), "kvcourse-test-token"
+    port, token = free_port(), "kvcourse-test-token"
     args = f"--no-browser --port {port} --token {token} -- --ServerApp.ip=127.0.0.1"
     env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"), "JUPYTER_DATA_DIR": str(tmp_path / "data")}
     log = open(tmp_path / "lab.log", "w+")  # noqa: SIM115 - the server writes to it until the end
