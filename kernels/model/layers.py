@@ -56,9 +56,10 @@ class Linear(nn.Module):
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
         """x W^T + b, plus ``residual`` when given: the block's skip connection added in the same call.
 
-        On the packed path the skip connection rides in the matrix product (addmm adds it to the
-        accumulated result, bit for bit the same as adding afterwards), one small op fewer per
-        use; elsewhere it is the plain sum.
+        On the packed path (a decode step) the skip connection rides in the matrix product
+        (addmm), one small op fewer per use; it equals adding afterwards up to the last bit, since
+        addmm may fold the addition into its final rounding. Elsewhere (a prompt) it is the plain
+        sum, so prompt logits stay bit for bit Hugging Face's.
         """
         packed = self._packed
         if (packed is not None and x.dtype == packed.dtype and not torch.is_grad_enabled()
