@@ -10,7 +10,11 @@ one warm-up run each first), each a median over the rounds with its spread:
   * hf_eager_generate: transformers' model.generate(use_cache=True) in eager mode (no
            torch.compile, dynamic cache), decode seconds per token (timestamps taken by a logits
            processor at every step, so its prefill is left out the same way as ours);
-  * hf_linears (information only): Hugging Face's own unfused nn.Linear layers, one row.
+  * hf_linears (information only): Hugging Face's own unfused nn.Linear layers, one row;
+  * eager_bound (float32): the same greedy decode written flat, one torch call per step of the
+           maths, on our weights and cache (benchmarks/eager_bound.py); its tokens must equal ours.
+           eager_bound / floor is what eager PyTorch pays on this CPU whoever writes the model;
+           ours / eager_bound is what our structure (modules, checks, measurements) adds.
 bfloat16 is a speed claim only where the CPU computes it natively (avx512_bf16 / amx_bf16);
 elsewhere torch emulates it through float32 and the JSON says so instead of grading it.
 
@@ -34,6 +38,7 @@ from benchmarks.common import (
     summary,
     write_result,
 )
+from benchmarks.eager_bound import eager_decode
 from benchmarks.floor import engine_linears, hf_linears, linears_seconds
 
 PROMPT = [{"role": "user", "content": "Explain what a KV cache is and why it makes text generation faster."}]
@@ -92,14 +97,25 @@ def compare(ours, hf_model, ids: torch.Tensor, num_new: int, rounds: int) -> dic
         seconds, tokens["hf"] = hf_decode(hf_model, ids, num_new)
         return seconds
 
+    def run_bound() -> float:
+        seconds, tokens["eager_bound"] = eager_decode(ours, ids.tolist(), num_new)
+        return seconds
+
     ours_linears, their_linears = engine_linears(ours), hf_linears(hf_model)
-    samples = interleaved({"ours": run_ours, "floor": lambda: linears_seconds(ours_linears),
-                           "hf_eager_generate": run_hf, "hf_linears": lambda: linears_seconds(their_linears)},
-                          rounds)
+    measures = {"ours": run_ours, "floor": lambda: linears_seconds(ours_linears),
+                "hf_eager_generate": run_hf, "hf_linears": lambda: linears_seconds(their_linears)}
+    if ours.dtype == torch.float32:
+        measures["eager_bound"] = run_bound
+    samples = interleaved(measures, rounds)
     same = next((i for i, (a, b) in enumerate(zip(tokens["ours"], tokens["hf"])) if a != b), len(tokens["ours"]))
     to_floor = paired_ratio(samples["ours"], samples["floor"])
     vs_hf = paired_ratio(samples["hf_eager_generate"], samples["ours"])
     num_layers = ours.config.num_layers
+    bound = {}
+    if "eager_bound" in samples:
+        bound = {"eager_bound_to_floor": paired_ratio(samples["eager_bound"], samples["floor"]),
+                 "ours_to_eager_bound": paired_ratio(samples["ours"], samples["eager_bound"]),
+                 "eager_bound_tokens_identical": tokens["eager_bound"] == tokens["ours"]}
     return {
         "ms_per_token": {k: summary(v, 1e3) for k, v in samples.items()},
         "samples_ms": {k: [x * 1e3 for x in v] for k, v in samples.items()},
@@ -109,6 +125,7 @@ def compare(ours, hf_model, ids: torch.Tensor, num_new: int, rounds: int) -> dic
         "speedup_vs_hf_eager_generate": vs_hf,
         "tokens_identical_to_hf": tokens["ours"] == tokens["hf"],
         "num_leading_tokens_identical": same,
+        **bound,
     }
 
 
@@ -157,6 +174,11 @@ def main(argv: list[str] | None = None) -> dict:
               f"{row['speedup_vs_hf_eager_generate']['ratio_of_medians']:.2f}x faster than HF eager; "
               f"tokens identical to HF: {row['tokens_identical_to_hf']} "
               f"({row['num_leading_tokens_identical']} leading)", flush=True)
+        if "eager_bound_to_floor" in row:
+            print(f"{name}: eager bound {ms['eager_bound']['median']:.2f} ms/token = "
+                  f"{row['eager_bound_to_floor']['ratio_of_medians']:.2f}x the floor; ours = "
+                  f"{row['ours_to_eager_bound']['ratio_of_medians']:.2f}x the eager bound; its tokens equal ours: "
+                  f"{row['eager_bound_tokens_identical']}", flush=True)
     hf_model.to(torch.float32)
     result["meets_targets"] = grade(result, facts["bf16_native"])
     path = write_result("decode", result)

@@ -16,6 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/ sits
 
 from benchmarks import bench_batch_throughput, bench_decode, bench_vs_hf_cb  # noqa: E402
 from benchmarks.common import cpu_facts, interleaved, paired_ratio, summary  # noqa: E402
+from benchmarks.eager_bound import eager_decode  # noqa: E402
 from benchmarks.floor import engine_linears, hf_linears, linears_seconds  # noqa: E402
 from benchmarks.workloads import Workload  # noqa: E402
 from kvcourse.kernels import Transformer  # noqa: E402
@@ -52,9 +53,23 @@ def test_decode_comparison_runs(tiny):
     ours, hf = tiny
     row = bench_decode.compare(ours, hf, torch.arange(3, 11), num_new=4, rounds=1)
     assert row["tokens_identical_to_hf"] and set(row["ms_per_token"]) == {"ours", "floor", "hf_eager_generate",
-                                                                          "hf_linears"}
+                                                                          "hf_linears", "eager_bound"}
+    assert row["eager_bound_tokens_identical"]
     assert bench_decode.grade({"fp32": row, "bf16": row}, bf16_native=False).keys() == {"fp32_floor",
                                                                                         "fp32_vs_hf_eager"}
+
+
+def test_eager_bound_does_all_the_work(tiny):
+    """The flat loop is a bound only if it computes what the engine does: the same greedy tokens, step for step."""
+    from kvcourse.kernels import generate
+
+    ours, _ = tiny
+    prompt = list(range(3, 20))
+    _, tokens = eager_decode(ours, prompt, 24)
+    assert tokens == generate(ours, prompt, 24, eos_token_id=[]).tokens
+    unpacked = Transformer(ours.config)
+    with pytest.raises(ValueError, match="pack_weights"):
+        eager_decode(unpacked, prompt, 2)
 
 
 def test_batch_sweep_keeps_the_batch_full(tiny):
