@@ -11,6 +11,9 @@ layer cost more than one row, by a factor that depends on the CPU. So batch scal
 against the same ratio for the bare linears, measured in the same run:
     engine(B=32) tok/s / engine(B=1) tok/s  >=  0.85 x  linears(32 rows) rows/s / linears(1 row) rows/s
 (attention reads each sequence's own K/V, so some shortfall at long contexts is expected).
+At the largest batch it also times the engine's paged decode attention alone, on the engine's
+own pool and block tables, every layer, and within it the gather (index_select of each
+sequence's blocks into a padded batch), so a shortfall can be put down to its cause.
 Measured in float32 and in bfloat16 (bf16 graded only where the CPU computes it natively).
 Run: .venv/bin/python -m benchmarks.bench_batch_throughput [--rounds 5] [--steps 8] [--dtypes fp32 bf16]
 Writes benchmarks/results/batch_throughput.json.
@@ -61,6 +64,40 @@ def decode_steps(engine, batch: int, steps: int) -> float:
     return seconds
 
 
+def attention_seconds(engine) -> dict[str, float]:
+    """Seconds per decode step of the paged attention alone, and of its gather, at the engine's current batch.
+
+    The metadata of the last decode step again (the last computed token of each sequence reading
+    its whole cached context; the next token's block may not exist yet), a random query per layer
+    (attention's cost does not depend on the values). Nothing is written to the pool.
+    """
+    import time
+
+    from kvcourse.kernels.attention.paged import decode_mask, paged_decode_attention
+    from kvcourse.kernels.attention.paged_backend import PagedMetadata
+
+    seqs = engine.scheduler.running
+    meta = PagedMetadata.build([s.block_table for s in seqs], [s.num_computed_tokens - 1 for s in seqs],
+                               [1] * len(seqs), engine.pool.block_size)
+    pool, cfg = engine.pool, engine.model.config
+    num_blocks = -(-max(meta.context_lens_list) // pool.block_size)
+    table = meta.block_tables[:, :num_blocks]
+    mask = decode_mask(meta.context_lens, num_blocks * pool.block_size, pool.k.dtype)
+    q = torch.randn(len(seqs), cfg.num_heads, cfg.head_dim, dtype=pool.k.dtype)
+    with torch.inference_mode():
+        start = time.perf_counter()
+        for layer in range(cfg.num_layers):
+            paged_decode_attention(q, pool.k[layer], pool.v[layer], table, meta.context_lens, cfg.head_dim ** -0.5,
+                                   mask)
+        attention = time.perf_counter() - start
+        start = time.perf_counter()
+        for layer in range(cfg.num_layers):
+            pool.k[layer].index_select(0, table.reshape(-1))
+            pool.v[layer].index_select(0, table.reshape(-1))
+        gather = time.perf_counter() - start
+    return {"attention": attention, "gather": gather}
+
+
 def sweep(model, workload: Workload, batch_sizes: list[int], rounds: int, steps: int) -> dict:
     """Engine decode steps and bare linears for every batch size, interleaved; the ratios to batch 1."""
     engines = {b: prefilled_engine(model, workload, b) for b in batch_sizes}
@@ -69,6 +106,15 @@ def sweep(model, workload: Workload, batch_sizes: list[int], rounds: int, steps:
     for b in batch_sizes:
         measures[f"engine_b{b}"] = lambda b=b: decode_steps(engines[b], b, steps) / steps  # seconds per step
         measures[f"linears_b{b}"] = lambda b=b: linears_seconds(linears, rows=b)
+    largest = batch_sizes[-1]
+    parts: dict[str, list[float]] = {"attention": [], "gather": []}
+
+    def attention_part() -> float:
+        for name, seconds in attention_seconds(engines[largest]).items():
+            parts[name].append(seconds)
+        return parts["attention"][-1]
+
+    measures["attention_only"] = attention_part
     samples = interleaved(measures, rounds, log=None)
     first = batch_sizes[0]
     rows = []
@@ -92,9 +138,16 @@ def sweep(model, workload: Workload, batch_sizes: list[int], rounds: int, steps:
               f"(x{lin_scale['ratio_of_medians']:5.2f}); contexts {contexts and min(contexts)}-"
               f"{contexts and max(contexts)}", flush=True)
     last = rows[-1]
+    step_ms = last["engine_ms_per_step"]["median"]
+    del parts["attention"][0], parts["gather"][0]  # the warm-up call
+    attention_ms, gather_ms = summary(parts["attention"], 1e3)["median"], summary(parts["gather"], 1e3)["median"]
+    print(f"  batch {largest}: paged attention {attention_ms:.1f} ms of the {step_ms:.1f} ms step, "
+          f"of which the gather {gather_ms:.1f} ms", flush=True)
     engine_scale = last["engine_speedup_vs_batch1"]["ratio_of_medians"]
     linears_scale = last["linears_speedup_vs_batch1"]["ratio_of_medians"]
-    return {"rows": rows, "largest_batch": last["batch"], "engine_scaling": engine_scale,
+    return {"rows": rows, "largest_batch": last["batch"],
+            "largest_batch_attention_ms_per_step": summary(parts["attention"], 1e3),
+            "largest_batch_gather_ms_per_step": summary(parts["gather"], 1e3), "engine_scaling": engine_scale,
             "linears_scaling": linears_scale, "engine_scaling_over_linears_scaling": engine_scale / linears_scale,
             "meets_target": engine_scale >= TARGET_FRACTION_OF_LINEARS * linears_scale}
 

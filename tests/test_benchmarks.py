@@ -77,6 +77,8 @@ def test_batch_sweep_keeps_the_batch_full(tiny):
     workload = Workload.make(2, prompt_tokens=(8, 12), answer_tokens=(8, 8), seed=0, vocab=(3, 90))
     result = bench_batch_throughput.sweep(ours, workload, [1, 2], rounds=1, steps=2)
     assert [r["batch"] for r in result["rows"]] == [1, 2] and result["meets_target"] in (True, False)
+    attention, gather = result["largest_batch_attention_ms_per_step"], result["largest_batch_gather_ms_per_step"]
+    assert attention["n"] == gather["n"] == 1 and attention["median"] > 0 and gather["median"] > 0
 
 
 def test_continuous_batching_sides_agree(tiny):
