@@ -67,33 +67,34 @@ def decode_steps(engine, batch: int, steps: int) -> float:
 def attention_seconds(engine) -> dict[str, float]:
     """Seconds per decode step of the paged attention alone, and of its gather, at the engine's current batch.
 
-    The metadata of the last decode step again (the last computed token of each sequence reading
-    its whole cached context; the next token's block may not exist yet), a random query per layer
-    (attention's cost does not depend on the values). Nothing is written to the pool.
+    The engine's own attention backend (``PagedAttentionBackend.attend``, every layer) on the
+    metadata of the last decode step again: each sequence's last computed token reading its whole
+    cached context (the next token's block may not exist yet). The query is random (attention's
+    cost does not depend on the values); the K/V written are the ones already at those slots, so
+    the pool is left as it was.
     """
     import time
 
-    from kvcourse.kernels.attention.paged import decode_mask, paged_decode_attention
-    from kvcourse.kernels.attention.paged_backend import PagedMetadata
+    from kvcourse.kernels.attention.paged_backend import PagedAttentionBackend, PagedMetadata
 
-    seqs = engine.scheduler.running
+    seqs, pool, cfg = engine.scheduler.running, engine.pool, engine.model.config
     meta = PagedMetadata.build([s.block_table for s in seqs], [s.num_computed_tokens - 1 for s in seqs],
-                               [1] * len(seqs), engine.pool.block_size)
-    pool, cfg = engine.pool, engine.model.config
-    num_blocks = -(-max(meta.context_lens_list) // pool.block_size)
-    table = meta.block_tables[:, :num_blocks]
-    mask = decode_mask(meta.context_lens, num_blocks * pool.block_size, pool.k.dtype)
+                               [1] * len(seqs), pool.block_size)
+    backend = PagedAttentionBackend(pool, meta, use_triton=False)
     q = torch.randn(len(seqs), cfg.num_heads, cfg.head_dim, dtype=pool.k.dtype)
     with torch.inference_mode():
+        kv = [(pool.k[i].flatten(0, 1)[meta.slot_mapping], pool.v[i].flatten(0, 1)[meta.slot_mapping])
+              for i in range(cfg.num_layers)]  # (B, kv_heads, D) each: what the slots hold
         start = time.perf_counter()
-        for layer in range(cfg.num_layers):
-            paged_decode_attention(q, pool.k[layer], pool.v[layer], table, meta.context_lens, cfg.head_dim ** -0.5,
-                                   mask)
+        for layer, (k, v) in enumerate(kv):
+            backend.attend(layer, q, k, v)
         attention = time.perf_counter() - start
+        num_blocks = -(-max(meta.context_lens_list) // pool.block_size)  # the longest context, as attention cuts it
+        table = meta.block_tables[:, :num_blocks].reshape(-1)
         start = time.perf_counter()
         for layer in range(cfg.num_layers):
-            pool.k[layer].index_select(0, table.reshape(-1))
-            pool.v[layer].index_select(0, table.reshape(-1))
+            pool.k[layer].index_select(0, table)
+            pool.v[layer].index_select(0, table)
         gather = time.perf_counter() - start
     return {"attention": attention, "gather": gather}
 
@@ -107,12 +108,12 @@ def sweep(model, workload: Workload, batch_sizes: list[int], rounds: int, steps:
         measures[f"engine_b{b}"] = lambda b=b: decode_steps(engines[b], b, steps) / steps  # seconds per step
         measures[f"linears_b{b}"] = lambda b=b: linears_seconds(linears, rows=b)
     largest = batch_sizes[-1]
-    parts: dict[str, list[float]] = {"attention": [], "gather": []}
+    gathers: list[float] = []  # one per call of attention_part, warm-up included
 
     def attention_part() -> float:
-        for name, seconds in attention_seconds(engines[largest]).items():
-            parts[name].append(seconds)
-        return parts["attention"][-1]
+        seconds = attention_seconds(engines[largest])
+        gathers.append(seconds["gather"])
+        return seconds["attention"]
 
     measures["attention_only"] = attention_part
     samples = interleaved(measures, rounds, log=None)
@@ -139,15 +140,16 @@ def sweep(model, workload: Workload, batch_sizes: list[int], rounds: int, steps:
               f"{contexts and max(contexts)}", flush=True)
     last = rows[-1]
     step_ms = last["engine_ms_per_step"]["median"]
-    del parts["attention"][0], parts["gather"][0]  # the warm-up call
-    attention_ms, gather_ms = summary(parts["attention"], 1e3)["median"], summary(parts["gather"], 1e3)["median"]
+    attention = summary(samples["attention_only"], 1e3)
+    gather = summary(gathers[-len(samples["attention_only"]):], 1e3)  # the timed rounds' calls
+    attention_ms, gather_ms = attention["median"], gather["median"]
     print(f"  batch {largest}: paged attention {attention_ms:.1f} ms of the {step_ms:.1f} ms step, "
           f"of which the gather {gather_ms:.1f} ms", flush=True)
     engine_scale = last["engine_speedup_vs_batch1"]["ratio_of_medians"]
     linears_scale = last["linears_speedup_vs_batch1"]["ratio_of_medians"]
     return {"rows": rows, "largest_batch": last["batch"],
-            "largest_batch_attention_ms_per_step": summary(parts["attention"], 1e3),
-            "largest_batch_gather_ms_per_step": summary(parts["gather"], 1e3), "engine_scaling": engine_scale,
+            "largest_batch_attention_ms_per_step": attention, "largest_batch_gather_ms_per_step": gather,
+            "engine_scaling": engine_scale,
             "linears_scaling": linears_scale, "engine_scaling_over_linears_scaling": engine_scale / linears_scale,
             "meets_target": engine_scale >= TARGET_FRACTION_OF_LINEARS * linears_scale}
 

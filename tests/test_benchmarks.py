@@ -81,6 +81,16 @@ def test_batch_sweep_keeps_the_batch_full(tiny):
     assert attention["n"] == gather["n"] == 1 and attention["median"] > 0 and gather["median"] > 0
 
 
+def test_attention_timing_leaves_the_pool_as_it_was(tiny):
+    ours, _ = tiny
+    workload = Workload.make(3, prompt_tokens=(8, 40), answer_tokens=(8, 8), seed=0, vocab=(3, 90))
+    engine = bench_batch_throughput.prefilled_engine(ours, workload, 3)
+    k, v = engine.pool.k.clone(), engine.pool.v.clone()
+    seconds = bench_batch_throughput.attention_seconds(engine)
+    assert torch.equal(engine.pool.k, k) and torch.equal(engine.pool.v, v)
+    assert seconds["attention"] > 0 and seconds["gather"] > 0
+
+
 def test_continuous_batching_sides_agree(tiny):
     ours, hf = tiny
     workload = Workload.make(2, prompt_tokens=(5, 9), answer_tokens=(3, 5), seed=0, vocab=(3, 90))
