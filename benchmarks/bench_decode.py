@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> dict:
                     "bf16_note": bf16_note(facts["bf16_native"]), "targets": TARGETS}
     for name in args.dtypes:
         hf_model.to(DTYPES[name])
-        row = compare(Transformer.from_hf(hf_model).pack_weights(), hf_model, ids, args.new_tokens, args.rounds)
+        row = compare(Transformer.from_hf(hf_model).accelerate(), hf_model, ids, args.new_tokens, args.rounds)
         result[name] = row
         ms = row["ms_per_token"]
         print(f"{name}: ours {ms['ours']['median']:.2f} ms/token (spread {ms['ours']['spread']:.0%}), "

@@ -8,7 +8,7 @@ greedy decode written flat, one torch call per step of the maths, on the engine'
 fp32 weights and KV cache, with nothing else:
 
     rms_norm · mm (q, k, v) · bmm (RoPE) · 2 cache writes · bmm · mul · softmax · bmm (attention)
-    · addmm (o + skip) · rms_norm · mm (gate, up) · silu · mul · addmm (down + skip)     per layer
+    · mm (o) · add (skip) · rms_norm · mm (gate, up) · silu · mul · mm (down) · add (skip)     per layer
 
 Its tokens must equal the engine's (checked by bench_decode), so it does all the work. What
 separates it from the floor needs fused kernels (many ops in one call), not fewer lines of Python.
@@ -24,10 +24,12 @@ import torch.nn.functional as F
 
 
 def _packed(linear) -> torch.Tensor:
-    """The (in, out) fp32 copy the engine multiplies a decode row by (layers.Linear.pack)."""
-    if linear._packed is None or linear._packed_onednn or linear.bias is not None:
-        raise ValueError("the eager bound runs on a float32 model after pack_weights(), without biases")
-    return linear._packed
+    """The (in, out) fp32 copy the engine multiplies a decode row by (cpu_fast.PackedLinear)."""
+    from kvcourse.kernels.model.cpu_fast import PackedLinear
+
+    if not isinstance(linear, PackedLinear) or linear.weight.dtype != torch.float32 or linear.bias is not None:
+        raise ValueError("the eager bound runs on a float32 model after accelerate(), without biases")
+    return linear.packed_weight()[0]
 
 
 def eager_decode(model, prompt: list[int], num_new: int) -> tuple[float, list[int]]:
@@ -52,7 +54,7 @@ def eager_decode(model, prompt: list[int], num_new: int) -> tuple[float, list[in
         start = time.perf_counter()
         for pos in range(len(prompt), len(prompt) + num_new - 1):
             x = model.embed_tokens.weight[tokens[-1]][None]  # (1, hidden)
-            rope = model.rotary.at(torch.tensor([pos]), x.dtype).matrix  # (1, D, D)
+            rope = model.rotary.at(torch.tensor([pos]), x.dtype).matrix  # (1, D, D): cpu_fast.MatrixRotation
             for i, (w_in, qkv_w, o_w, w_post, gate_up_w, down_w) in enumerate(layers):
                 qkv = torch.mm(F.rms_norm(x, w_in.shape, w_in, eps), qkv_w)  # (1, q + 2 kv)
                 qk = torch.bmm(qkv[:, :qk_size].view(1, num_heads + num_kv, head_dim), rope)[0]  # (H + Hkv, D)
@@ -62,9 +64,9 @@ def eager_decode(model, prompt: list[int], num_new: int) -> tuple[float, list[in
                 q = qk[:num_heads].view(num_kv, num_heads // num_kv, head_dim)  # (Hkv, group, D)
                 scores = torch.bmm(q, k_cache[:, : pos + 1].transpose(1, 2)).mul_(scale)  # (Hkv, group, pos + 1)
                 attn = torch.bmm(torch.softmax(scores, -1), v_cache[:, : pos + 1])  # (Hkv, group, D)
-                x = torch.addmm(x, attn.view(1, num_heads * head_dim), o_w)
+                x = x + torch.mm(attn.view(1, num_heads * head_dim), o_w)
                 gate_up = torch.mm(F.rms_norm(x, w_post.shape, w_post, eps), gate_up_w)  # (1, 2 * inter)
-                x = torch.addmm(x, F.silu(gate_up[:, :inter]).mul_(gate_up[:, inter:]), down_w)
+                x = x + torch.mm(F.silu(gate_up[:, :inter]) * gate_up[:, inter:], down_w)
             tokens.append(int(torch.mm(F.rms_norm(x, norm.shape, norm, eps), lm_head).argmax()))
         seconds = time.perf_counter() - start
     return seconds / max(num_new - 1, 1), tokens

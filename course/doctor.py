@@ -122,6 +122,24 @@ def cpu_dtype_note(dtype: torch.dtype, native_bf16: bool | None) -> str:
     return f"{why}; bfloat16 would be emulated there and slower than float32, which is why the default stays float32"
 
 
+def check_fast_paths() -> list[Check]:
+    """One line per CPU fast path: on or off for the course's device and dtype, and why (kernels/model/cpu_fast.py)."""
+
+    from kvcourse.kernels.model.cpu_fast import FAST_PATHS_ENV, fast_path_report
+    from kvcourse.models import ModelNotAvailableError, resolve_device, resolve_dtype
+
+    try:
+        device = resolve_device("auto")
+        dtype = resolve_dtype(None, device)
+        report = fast_path_report(dtype, device)
+    except (ModelNotAvailableError, ValueError) as err:  # the device or dtype line reports a bad setting
+        return [Check("fast paths", False, str(err))]
+    switch = (f"{FAST_PATHS_ENV}=0 runs the textbook forms instead" if any(p.on for p in report)
+              else f"unset {FAST_PATHS_ENV} for the fast paths")
+    return [Check("fast paths", True, f"for {str(dtype).removeprefix('torch.')} on {device.type}; {switch}"),
+            *(Check("", True, str(path)) for path in report)]  # "packed linear: on (why)", one a line
+
+
 def check_model() -> Check:
     """Whether the default model file is installed, and whether its converted cache is ready."""
     from kvcourse.models import CACHE_ENTRY, ModelNotAvailableError, cache_dir, cache_is_valid, find_gguf
@@ -136,8 +154,8 @@ def check_model() -> Check:
 
 
 def environment_report() -> list[Check]:
-    """Every check: packages, device, dtype, model."""
-    return [*check_packages(), check_device(), check_dtype(), check_model()]
+    """Every check: packages, device, dtype, the CPU fast paths, model."""
+    return [*check_packages(), check_device(), check_dtype(), *check_fast_paths(), check_model()]
 
 
 def format_report(checks: list[Check]) -> str:

@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
+from guards import missing, needs
 
 from kvcourse.hub import free_port
 from kvcourse.models import cache_dir
@@ -34,15 +34,17 @@ LESSONS_DIR = REPO_ROOT / "lessons"
 START_TIMEOUT_S = 120
 CELL_TIMEOUT_S = 300  # one cell of a lesson, on a busy 2-core machine
 
-needs_chromium = pytest.mark.skipif(
-    not CHROMIUM.exists(),
-    reason=f"browser tests need Debian's chromium at {CHROMIUM}: apt-get install -y chromium")
+needs_chromium = needs(None if CHROMIUM.exists() else
+                       f"browser tests need Debian's chromium at {CHROMIUM}: apt-get install -y chromium")
 
 
 def sync_playwright():
-    """Playwright's sync API, or a skip naming the package (it is in the dev extras)."""
-    module = pytest.importorskip("playwright.sync_api", reason="browser tests need playwright: pip install -e '.[dev]'")
-    return module.sync_playwright()
+    """Playwright's sync API, or a skip (under CI a failure) naming the package (it is in the dev extras)."""
+    try:
+        from playwright import sync_api
+    except ImportError:
+        missing("browser tests need playwright: pip install -e '.[dev]'")
+    return sync_api.sync_playwright()
 
 
 def _lab_env(home: Path) -> dict[str, str]:

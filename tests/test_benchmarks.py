@@ -25,7 +25,7 @@ from kvcourse.kernels import Transformer  # noqa: E402
 @pytest.fixture(scope="module")
 def tiny():
     hf = make_tiny_hf_llama()
-    return Transformer.from_hf(hf).pack_weights(), hf
+    return Transformer.from_hf(hf).accelerate(), hf
 
 
 def test_machine_facts_name_the_cpu_and_bf16():
@@ -68,7 +68,7 @@ def test_eager_bound_does_all_the_work(tiny):
     _, tokens = eager_decode(ours, prompt, 24)
     assert tokens == generate(ours, prompt, 24, eos_token_id=[]).tokens
     unpacked = Transformer(ours.config)
-    with pytest.raises(ValueError, match="pack_weights"):
+    with pytest.raises(ValueError, match="accelerate"):
         eager_decode(unpacked, prompt, 2)
 
 

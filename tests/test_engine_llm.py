@@ -15,9 +15,9 @@ from kvcourse.kernels.memory.events import EventKind
 NEW = 12
 
 
-@pytest.fixture(scope="module")
-def model() -> Transformer:
-    return Transformer.from_hf(make_tiny_hf_llama())
+@pytest.fixture(scope="module", params=["auto", "off"], ids=["fast", "textbook"])
+def model(request) -> Transformer:
+    return Transformer.from_hf(make_tiny_hf_llama()).accelerate(request.param)
 
 
 def prompts(lengths: list[int], seed: int = 0) -> list[list[int]]:

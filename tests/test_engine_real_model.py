@@ -12,9 +12,10 @@ QUESTIONS = ["What is a KV cache?", "Name three colours."]  # 32 and 29 tokens w
 
 
 @pytest.mark.slow
-def test_real_model_greedy_tokens_identical_everywhere(real_model):
+@pytest.mark.parametrize("fast_paths", ["auto", "off"])
+def test_real_model_greedy_tokens_identical_everywhere(real_model, fast_paths):
     hf_model, tok = real_model
-    model = as_transformer(hf_model)
+    model = as_transformer(hf_model, fast_paths)
     system = {"role": "system", "content": "You are a concise assistant who answers in one sentence."}
     prompts = [tok.apply_chat_template([system, {"role": "user", "content": q}], add_generation_prompt=True,
                                        return_tensors="pt")["input_ids"][0].tolist() for q in QUESTIONS]

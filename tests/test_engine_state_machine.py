@@ -25,32 +25,35 @@ STEMS = [[], [5, 6, 7, 8, 9, 10, 11, 12], [5, 6, 7, 8, 40, 41]]  # shared prefix
 MAX_STEPS_TO_DRAIN = 500
 
 _MODEL: dict[str, Transformer] = {}
-_REFERENCES: dict[tuple[tuple[int, ...], int], list[int]] = {}
+_REFERENCES: dict[tuple[str, tuple[int, ...], int], list[int]] = {}
 
 
-def packed_model() -> Transformer:
-    if "model" not in _MODEL:
-        _MODEL["model"] = Transformer.from_hf(make_tiny_hf_llama()).pack_weights()
-    return _MODEL["model"]
+def packed_model(fast_paths: str = "auto") -> Transformer:
+    """The tiny model with its CPU fast paths ("auto") or in its textbook forms ("off")."""
+    if fast_paths not in _MODEL:
+        _MODEL[fast_paths] = Transformer.from_hf(make_tiny_hf_llama()).accelerate(fast_paths)
+    return _MODEL[fast_paths]
 
 
-def reference(prompt: list[int], max_new_tokens: int) -> list[int]:
+def reference(prompt: list[int], max_new_tokens: int, fast_paths: str = "auto") -> list[int]:
     """Greedy tokens of the request served alone, with a contiguous cache and the model's EOS."""
-    key = (tuple(prompt), max_new_tokens)
+    key = (fast_paths, tuple(prompt), max_new_tokens)
     if key not in _REFERENCES:
-        _REFERENCES[key] = generate(packed_model(), prompt, max_new_tokens, cache="contiguous").tokens
+        _REFERENCES[key] = generate(packed_model(fast_paths), prompt, max_new_tokens, cache="contiguous").tokens
     return _REFERENCES[key]
 
 
 class EngineMachine(RuleBasedStateMachine):
     """Random traffic against one engine; the invariants are the engine's promises."""
 
+    fast_paths = "auto"
+
     @initialize(num_blocks=st.integers(3, 24), block_size=st.sampled_from([1, 2, 4, 8]),
                 budget=st.integers(1, 40), max_num_seqs=st.integers(1, 6), prefix=st.booleans())
     def make_engine(self, num_blocks, block_size, budget, max_num_seqs, prefix):
         config = EngineConfig(block_size=block_size, num_blocks=num_blocks, max_num_batched_tokens=budget,
                               max_num_seqs=max_num_seqs, enable_prefix_caching=prefix)
-        self.engine = LLMEngine(packed_model(), config)
+        self.engine = LLMEngine(packed_model(self.fast_paths), config)
         self.added: dict[int, tuple[list[int], SamplingParams]] = {}
         self.aborted: set[int] = set()
 
@@ -103,7 +106,7 @@ class EngineMachine(RuleBasedStateMachine):
             if engine.requests[request_id].status is RequestStatus.REFUSED:
                 assert out.refusal
             elif request_id not in self.aborted:
-                assert out.samples == [reference(prompt, params.max_new_tokens)] * params.n
+                assert out.samples == [reference(prompt, params.max_new_tokens, self.fast_paths)] * params.n
 
 
 EngineMachine.TestCase.settings = settings(
@@ -112,9 +115,19 @@ EngineMachine.TestCase.settings = settings(
 test_engine_state_machine = EngineMachine.TestCase
 
 
+class TextbookEngineMachine(EngineMachine):
+    """The same machine on the textbook model (fast paths off): the promises must not depend on them."""
+
+    fast_paths = "off"
+
+
+TextbookEngineMachine.TestCase.settings = settings(EngineMachine.TestCase.settings, max_examples=60)
+test_engine_state_machine_fast_paths_off = TextbookEngineMachine.TestCase
+
+
 def test_bf16_engine_equals_bf16_paged_generation():
     """The engine's bf16 path: served alone, each request's tokens equal generate(cache="paged") in bf16."""
-    model = Transformer.from_hf(make_tiny_hf_llama(dtype=torch.bfloat16)).pack_weights()
+    model = Transformer.from_hf(make_tiny_hf_llama(dtype=torch.bfloat16)).accelerate()
     for prompt in ([5, 6, 7, 8, 9, 10, 11], [40] * 13, [3]):
         # generate's block size: the same padded key length in every attention call, so the same bits.
         # (In bf16 a differently padded call rounds differently, and this tiny random model has logits

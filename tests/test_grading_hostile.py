@@ -22,6 +22,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from guards import needs
 
 from kvcourse.quizzes.autograde import autograde
 from kvcourse.quizzes.bank import load_quiz
@@ -30,7 +31,7 @@ from kvcourse.quizzes.gradebook import export_grades, load_status
 from kvcourse.quizzes.nbgrader_export import init_course
 from kvcourse.quizzes.sandbox import Limits, bwrap_path, quizzes_dir
 
-pytestmark = pytest.mark.skipif(bwrap_path() is None, reason="needs bubblewrap (apt-get install bubblewrap)")
+pytestmark = needs("needs bubblewrap (apt-get install bubblewrap)" if bwrap_path() is None else None)
 
 ASSIGNMENT = "lesson07"
 LIMITS = Limits(cell_timeout_s=5.0, output_cap_bytes=1_000_000, submission_timeout_s=90.0)

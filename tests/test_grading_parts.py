@@ -14,6 +14,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from guards import needs
 from nbgrader.preprocessors import ClearHiddenTests, ClearSolutions
 
 from kvcourse.quizzes.bank import load_all, load_quiz
@@ -314,7 +315,7 @@ def test_limits_are_checked():
         Limits(output_cap_bytes=10)
 
 
-@pytest.mark.skipif(bwrap_path() is None, reason="needs bubblewrap")
+@needs("needs bubblewrap (apt-get install bubblewrap)" if bwrap_path() is None else None)
 def test_the_sandbox_hides_a_course_even_inside_the_repository(tmp_path):
     repo = quizzes_dir().parent
     with tempfile.TemporaryDirectory(dir=repo, prefix=".kvgrade-test-") as course:

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import pytest
 from browser import CHROMIUM, chromium_page, menu
+from guards import needs
 
 from kvcourse.hub import find_proxy, free_port, leftover_processes, read_passwords
 from kvcourse.hub_config import (
@@ -206,7 +207,7 @@ def _needs_hub() -> str | None:
     try:
         find_proxy()
     except RuntimeError:
-        return "needs JupyterHub's proxy: install nodejs and npm, then `make setup`"
+        return "needs JupyterHub's proxy: install nodejs and npm, then `make proxy`"
     if bwrap_path() is None:
         return "needs bubblewrap for the sandboxed autograde (apt-get install bubblewrap)"
     return None
@@ -303,7 +304,7 @@ def _env(tmp: Path) -> dict[str, str]:
     return env
 
 
-@pytest.mark.skipif(_needs_hub() is not None, reason=str(_needs_hub()))
+@needs(_needs_hub())
 def test_a_class_on_the_hub_end_to_end(tmp_path):
     state, users, log = tmp_path / "hub", tmp_path / "users.txt", tmp_path / "hub.log"
     users.write_text("teacher instructor\nalice student\nbob student\n")

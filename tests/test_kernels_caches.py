@@ -15,9 +15,9 @@ from kvcourse.kernels.memory.caches import ContiguousKVBackend, NoCacheBackend
 PROMPT = [5, 17, 33, 42, 61, 8, 90, 12]
 
 
-@pytest.fixture(scope="module")
-def model():
-    return Transformer.from_hf(make_tiny_hf_llama(max_position_embeddings=256)).pack_weights()
+@pytest.fixture(scope="module", params=["auto", "off"], ids=["fast", "textbook"])
+def model(request):
+    return Transformer.from_hf(make_tiny_hf_llama(max_position_embeddings=256)).accelerate(request.param)
 
 
 def run_chunks(model, backend, ids, chunks):

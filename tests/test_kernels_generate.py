@@ -18,9 +18,9 @@ def hf_llama():
     return make_tiny_hf_llama()
 
 
-@pytest.fixture(scope="module")
-def model(hf_llama):
-    return Transformer.from_hf(hf_llama).pack_weights()
+@pytest.fixture(scope="module", params=["auto", "off"], ids=["fast", "textbook"])
+def model(hf_llama, request):
+    return Transformer.from_hf(hf_llama).accelerate(request.param)
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen2"])

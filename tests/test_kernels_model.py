@@ -24,7 +24,7 @@ def ours_and_hf_logits(arch, overrides, packed, num_tokens=64, attention="sdpa")
     hf = make_tiny_hf_llama(arch, **overrides)
     model = Transformer.from_hf(hf)
     if packed:
-        model.pack_weights()
+        model.accelerate()
     ids = torch.randint(0, hf.config.vocab_size, (num_tokens,), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         ref = hf(ids[None]).logits[0]
@@ -33,22 +33,23 @@ def ours_and_hf_logits(arch, overrides, packed, num_tokens=64, attention="sdpa")
 
 
 @pytest.mark.parametrize("arch,overrides", VARIANTS)
-@pytest.mark.parametrize("packed", [False, True])
-def test_fp32_logits_match_hugging_face(arch, overrides, packed):
-    ours, ref = ours_and_hf_logits(arch, overrides, packed)
+@pytest.mark.parametrize("fast_paths", ["off", "auto"])
+def test_fp32_logits_match_hugging_face(arch, overrides, fast_paths):
+    ours, ref = ours_and_hf_logits(arch, overrides, fast_paths)
     assert ours.shape == ref.shape
     assert (ours - ref).abs().max().item() <= 1e-4
 
 
 @pytest.mark.parametrize("attention", ["naive", "tiled", "grouped"])
 def test_every_attention_gives_hf_logits(attention):
-    ours, ref = ours_and_hf_logits("llama", {}, packed=False, attention=attention)
+    ours, ref = ours_and_hf_logits("llama", {}, "off", attention=attention)
     assert (ours - ref).abs().max().item() <= 1e-4
 
 
-def test_bf16_runs_and_stays_close_to_hf_bf16():
+@pytest.mark.parametrize("fast_paths", ["off", "auto"])
+def test_bf16_runs_and_stays_close_to_hf_bf16(fast_paths):
     hf = make_tiny_hf_llama(dtype=torch.bfloat16)
-    model = Transformer.from_hf(hf).pack_weights()
+    model = Transformer.from_hf(hf).accelerate(fast_paths)
     assert model.dtype == torch.bfloat16
     ids = torch.arange(3, 35)
     with torch.no_grad():
@@ -98,15 +99,20 @@ def test_parameter_count_equals_cost_model():
     assert sum(p.numel() for p in Transformer(config).parameters()) == costs.num_parameters(config)
 
 
-def test_fresh_model_is_initialised_and_dtype_change_drops_packed_weights():
-    model = Transformer(make_config()).pack_weights()
-    assert torch.isfinite(model.layers[0].mlp.down_proj.weight).all()
-    assert model.layers[0].mlp.down_proj._packed is not None
-    model.to(torch.bfloat16)
-    assert model.layers[0].mlp.down_proj._packed is None
+def test_fresh_model_is_initialised_and_the_packed_copy_follows_every_weight_change():
+    model = Transformer(make_config()).accelerate()
+    down = model.layers[0].mlp.down_proj
+    assert torch.isfinite(down.weight).all()
+    assert torch.equal(down.packed_weight()[0], down.weight.t())
+    with torch.no_grad():
+        down.weight.mul_(2)  # an in-place write (load_state_dict does the same)
+    assert torch.equal(down.packed_weight()[0], down.weight.t()), "a stale copy after an in-place write"
+    model.to(torch.bfloat16)  # a new tensor of another dtype
+    assert down.packed_weight()[0].dtype == torch.bfloat16
     with torch.no_grad():
         out = model(torch.arange(4), torch.arange(4), NoCacheBackend())
-    assert out.dtype == torch.bfloat16 and torch.isfinite(out.float()).all()
+        step = model(torch.tensor([5]), torch.tensor([4]), NoCacheBackend())
+    assert out.dtype == torch.bfloat16 and torch.isfinite(out.float()).all() and torch.isfinite(step.float()).all()
 
 
 def test_rope_table_stays_float32_after_a_cast():
@@ -129,14 +135,16 @@ def test_cuda_matches_cpu():
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("rows", [1, 7, 300])
-def test_rms_norm_is_llamas_bit_for_bit(dtype, rows):
-    """layers.RMSNorm calls torch's rms_norm; it must still be Hugging Face's LlamaRMSNorm exactly, at any scale."""
+@pytest.mark.parametrize("norm_class", ["RMSNorm", "FusedRMSNorm"])
+def test_rms_norm_is_llamas_bit_for_bit(dtype, rows, norm_class):
+    """The textbook RMSNorm and its one-call twin (torch's rms_norm) are LlamaRMSNorm exactly, at any scale."""
     from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
-    from kvcourse.kernels.model.layers import RMSNorm
+    from kvcourse.kernels.model import cpu_fast, layers
 
     gen = torch.Generator().manual_seed(rows)
-    ours, theirs = RMSNorm(576, 1e-5), LlamaRMSNorm(576, eps=1e-5)
+    ours = getattr(layers, norm_class, None) or getattr(cpu_fast, norm_class)
+    ours, theirs = ours(576, 1e-5), LlamaRMSNorm(576, eps=1e-5)
     with torch.no_grad():
         ours.weight.copy_(torch.randn(576, generator=gen))
         theirs.weight.copy_(ours.weight)
@@ -147,20 +155,30 @@ def test_rms_norm_is_llamas_bit_for_bit(dtype, rows):
             assert torch.equal(ours(x), theirs(x)), scale
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("num_tokens", [1, 5, 9, 40])
-def test_rotation_at_positions_is_the_textbook_rope(num_tokens):
-    """RotaryEmbedding.at: elementwise for a prompt (bit for bit rotate), a rotation matrix per token for a decode step."""
+def test_rope_is_hugging_faces_and_the_fast_rope_equals_it(num_tokens, dtype):
+    """The textbook rotation is HF's apply_rotary_pos_emb bit for bit; the fast one is too for a prompt,
+    and equal up to rounding as a rotation matrix per token for a decode step."""
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    from kvcourse.kernels.model.cpu_fast import FastRotaryEmbedding, MatrixRotation
     from kvcourse.kernels.model.layers import RotaryEmbedding
 
     rotary = RotaryEmbedding(64, 4096, 10000.0)
     gen = torch.Generator().manual_seed(num_tokens)
-    x = torch.randn(num_tokens, 12, 64, generator=gen)
+    x = torch.randn(num_tokens, 12, 64, generator=gen).to(dtype)
     positions = torch.randint(0, 4096, (num_tokens,), generator=gen)
-    rope = rotary.at(positions, torch.float32)
-    expected = RotaryEmbedding.rotate(x, *rotary.tables(positions, torch.float32))
-    assert (rope.matrix is not None) == (num_tokens <= RotaryEmbedding.matrix_rows)
-    if rope.matrix is None:
-        assert torch.equal(rope(x), expected)
+    textbook = rotary.at(positions, dtype)
+    hf_q, _ = apply_rotary_pos_emb(x.transpose(0, 1)[None], x.transpose(0, 1)[None],
+                                   textbook.cos[:, 0][None], textbook.sin[:, 0][None])  # HF's (1, heads, T, D)
+    assert torch.equal(textbook(x), hf_q[0].transpose(0, 1))
+    fast = FastRotaryEmbedding(64, 4096, 10000.0).at(positions, dtype)
+    assert isinstance(fast, MatrixRotation) == (num_tokens <= FastRotaryEmbedding.matrix_rows)
+    if not isinstance(fast, MatrixRotation):
+        assert torch.equal(fast(x), textbook(x))
     else:
-        torch.testing.assert_close(rope(x), expected, rtol=0, atol=1e-5)
-        torch.testing.assert_close(rope.matrix[0] @ rope.matrix[0].T, torch.eye(64), rtol=0, atol=1e-6)  # R R^T = I
+        rtol, atol = (0, 1e-5) if dtype == torch.float32 else (1.6e-2, 1e-2)  # bf16: two units in the last place
+        torch.testing.assert_close(fast(x).float(), textbook(x).float(), rtol=rtol, atol=atol)
+        eye = (fast.matrix[0].float() @ fast.matrix[0].float().T)
+        torch.testing.assert_close(eye, torch.eye(64), rtol=0, atol=1e-6 if dtype == torch.float32 else 2e-2)

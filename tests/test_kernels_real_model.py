@@ -19,9 +19,9 @@ def prompt(real_model):
     return tok.apply_chat_template(MESSAGES, add_generation_prompt=True, return_tensors="pt")["input_ids"][0]
 
 
-@pytest.fixture(scope="module")
-def ours(real_model):
-    return Transformer.from_hf(real_model[0]).pack_weights()
+@pytest.fixture(scope="module", params=["auto", "off"], ids=["fast", "textbook"])
+def ours(real_model, request):
+    return Transformer.from_hf(real_model[0]).accelerate(request.param)
 
 
 def test_fp32_logits_match_hf_on_a_64_token_prompt(real_model, ours, prompt):
@@ -31,8 +31,8 @@ def test_fp32_logits_match_hf_on_a_64_token_prompt(real_model, ours, prompt):
         ref = hf(ids[None]).logits[0]
         out = ours(ids, torch.arange(64), NoCacheBackend())
     assert (out - ref).abs().max().item() <= 1e-4
-    # A prompt runs the same BLAS calls and the same norm arithmetic as Hugging Face (layers.Linear,
-    # layers.RMSNorm): the logits are not just close, they are the same bits.
+    # A prompt runs the same BLAS calls and the same norm arithmetic as Hugging Face, fast paths on or
+    # off (layers.py; cpu_fast's twins send a prompt down the same calls): not just close, the same bits.
     assert torch.equal(out, ref)
 
 

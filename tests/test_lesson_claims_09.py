@@ -149,7 +149,7 @@ def test_the_contiguous_cache_reserves_the_whole_answer_and_fills_what_was_fed()
 @pytest.mark.slow
 def test_lesson_09_two_answers_one_limit_on_smollm2_in_float32(real_model):
     hf_model, tokenizer = real_model
-    model = Transformer.from_hf(hf_model.to(torch.float32)).pack_weights()
+    model = Transformer.from_hf(hf_model.to(torch.float32)).accelerate()
     ns, revealed = run_cells("09-03", "09-04", tokenizer=tokenizer, model=model, generate=generate)
     prompts, limit = ns["prompts"], ns["limit"]
     assert ns["lengths"] == [8, 21] and all(r.stopped_on_eos for r in ns["runs"])

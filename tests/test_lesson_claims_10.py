@@ -131,7 +131,7 @@ def test_exercise_2_bigger_blocks_shorter_tables_more_empty_slots_on_average():
 def test_lesson_10_run_on_smollm2_in_float32(real_model):
     """The lesson's run: prompt lengths, the table it prints, the simulator's equal table, same tokens and keys."""
     hf_model, tokenizer = real_model
-    model = Transformer.from_hf(hf_model).pack_weights()
+    model = Transformer.from_hf(hf_model).accelerate()
     prompts = [tokenizer.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True)["input_ids"]
                for q in QUESTIONS]
     assert [len(p) for p in prompts] == [36, 37, 37]

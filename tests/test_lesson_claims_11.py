@@ -134,7 +134,7 @@ def test_blocks_on_demand_on_smollm2_as_the_lesson_runs_it(real_model):
     def chat(q):
         return tokenizer.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True)["input_ids"]
 
-    model = Transformer.from_hf(hf_model).pack_weights()
+    model = Transformer.from_hf(hf_model).accelerate()
     run = _serve_with_a_late_request(model, [chat(q) for q in questions], limits, chat(late_question), late_limit,
                                      BLOCK_SIZE)
     _check_blocks_on_demand(*run, BLOCK_SIZE)

@@ -137,7 +137,7 @@ def lesson(real_model):
 
 @pytest.fixture(scope="module")
 def smol(real_model) -> Transformer:
-    return Transformer.from_hf(real_model[0]).pack_weights()  # as the lesson converts it
+    return Transformer.from_hf(real_model[0]).accelerate()  # as the lesson converts it
 
 
 @pytest.mark.slow

@@ -50,7 +50,7 @@ def lesson(real_model):
         text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         return tokenizer(text, add_special_tokens=False)["input_ids"]
 
-    return Transformer.from_hf(hf_model).pack_weights(), encode
+    return Transformer.from_hf(hf_model).accelerate(), encode
 
 
 def _cached_engine(model, num_blocks=128) -> LLMEngine:

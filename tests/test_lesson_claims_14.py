@@ -149,7 +149,7 @@ def test_smollm2_weight_tensors_match_the_cost_model(real_model, dtype, bytes_pe
 @pytest.mark.slow
 def test_on_smollm2_the_trace_runs_the_same_batches_as_on_the_tiny_model(real_model, tiny):
     hf_model, tokenizer = real_model
-    model = Transformer.from_hf(hf_model).pack_weights()
+    model = Transformer.from_hf(hf_model).accelerate()
     trace = lesson_trace(24)
     ids = tokenizer(" ".join(["The memory a server saves becomes more users."] * 4))["input_ids"]
     real = _serve_both(model, trace, trace_prompts(trace, ids))

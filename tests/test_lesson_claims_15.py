@@ -55,7 +55,7 @@ def test_the_window_is_200_tokens_of_bytes_rounded_down_to_12_blocks():
 @pytest.mark.parametrize("dtype, bytes_per_value", [(torch.float32, 4), (torch.bfloat16, 2)])
 def test_the_window_the_lesson_prints_is_the_engines_admission_limit(real_model, dtype, bytes_per_value):
     hf_model, _ = real_model
-    model = Transformer.from_hf(copy.deepcopy(hf_model).to(dtype)).pack_weights()
+    model = Transformer.from_hf(copy.deepcopy(hf_model).to(dtype)).accelerate()
     window, budget = lesson_window(model.config, bytes_per_value)
     engine = LLMEngine(model, EngineConfig(block_size=BLOCK_SIZE, memory_budget=budget))
     assert engine.pool.nbytes == engine.num_blocks * BLOCK_SIZE * costs.kv_bytes_per_token(model.config, bytes_per_value)

@@ -36,7 +36,7 @@ WINDOW, NUM_NEW = 48, 40  # the lesson's window and story length
 @pytest.fixture(scope="module")
 def lesson(real_model):
     hf_model, tokenizer = real_model
-    model = Transformer.from_hf(hf_model).pack_weights()
+    model = Transformer.from_hf(hf_model).accelerate()
     story = tokenizer.apply_chat_template([{"role": "user", "content": STORY}], add_generation_prompt=True)["input_ids"]
     texts = [tokenizer(t)["input_ids"] for t in MERGE_TEXTS]
     return hf_model, model, story, texts

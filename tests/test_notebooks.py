@@ -65,6 +65,22 @@ def test_notebook_runs_without_errors(path: Path, dtype: str, monkeypatch: pytes
     print(f"{path.name} ({dtype}): {seconds:.1f} s")
 
 
+FAST_PATHS_OFF_LESSON = LESSONS_DIR / "05_the_kv_cache.ipynb"  # the engine against no cache, token for token
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_a_lesson_runs_on_the_textbook_model_with_the_fast_paths_off(dtype: str, monkeypatch: pytest.MonkeyPatch,
+                                                                     tmp_path: Path) -> None:
+    """KVCOURSE_FAST_PATHS=0, as on a CPU where a fast path cannot run: the lesson's claims hold on the textbook."""
+    monkeypatch.setenv("KVCOURSE_FAST_PATHS", "0")
+    nb = nbformat.read(FAST_PATHS_OFF_LESSON, as_version=4)
+    nb.cells.append(nbformat.v4.new_code_cell("print(sorted({type(m).__name__ for m in model.modules()}))"))
+    executed = _execute(nb, monkeypatch, tmp_path, dtype)
+    modules = executed.cells[-1].outputs[0]["text"]
+    assert "'Linear'" in modules and "'RMSNorm'" in modules and "Packed" not in modules and "Fused" not in modules
+
+
 @pytest.mark.slow
 def test_kernel_is_this_python(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """The "python3" kernel must be the venv's interpreter, or the notebooks would test another install."""

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from guards import needs
 
 from kvcourse.cli import main
 from kvcourse.quizzes.bank import load_quiz
@@ -134,7 +135,7 @@ def _student_works(env, students: Path, name: str, answers: dict, tamper: bool, 
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(bwrap_path() is None, reason="needs bubblewrap (apt-get install bubblewrap)")
+@needs("needs bubblewrap (apt-get install bubblewrap)" if bwrap_path() is None else None)
 def test_full_nbgrader_pipeline(tmp_path, capsys):
     env = _env(tmp_path)
     course_dir, exchange, students = tmp_path / "course", tmp_path / "exchange", tmp_path / "students"

@@ -39,7 +39,7 @@ def shrink(**changes) -> Shrink:
 @pytest.fixture(scope="module")
 def tiny():
     """A tiny engine model: 2 layers, 4 query heads, 2 KV heads of 8, float32, 256 positions."""
-    return Transformer.from_hf(make_tiny_hf_llama(max_position_embeddings=256)).pack_weights()
+    return Transformer.from_hf(make_tiny_hf_llama(max_position_embeddings=256)).accelerate()
 
 
 @pytest.fixture(autouse=True)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from guards import missing
 
 from kvcourse.quizzes.bank import load_quiz
 from kvcourse.quizzes.checking import expected_number, prompt_for
@@ -189,9 +190,12 @@ def test_lesson_page_holds_no_answer_key(site: Path, lesson: Lesson) -> None:
 
 def test_site_in_a_browser(site: Path, tmp_path: Path) -> None:
     """Every page opens in Chromium with nothing fetched from the network: figures decode, links resolve."""
-    sync_api = pytest.importorskip("playwright.sync_api", reason="needs the Python package playwright")
+    try:
+        from playwright import sync_api
+    except ImportError:
+        missing("needs the Python package playwright: pip install -e '.[dev]'")
     if not CHROMIUM.exists():
-        pytest.skip("needs Debian's chromium at /usr/bin/chromium (apt-get install chromium)")
+        missing("needs Debian's chromium at /usr/bin/chromium (apt-get install chromium)")
     with sync_api.sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
         page = browser.new_page()

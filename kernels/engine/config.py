@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from kvcourse.kernels.engine.threads import check_num_threads
 from kvcourse.kernels.memory.budget import MemoryBudget
 from kvcourse.kernels.memory.events import DEFAULT_MAX_EVENTS
+from kvcourse.kernels.model.cpu_fast import FAST_PATH_MODES
 
 DEFAULT_NUM_BLOCKS = 512
 
@@ -22,7 +23,8 @@ class EngineConfig:
 
     ``eos_token_id`` None means the model's own stop tokens (``model.config.eos_token_ids``).
     ``num_threads`` is the CPU thread policy, applied once when the engine is made (None: leave
-    torch's setting). ``max_events`` bounds the event log (0 keeps none; counts are always kept).
+    torch's setting). ``fast_paths`` "auto" or "off" sets the model's CPU fast paths when the
+    engine is made (Transformer.accelerate); None runs the model as it is given. ``max_events`` bounds the event log (0 keeps none; counts are always kept).
     """
 
     block_size: int = 16
@@ -35,6 +37,7 @@ class EngineConfig:
     use_triton: bool | None = None  # None: on CUDA yes, on the CPU the PyTorch path
     eos_token_id: int | None = None
     num_threads: int | None = None
+    fast_paths: str | None = None
     max_events: int = DEFAULT_MAX_EVENTS
 
     def __post_init__(self) -> None:
@@ -50,5 +53,7 @@ class EngineConfig:
                                               or not isinstance(self.eos_token_id, int) or self.eos_token_id < 0):
             raise ValueError(f"eos_token_id must be a token id or None, got {self.eos_token_id!r}")
         check_num_threads(self.num_threads)
+        if self.fast_paths is not None and self.fast_paths not in FAST_PATH_MODES:
+            raise ValueError(f"fast_paths must be one of {FAST_PATH_MODES} or None, got {self.fast_paths!r}")
         if isinstance(self.max_events, bool) or not isinstance(self.max_events, int) or self.max_events < 0:
             raise ValueError(f"max_events must be an integer >= 0, got {self.max_events!r}")

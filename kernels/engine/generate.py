@@ -129,17 +129,19 @@ def register_cache(name: str, factory: CacheFactory) -> None:
     CACHE_BACKENDS[name] = factory
 
 
-def as_transformer(model: Any) -> Transformer:
-    """Our Transformer as is; a Hugging Face model converted now, into a new copy (Transformer.from_hf).
+def as_transformer(model: Any, fast_paths: str | None = None) -> Transformer:
+    """Our Transformer; a Hugging Face model converted now, into a new copy (Transformer.from_hf).
 
+    ``fast_paths`` "auto" or "off" sets the model's CPU fast paths first (Transformer.accelerate,
+    which changes the model you pass); None keeps ours as it is and accelerates a conversion.
     Nothing is remembered on the Hugging Face model: convert once yourself and pass the result
     to reuse one conversion across calls.
     """
     if isinstance(model, Transformer):
-        return model
+        return model if fast_paths is None else model.accelerate(fast_paths)
     if not hasattr(model, "config") or not hasattr(model, "state_dict"):
         raise TypeError(f"expected a kvcourse Transformer or a transformers Llama/Qwen2 model, got {type(model)}")
-    return Transformer.from_hf(model).pack_weights()
+    return Transformer.from_hf(model).accelerate(fast_paths or "auto")
 
 
 def _prompt_ids(ids: Any) -> list[int]:
@@ -175,7 +177,7 @@ def _check_sampling(sampling: SamplingParams, cache: str, attention: str) -> Non
 def generate(model: Any, ids: Any, max_new_tokens: int, cache: str = "contiguous",
              sampling: SamplingParams | None = None, window: int | None = None,
              eos_token_id: int | list[int] | None = None, attention: str = "auto",
-             num_threads: int | None = None) -> GenerationResult:
+             num_threads: int | None = None, fast_paths: str | None = None) -> GenerationResult:
     """Generate up to max_new_tokens after the prompt `ids` (lessons 02, 05, 06, 16).
 
     cache: "none" reruns the whole sequence every step; "contiguous" keeps K/V; "int8" keeps
@@ -183,9 +185,10 @@ def generate(model: Any, ids: Any, max_new_tokens: int, cache: str = "contiguous
     sampling: None means greedy. EOS (from the argument, else the model's config) stops early
     when sampling.stop_on_eos; the EOS token itself is included in .tokens. A Hugging Face model
     is converted for this call (result.converted says so; see as_transformer). num_threads is
-    the CPU thread policy for this call (None: torch's current setting).
+    the CPU thread policy for this call (None: torch's current setting). fast_paths "auto" or
+    "off" sets the model's CPU fast paths (Transformer.accelerate); None leaves them as they are.
     """
-    transformer = as_transformer(model)
+    transformer = as_transformer(model, fast_paths)
     prompt = _prompt_ids(ids)
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")

@@ -36,8 +36,10 @@ class LLMEngine:
     """A small vLLM: paged KV pool, prefix caching, sharing, continuous batching (lessons 08-15)."""
 
     def __init__(self, model: torch.nn.Module, config: EngineConfig | None = None) -> None:
-        self.model = model
         self.config = config if config is not None else EngineConfig()
+        if self.config.fast_paths is not None:
+            model.accelerate(self.config.fast_paths)
+        self.model = model
         apply_thread_policy(self.config.num_threads)
         self.max_model_len = self.config.max_model_len or model.config.max_position_embeddings
         self.num_blocks = self._num_blocks()

@@ -2,7 +2,8 @@
 
 RMSNorm -> grouped-query attention with RoPE -> residual -> RMSNorm -> SwiGLU MLP -> residual,
 num_layers times, then a final RMSNorm and the lm_head. The attention layer hands q, k, v
-to an AttentionBackend, which owns the KV storage (see backend.py).
+to an AttentionBackend, which owns the KV storage (see backend.py). Every module here is the
+textbook form (layers.py); ``accelerate()`` swaps in the CPU fast paths (cpu_fast.py).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from kvcourse.kernels.model import cpu_fast
 from kvcourse.kernels.model.config import ModelConfig
 from kvcourse.kernels.model.layers import Linear, RMSNorm, RotaryEmbedding, Rotation
 
@@ -32,19 +34,18 @@ class Attention(nn.Module):
         self.qkv_proj = Linear(config.hidden_size, self.q_size + 2 * self.kv_size, bias=config.attention_bias)
         self.o_proj = Linear(self.q_size, config.hidden_size, bias=config.attention_out_bias)
 
-    def forward(self, x: torch.Tensor, rope: Rotation, backend: AttentionBackend,
-                residual: torch.Tensor | None = None) -> torch.Tensor:
-        """Attention of the normalised ``x``; with ``residual``, returns residual + attention (one op)."""
+    def forward(self, x: torch.Tensor, rope: Rotation, backend: AttentionBackend) -> torch.Tensor:
+        """Attention of the normalised ``x`` (T, hidden) -> (T, hidden)."""
         num_tokens = x.shape[0]
         qkv = self.qkv_proj(x)  # (T, q_size + 2 * kv_size)
         qk = qkv[:, : self.q_size + self.kv_size].view(num_tokens, self.num_heads + self.num_kv_heads,
                                                        self.head_dim)  # (T, H + Hkv, D)
-        qk = rope(qk)  # q and k rotated in one go
+        qk = rope(qk)  # q and k rotated in one call: the same turn for every head at a position
         q = qk[:, : self.num_heads]  # (T, H, D)
         k = qk[:, self.num_heads:]  # (T, Hkv, D)
         v = qkv[:, self.q_size + self.kv_size:].view(num_tokens, self.num_kv_heads, self.head_dim)  # (T, Hkv, D)
         out = backend.attend(self.layer_idx, q, k, v)  # (T, H, D)
-        return self.o_proj(out.reshape(num_tokens, self.q_size), residual)  # (T, hidden): residual + attention
+        return self.o_proj(out.reshape(num_tokens, self.q_size))  # (T, H * D) -> (T, hidden)
 
 
 class MLP(nn.Module):
@@ -56,11 +57,11 @@ class MLP(nn.Module):
         self.gate_up_proj = Linear(config.hidden_size, 2 * config.intermediate_size)
         self.down_proj = Linear(config.intermediate_size, config.hidden_size)
 
-    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
-        """SwiGLU of the normalised ``x``; with ``residual``, returns residual + MLP (one op)."""
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """SwiGLU of the normalised ``x`` (T, hidden) -> (T, hidden)."""
         gate_up = self.gate_up_proj(x)  # (T, 2 * intermediate)
-        gate, up = gate_up[:, : self.intermediate_size], gate_up[:, self.intermediate_size:]
-        return self.down_proj(F.silu(gate).mul_(up), residual)  # silu in place: one buffer fewer per layer
+        gate, up = gate_up[:, : self.intermediate_size], gate_up[:, self.intermediate_size:]  # (T, intermediate) each
+        return self.down_proj(F.silu(gate) * up)  # (T, hidden)
 
 
 class DecoderLayer(nn.Module):
@@ -74,8 +75,8 @@ class DecoderLayer(nn.Module):
         self.mlp = MLP(config)
 
     def forward(self, x: torch.Tensor, rope: Rotation, backend: AttentionBackend) -> torch.Tensor:
-        x = self.self_attn(self.input_layernorm(x), rope, backend, residual=x)  # x + attention
-        return self.mlp(self.post_attention_layernorm(x), residual=x)  # x + MLP
+        x = x + self.self_attn(self.input_layernorm(x), rope, backend)  # the residual stream, (T, hidden)
+        return x + self.mlp(self.post_attention_layernorm(x))
 
 
 class Transformer(nn.Module):
@@ -91,6 +92,7 @@ class Transformer(nn.Module):
         self.lm_head = Linear(config.hidden_size, config.vocab_size)
         if config.tie_word_embeddings:
             self.lm_head.weight = self.embed_tokens.weight
+        self.fast_paths: tuple[cpu_fast.FastPath, ...] = ()  # none until accelerate()
         if not self.embed_tokens.weight.is_meta:
             self.reset_parameters()
 
@@ -127,17 +129,13 @@ class Transformer(nn.Module):
             x = x[logits_index]  # only the rows whose next token we need: the lm_head is the biggest matmul
         return self.lm_head(self.norm(x))  # (len(logits_index) or T, vocab)
 
-    def pack_weights(self) -> Transformer:
-        """Pre-pack every Linear for the CPU's fast mat-vec (see layers.Linear); returns self."""
-        for module in self.modules():
-            if isinstance(module, Linear):
-                module.pack()
-        return self
+    def accelerate(self, fast_paths: str = "auto") -> Transformer:
+        """Swap in the CPU fast paths this machine can run ("auto"), or the textbook forms ("off"); returns self.
 
-    def unpack_weights(self) -> Transformer:
-        for module in self.modules():
-            if isinstance(module, Linear):
-                module.unpack()
+        The fast twins (cpu_fast.py) share these modules' weights and are tested equal to them;
+        ``KVCOURSE_FAST_PATHS=0`` makes "auto" mean "off". ``self.fast_paths`` says what is on, and why.
+        """
+        self.fast_paths = cpu_fast.accelerate(self, fast_paths)
         return self
 
     def weight_bytes_read_per_pass(self) -> int:
