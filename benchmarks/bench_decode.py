@@ -14,7 +14,10 @@ one warm-up run each first), each a median over the rounds with its spread:
   * eager_bound (float32): the same greedy decode written flat, one torch call per step of the
            maths, on our weights and cache (benchmarks/eager_bound.py); its tokens must equal ours.
            eager_bound / floor is what eager PyTorch pays on this CPU whoever writes the model;
-           ours / eager_bound is what our structure (modules, checks, measurements) adds.
+           ours / eager_bound is what our structure (modules, checks, measurements) adds;
+  * textbook (information only): the same generate on the model with its CPU fast paths off
+           (Transformer.accelerate("off"), kernels/model/cpu_fast.py): textbook / ours is what the
+           fast paths buy on this CPU, i.e. the price of reading the textbook forms.
 bfloat16 is a speed claim only where the CPU computes it natively (avx512_bf16 / amx_bf16);
 elsewhere torch emulates it through float32 and the JSON says so instead of grading it.
 
@@ -85,12 +88,17 @@ def ours_decode(model, ids: torch.Tensor, num_new: int) -> tuple[float, list[int
     return (wall - result.stats[0].seconds) / result.num_decode_steps, result.tokens
 
 
-def compare(ours, hf_model, ids: torch.Tensor, num_new: int, rounds: int) -> dict:
-    """The four figures for one dtype, interleaved; ``ours`` is our Transformer in the same dtype as ``hf_model``."""
+def compare(ours, hf_model, ids: torch.Tensor, num_new: int, rounds: int, textbook=None) -> dict:
+    """The figures for one dtype, interleaved; ``ours`` is our Transformer in the same dtype as ``hf_model``,
+    ``textbook`` (optional) the same with its fast paths off."""
     tokens: dict[str, list[int]] = {}
 
     def run_ours() -> float:
         seconds, tokens["ours"] = ours_decode(ours, ids, num_new)
+        return seconds
+
+    def run_textbook() -> float:
+        seconds, tokens["textbook"] = ours_decode(textbook, ids, num_new)
         return seconds
 
     def run_hf() -> float:
@@ -106,6 +114,8 @@ def compare(ours, hf_model, ids: torch.Tensor, num_new: int, rounds: int) -> dic
                 "hf_eager_generate": run_hf, "hf_linears": lambda: linears_seconds(their_linears)}
     if ours.dtype == torch.float32:
         measures["eager_bound"] = run_bound
+    if textbook is not None:
+        measures["textbook"] = run_textbook
     samples = interleaved(measures, rounds)
     same = next((i for i, (a, b) in enumerate(zip(tokens["ours"], tokens["hf"])) if a != b), len(tokens["ours"]))
     to_floor = paired_ratio(samples["ours"], samples["floor"])
@@ -116,6 +126,9 @@ def compare(ours, hf_model, ids: torch.Tensor, num_new: int, rounds: int) -> dic
         bound = {"eager_bound_to_floor": paired_ratio(samples["eager_bound"], samples["floor"]),
                  "ours_to_eager_bound": paired_ratio(samples["ours"], samples["eager_bound"]),
                  "eager_bound_tokens_identical": tokens["eager_bound"] == tokens["ours"]}
+    if "textbook" in samples:
+        bound |= {"fast_paths_speedup": paired_ratio(samples["textbook"], samples["ours"]),
+                  "textbook_tokens_identical": tokens["textbook"] == tokens["ours"]}
     return {
         "ms_per_token": {k: summary(v, 1e3) for k, v in samples.items()},
         "samples_ms": {k: [x * 1e3 for x in v] for k, v in samples.items()},
@@ -163,7 +176,8 @@ def main(argv: list[str] | None = None) -> dict:
                     "bf16_note": bf16_note(facts["bf16_native"]), "targets": TARGETS}
     for name in args.dtypes:
         hf_model.to(DTYPES[name])
-        row = compare(Transformer.from_hf(hf_model).accelerate(), hf_model, ids, args.new_tokens, args.rounds)
+        row = compare(Transformer.from_hf(hf_model).accelerate(), hf_model, ids, args.new_tokens, args.rounds,
+                      textbook=Transformer.from_hf(hf_model).accelerate("off"))
         result[name] = row
         ms = row["ms_per_token"]
         print(f"{name}: ours {ms['ours']['median']:.2f} ms/token (spread {ms['ours']['spread']:.0%}), "
@@ -179,6 +193,10 @@ def main(argv: list[str] | None = None) -> dict:
                   f"{row['eager_bound_to_floor']['ratio_of_medians']:.2f}x the floor; ours = "
                   f"{row['ours_to_eager_bound']['ratio_of_medians']:.2f}x the eager bound; its tokens equal ours: "
                   f"{row['eager_bound_tokens_identical']}", flush=True)
+        if "fast_paths_speedup" in row:
+            print(f"{name}: fast paths off (the textbook model) {ms['textbook']['median']:.2f} ms/token: the fast "
+                  f"paths make decode {row['fast_paths_speedup']['ratio_of_medians']:.2f}x faster; tokens "
+                  f"identical: {row['textbook_tokens_identical']}", flush=True)
     hf_model.to(torch.float32)
     result["meets_targets"] = grade(result, facts["bf16_native"])
     path = write_result("decode", result)

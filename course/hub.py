@@ -31,7 +31,7 @@ STOP_GRACE_S = 10
 
 
 def find_proxy() -> str:
-    """JupyterHub's proxy: the environment's own (`make setup`), else one on PATH; else a clear error."""
+    """JupyterHub's proxy: the environment's own (`make proxy`), else one on PATH; else a clear error."""
     own = Path(sys.executable).parent / PROXY
     if own.exists():
         return str(own)
@@ -39,7 +39,7 @@ def find_proxy() -> str:
     if found:
         return found
     raise RuntimeError(f"kvcourse hub needs JupyterHub's proxy, {PROXY}, which comes from npm. Install Node.js "
-                       f"and npm (Debian: sudo apt-get install -y nodejs npm) and run `make setup`, which puts "
+                       f"and npm (Debian: sudo apt-get install -y nodejs npm) and run `make proxy`, which puts "
                        f"{PROXY} {PROXY_VERSION} into .venv; or `npm install -g {PROXY}@{PROXY_VERSION}`.")
 
 

@@ -51,10 +51,11 @@ def test_floor_runs_every_linear(tiny):
 
 def test_decode_comparison_runs(tiny):
     ours, hf = tiny
-    row = bench_decode.compare(ours, hf, torch.arange(3, 11), num_new=4, rounds=1)
+    textbook = Transformer.from_hf(hf).accelerate("off")
+    row = bench_decode.compare(ours, hf, torch.arange(3, 11), num_new=4, rounds=1, textbook=textbook)
     assert row["tokens_identical_to_hf"] and set(row["ms_per_token"]) == {"ours", "floor", "hf_eager_generate",
-                                                                          "hf_linears", "eager_bound"}
-    assert row["eager_bound_tokens_identical"]
+                                                                          "hf_linears", "eager_bound", "textbook"}
+    assert row["eager_bound_tokens_identical"] and row["textbook_tokens_identical"]
     assert bench_decode.grade({"fp32": row, "bf16": row}, bf16_native=False).keys() == {"fp32_floor",
                                                                                         "fp32_vs_hf_eager"}
 

@@ -79,3 +79,79 @@ def test_a_failing_step_shows_its_output(tmp_path: Path) -> None:
     assert "first line" in run.stdout and "the reason" in run.stdout, "the step's own output is shown"
     log = (tmp_path / ".venv" / "setup.log").read_text()
     assert "doing something that fails" in log and "the reason" in log
+
+
+def _dry_run(folder: Path, target: str, *args: str, path: str | None = None) -> str:
+    """What `make -n TARGET` would run in ``folder``, with PATH set to ``path`` (to hide or fake nvidia-smi)."""
+    env = {**os.environ, "MAKEFLAGS": "", **({"PATH": path} if path is not None else {})}
+    env.pop("TORCH_INDEX", None)
+    return subprocess.run([shutil.which("make"), "-n", target, *args], cwd=folder, capture_output=True, text=True,
+                          check=True, env=env).stdout
+
+
+@pytest.fixture
+def fresh(tmp_path: Path) -> Path:
+    """A fresh clone's view: the Makefile and a pyproject.toml, no .venv."""
+    shutil.copy(REPO_ROOT / "Makefile", tmp_path / "Makefile")
+    (tmp_path / "pyproject.toml").write_text("[project]\n")
+    return tmp_path
+
+
+def _path_without_nvidia_smi(tmp_path: Path) -> str:
+    """PATH with only the tools make and its recipes need, and no nvidia-smi among them."""
+    bin_dir = tmp_path / "bin-without-gpu"
+    bin_dir.mkdir()
+    for tool in ("sh", "uname", "python3", "date", "mkdir", "printf", "cat", "rm", "touch", "tail", "test", "npm"):
+        found = shutil.which(tool)
+        if found:
+            (bin_dir / tool).symlink_to(found)
+    return str(bin_dir)
+
+
+def test_a_learners_lab_never_touches_npm(fresh: Path) -> None:
+    assert "npm" not in _dry_run(fresh, "lab")
+    assert "npm" in _dry_run(fresh, "test") or shutil.which("npm") is None, "make test installs the hub's proxy"
+
+
+def test_linux_without_an_nvidia_gpu_gets_the_cpu_build(fresh: Path, tmp_path: Path) -> None:
+    if os.uname().sysname != "Linux":
+        pytest.skip("the choice for Linux")
+    out = _dry_run(fresh, "setup", path=_path_without_nvidia_smi(tmp_path))
+    assert "installing PyTorch 2.13.0 (the CPU build: no NVIDIA GPU answers nvidia-smi)" in out
+    assert "--extra-index-url https://download.pytorch.org/whl/cpu" in out
+    assert "cannot be reached: PyTorch comes from pip's default index instead" in out, "the fallback is one line"
+
+
+def test_a_machine_with_an_nvidia_gpu_gets_the_cuda_build(fresh: Path, tmp_path: Path) -> None:
+    if os.uname().sysname != "Linux":
+        pytest.skip("the choice for Linux")
+    fake = tmp_path / "fake-gpu"
+    fake.mkdir()
+    (fake / "nvidia-smi").write_text("#!/bin/sh\necho 'GPU 0: NVIDIA H200 (UUID: GPU-0)'\n")
+    (fake / "nvidia-smi").chmod(0o755)
+    out = _dry_run(fresh, "setup", path=f"{fake}:{_path_without_nvidia_smi(tmp_path)}")
+    assert "installing PyTorch 2.13.0 (the CUDA build: nvidia-smi sees an NVIDIA GPU)" in out
+    assert "--extra-index-url" not in out and "pip install --quiet torch==2.13.0" in out
+
+
+def test_torch_index_overrides_the_choice(fresh: Path) -> None:
+    out = _dry_run(fresh, "setup", "TORCH_INDEX=https://example.org/whl/cu128")
+    assert "(from TORCH_INDEX=https://example.org/whl/cu128)" in out
+    assert "--extra-index-url https://example.org/whl/cu128" in out
+
+
+def test_python_older_than_3_11_is_refused_before_the_environment_is_made(fresh: Path) -> None:
+    old = fresh / "python3.10"
+    old.write_text("#!/bin/sh\n"
+                   "case \"$2\" in *print*) echo 3.10;; *) exit 1;; esac\n")  # the version, then the check fails
+    old.chmod(0o755)
+    run = subprocess.run(["make", "setup", f"PYTHON={old}"], cwd=fresh, capture_output=True, text=True,
+                         env={**os.environ, "MAKEFLAGS": ""})
+    assert run.returncode != 0
+    assert f"the course needs Python 3.11 or newer and {old} is 3.10" in run.stdout
+    assert not (fresh / ".venv").exists(), "nothing is made before the check"
+
+
+def test_make_test_passes_pytest_args_through(fresh: Path) -> None:
+    out = _dry_run(fresh, "test", "PYTEST_ARGS=-m 'not slow' -k paged")
+    assert "pytest -n 2 -m 'not slow' -k paged" in out
