@@ -8,12 +8,12 @@ from kvcourse.timing_lab import ENGINE_MODES, HF_CACHE, HF_NO_CACHE, Runner, Swe
 
 
 def engine_cache_modes() -> tuple[str, ...]:
-    """The exact cache modes the course engine has registered, in the order none, contiguous, paged."""
+    """The exact cache modes the course engine has, in the order none, contiguous, paged."""
     try:
-        from kvcourse.kernels import CACHE_BACKENDS
+        from kvcourse.kernels import CACHE_MODES
     except ImportError as err:
         raise RuntimeError(f"the course engine (kvcourse.kernels.generate) is not available here ({err})") from None
-    return tuple(mode for mode in ENGINE_MODES if mode in CACHE_BACKENDS)
+    return tuple(mode for mode in ENGINE_MODES if mode in CACHE_MODES)
 
 
 def hf_runner(model, prompt_ids: torch.Tensor, use_cache: bool, pad_token_id: int | None) -> Runner:

@@ -24,19 +24,12 @@ from kvcourse.kernels.baselines.fragmentation import (
     simulate_reservation,
 )
 from kvcourse.kernels.baselines.reservation import ReservationAllocator
-from kvcourse.kernels.engine import paged_generate  # noqa: F401  (registers generate(cache="paged"))
 from kvcourse.kernels.engine.beam_search import BeamSearchResult, beam_search
-from kvcourse.kernels.engine.generate import (
-    CACHE_BACKENDS,
-    GenerationResult,
-    Phase,
-    StepStats,
-    generate,
-    register_cache,
-)
+from kvcourse.kernels.engine.generate import CACHE_MODES, GenerationResult, Phase, StepStats, generate
 from kvcourse.kernels.engine.llm_engine import EngineConfig, LLMEngine
+from kvcourse.kernels.engine.request import RequestOutput, RequestStatus
 from kvcourse.kernels.engine.sampling import SamplingParams, sample
-from kvcourse.kernels.engine.sequence import Sequence
+from kvcourse.kernels.engine.sequence import FinishReason, Sequence
 from kvcourse.kernels.memory.block_pool import BlockPool, block_hash
 from kvcourse.kernels.memory.budget import MemoryBudget, num_blocks_for_budget
 from kvcourse.kernels.memory.cache_int8 import quantize_int8
@@ -48,7 +41,7 @@ from kvcourse.kernels.model.merge_heads import regroup_kv_heads
 from kvcourse.kernels.model.transformer import Transformer
 
 __all__ = [
-    "CACHE_BACKENDS",
+    "CACHE_MODES",
     "EXAMPLE_13B",
     "MODEL_CONFIGS",
     "AttentionBackend",
@@ -57,6 +50,7 @@ __all__ = [
     "BlockPool",
     "EngineConfig",
     "EventKind",
+    "FinishReason",
     "GenerationResult",
     "KVCacheManager",
     "LLMEngine",
@@ -67,6 +61,8 @@ __all__ = [
     "Phase",
     "ReservationAllocator",
     "ReservationReplay",
+    "RequestOutput",
+    "RequestStatus",
     "SamplingParams",
     "Sequence",
     "StepMetadata",
@@ -83,7 +79,6 @@ __all__ = [
     "paged_attention_reference",
     "paged_decode_attention",
     "quantize_int8",
-    "register_cache",
     "regroup_kv_heads",
     "sample",
     "simulate_paging",

@@ -51,3 +51,28 @@ def test_imports_run_one_way(layer):
         wrong = {m for m in _imported_modules(path)
                  if any(m.startswith(f"kvcourse.kernels.{up}") for up in later)}
         assert not wrong, f"{path.relative_to(KERNELS)} imports {sorted(wrong)} (imports run engine -> memory -> attention -> model)"
+
+
+def test_importing_the_engine_changes_no_global_state():
+    """No import-time side effects: the cache table is fixed, torch's threads stay, no probe runs (issue 26)."""
+    import subprocess
+    import sys
+
+    script = """
+import importlib, torch
+threads = torch.get_num_threads()
+import kvcourse.kernels as k
+from kvcourse.kernels.model import cpu_fast
+modes = dict(k.CACHE_MODES)
+importlib.reload(k)
+assert dict(k.CACHE_MODES).keys() == modes.keys() == {"none", "contiguous", "int8", "sliding", "paged"}, modes
+assert torch.get_num_threads() == threads
+assert cpu_fast.onednn_bf16_linear.cache_info().currsize == 0, "the oneDNN probe ran at import"
+try:
+    k.CACHE_MODES["mine"] = None
+except TypeError:
+    print("read-only")
+"""
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "read-only"

@@ -52,13 +52,13 @@ def test_generate_paged_equals_none_and_contiguous(model):
 
 
 def test_paged_cache_with_scattered_blocks(model):
-    from kvcourse.kernels.engine.generate import register_cache
     from kvcourse.kernels.engine.paged_generate import PagedSequenceCache
 
-    register_cache("paged-scattered-test",
-                   lambda req: PagedSequenceCache(req.model, req.max_tokens, block_size=4, scatter=True, seed=3))
+    def scattered(req):
+        return PagedSequenceCache(req.model, req.max_tokens, block_size=4, scatter=True, seed=3)
+
     p = prompts([21])[0]
-    result = generate(model, p, 15, cache="paged-scattered-test")
+    result = generate(model, p, 15, cache=scattered)
     assert result.tokens == reference(model, p, 15)
     table = result.backend.block_table
     assert table != sorted(table)  # the blocks really were out of order

@@ -52,6 +52,22 @@ def test_thread_policy_is_set_once_and_restored(model):
     assert torch.get_num_threads() == before
     generate(model, PROMPT, 2, num_threads=1)
     assert torch.get_num_threads() == before
+    engine = LLMEngine(model, EngineConfig(block_size=4, num_threads=1 if before != 1 else 2))
+    assert torch.get_num_threads() == before, "making an engine leaves torch's threads alone"
+    engine.add_request(PROMPT, SamplingParams(max_new_tokens=2))
+    engine.step()
+    assert torch.get_num_threads() == before, "a step restores what it found"
+    engine.generate([PROMPT], SamplingParams(max_new_tokens=2))
+    assert torch.get_num_threads() == before
+
+
+def test_aborting_an_unknown_request_says_which_exist(model):
+    engine = LLMEngine(model, EngineConfig(block_size=4))
+    with pytest.raises(KeyError, match="no request 7 to abort: this engine's requests are none yet"):
+        engine.abort_request(7)
+    engine.add_request(PROMPT, SamplingParams(max_new_tokens=2))
+    with pytest.raises(KeyError, match="ids 0 to 0"):
+        engine.abort_request(3)
 
 
 def test_event_log_is_bounded_and_optional(model):

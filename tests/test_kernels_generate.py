@@ -6,8 +6,8 @@ import pytest
 import torch
 from factories import make_tiny_hf_llama, one_cpu_thread  # noqa: F401  (one thread for the tiny model)
 
-from kvcourse.kernels import SamplingParams, Transformer, costs, generate, register_cache
-from kvcourse.kernels.engine.generate import CACHE_BACKENDS, Phase, as_transformer
+from kvcourse.kernels import CACHE_MODES, SamplingParams, Transformer, costs, generate
+from kvcourse.kernels.engine.generate import Phase, as_transformer
 from kvcourse.kernels.memory.caches import ContiguousKVBackend
 
 PROMPT = [5, 17, 33, 2 + 40, 61, 8, 90, 12]
@@ -133,7 +133,7 @@ def test_not_a_model_is_a_type_error():
         generate("gpt2", PROMPT, 3)
 
 
-def test_registered_cache_mode_is_used(model):
+def test_a_cache_factory_of_your_own_is_used(model):
     built = []
 
     def tiny_contiguous(req):
@@ -141,11 +141,8 @@ def test_registered_cache_mode_is_used(model):
         built.append(backend)
         return backend
 
-    register_cache("test-tiny", tiny_contiguous)
-    try:
-        result = generate(model, PROMPT, 12, cache="test-tiny", eos_token_id=[])
-    finally:
-        del CACHE_BACKENDS["test-tiny"]
+    result = generate(model, PROMPT, 12, cache=tiny_contiguous, eos_token_id=[])
+    assert "tiny_contiguous" not in str(dict(CACHE_MODES)), "a factory is used, never registered"
     assert result.tokens == generate(model, PROMPT, 12, eos_token_id=[]).tokens
     assert built and built[0].capacity >= len(PROMPT) + 11  # it grew from 2 slots
 

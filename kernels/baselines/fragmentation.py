@@ -16,9 +16,13 @@ from kvcourse.kernels.baselines.replay import (  # noqa: F401  (re-exported: les
     _Replay,
 )
 from kvcourse.kernels.baselines.reservation import Region, ReservationAllocator
-from kvcourse.kernels.engine.sequence import Sequence
+from kvcourse.kernels.engine.sampling import SamplingParams
+from kvcourse.kernels.engine.scheduler import ScheduledBatch, Scheduler
+from kvcourse.kernels.engine.sequence import Sequence, SequenceStatus
 from kvcourse.kernels.memory.kv_cache_manager import KVCacheManager
 from kvcourse.kernels.workload import TraceRequest
+
+DUMMY_TOKEN = 0  # the paging replay's every token: no model reads it, and no EOS set holds it
 
 
 class ReservationReplay(_Replay):
@@ -105,105 +109,79 @@ class ReservationReplay(_Replay):
 
 
 class PagingReplay(_Replay):
-    """Blocks on demand from the engine's own KV-cache manager; the newest request is preempted
-    (and later recomputed) when a running one needs a block and none is free (lesson 11).
+    """The trace served as LLMEngine serves it, with dummy tokens and no model (lesson 11).
 
-    By default a request's preemption discards its answer so far and its first answer token is
-    given a slot at admission (the model of lessons 09 and 14). With ``mirror_engine=True`` the
-    replay takes LLMEngine's steps exactly, as the engine would serve the trace with no per-step
-    token budget or sequence limit: admission holds blocks for the prompt, a sampled token gets
-    its slot in the next step (when its K/V is computed), a preempted request keeps its tokens and
-    recomputes them all when readmitted, never in the step that preempted it. Block for block it
-    then equals the engine (tests/test_sim_paging.py checks it on a tiny model); lesson 11 uses it.
+    The engine's own ``Scheduler`` and ``KVCacheManager`` do the work: blocks on demand, the
+    newest running request preempted (and later recomputed) when a running one needs a block and
+    none is free, first come first served. Each step is the engine's: ``schedule``, then
+    ``update`` with one dummy token per sampled sequence. The scheduler gets no per-step token
+    budget or sequence limit that could bind (the pool runs out first), so block for block the
+    replay equals an engine with such roomy limits (tests/test_sim_paging.py checks it on a tiny
+    model). A sampled token gets its slot in the next step, when its K/V is computed.
     """
 
     name = "paging"
 
-    def __init__(self, trace: list[TraceRequest], num_blocks: int, block_size: int = 16, *,
-                 mirror_engine: bool = False) -> None:
+    def __init__(self, trace: list[TraceRequest], num_blocks: int, block_size: int = 16) -> None:
         longest = max(r.final_len for r in trace) if trace else 0
-        if -(-longest // block_size) > num_blocks:
-            raise ValueError(f"a request of {longest} tokens needs {-(-longest // block_size)} blocks of "
+        blocks_needed = (longest + block_size - 1) // block_size
+        if blocks_needed > num_blocks:
+            raise ValueError(f"a request of {longest} tokens needs {blocks_needed} blocks of "
                              f"{block_size}; the pool has {num_blocks}")
         super().__init__(trace, num_blocks * block_size)
         self.block_size = block_size
-        self.mirror_engine = mirror_engine
         self.manager = KVCacheManager(num_blocks, block_size)
-        self.waiting: list[Sequence] = []
-        self.running: list[Sequence] = []
+        # one step never computes more tokens than the pool holds, nor runs more sequences than blocks
+        self.scheduler = Scheduler(self.manager, max_num_seqs=num_blocks,
+                                   max_num_batched_tokens=num_blocks * block_size, max_model_len=longest)
         self.num_recomputed_tokens = 0  # tokens whose K/V a preemption threw away
         self._recorded: list[tuple[int, list[int], int]] = []  # (request, block table, tokens stored)
         self._free_category = "idle"
 
-    def _preempt(self) -> Sequence:
-        victim = self.running.pop()  # the newest gives way and recomputes later
-        self.num_recomputed_tokens += victim.num_computed_tokens
-        self.manager.free(victim)
-        if not self.mirror_engine:
-            del victim.token_ids[victim.num_prompt_tokens + 1:]
-        self.waiting.insert(0, victim)
-        self.report.num_preemptions += 1
-        return victim
+    @property
+    def running(self) -> list[Sequence]:
+        return self.scheduler.running
 
-    def _preempt_for(self, seq: Sequence) -> list[Sequence]:
-        preempted = []
-        while not self.manager.can_append(seq):
-            preempted.append(self._preempt())
-            if preempted[-1] is seq:
-                break
-        return preempted
+    @property
+    def waiting(self) -> list[Sequence]:
+        return list(self.scheduler.waiting)
 
     def _arrive(self) -> None:
         for rid in self._arrivals():
             req = self.trace[rid]
-            # by default the prefill step's first answer token takes a slot at admission
-            num_tokens = req.num_prompt_tokens + (0 if self.mirror_engine else 1)
-            self.waiting.append(Sequence(rid, [0] * num_tokens, req.num_prompt_tokens, self.block_size))
+            params = SamplingParams(max_new_tokens=req.num_output_tokens, stop_on_eos=False)
+            self.scheduler.add(Sequence(rid, [DUMMY_TOKEN] * req.num_prompt_tokens, req.num_prompt_tokens,
+                                        self.block_size, params))
 
     def step(self) -> StepRecord:
         self._arrive()
-        preempted: list[Sequence] = []
-        for seq in list(self.running):
-            if seq not in self.running:
-                continue  # preempted this step to make room for an older one
-            if not self.mirror_engine:
-                seq.token_ids.append(0)
-            preempted += self._preempt_for(seq)
-            if seq in self.running:
-                self.manager.append_slot(seq)
-        # the engine readmits nobody in the step that preempted them (first come, first served)
-        held_back = preempted if self.mirror_engine else []
-        while (self.waiting and not any(self.waiting[0] is p for p in held_back)
-               and self.manager.can_allocate(self.waiting[0])):
-            seq = self.waiting.pop(0)
-            self.manager.allocate(seq)
-            self.running.append(seq)
-        for seq in self.running:
-            seq.num_computed_tokens = seq.num_tokens
-        record = self._record()
-        if self.mirror_engine:
-            for seq in self.running:
-                seq.token_ids.append(0)  # sampled from this step's logits; its slot comes next step
-        for seq in [s for s in self.running if s.num_tokens >= self.trace[s.seq_id].final_len]:
-            self.running.remove(seq)
-            self.manager.free(seq)
-            self.num_finished += 1
+        self.manager.events.step = self.step_index
+        stored = {seq: seq.num_computed_tokens for seq in self.scheduler.running}  # a preemption resets it
+        batch = self.scheduler.schedule()
+        self.report.num_preemptions += len(batch.preempted)
+        self.num_recomputed_tokens += sum(stored[seq] for seq in batch.preempted)
+        record = self._record(batch)
+        if not batch.is_empty:
+            grown = self.scheduler.update(batch, [[DUMMY_TOKEN] for _ in batch.sampled_seqs])
+            self.num_finished += sum(seq.status is SequenceStatus.FINISHED for seq in grown)
         if self.done and self.manager.num_free_blocks != self.manager.num_blocks:
             raise RuntimeError(f"the paging replay leaked {self.manager.num_used_blocks} blocks")
         return record
 
-    def _record(self) -> StepRecord:
-        used = sum(s.num_computed_tokens for s in self.running)
+    def _record(self, batch: ScheduledBatch) -> StepRecord:
+        """The pool as this step's forward pass leaves it: every scheduled token's K/V stored."""
+        stored = {seq: seq.num_computed_tokens + n for seq, n in zip(batch.seqs, batch.query_lens)}
+        used = sum(stored.values())
         free = self.manager.num_free_blocks * self.block_size
+        waiting = len(self.scheduler.waiting)
         record = StepRecord(
             step=self.step_index, used=used, reserved_future=0,
             internal=self.manager.num_used_blocks * self.block_size - used,
-            external=0, stranded=free if self.waiting else 0, idle=0 if self.waiting else free,
-            running=len(self.running), waiting=len(self.waiting))
+            external=0, stranded=free if waiting else 0, idle=0 if waiting else free,
+            running=len(self.scheduler.running), waiting=waiting)
         self.report.history.append(record)
-        # finishing replaces a block table with a new list, so these stay as recorded
-        self._recorded = [(s.seq_id, s.block_table, s.num_computed_tokens) for s in self.running]
-        self._free_category = "stranded" if self.waiting else "idle"
+        self._recorded = [(s.seq_id, list(s.block_table), n) for s, n in stored.items()]
+        self._free_category = "stranded" if waiting else "idle"
         return record
 
     def memory_map(self) -> list[Segment]:
@@ -232,7 +210,6 @@ def simulate_reservation(trace: list[TraceRequest], num_slots: int) -> MemoryRep
     return ReservationReplay(trace, num_slots).run()
 
 
-def simulate_paging(trace: list[TraceRequest], num_blocks: int, block_size: int = 16, *,
-                    mirror_engine: bool = False) -> MemoryReport:
-    """Replay ``trace`` on blocks taken on demand to the end (``mirror_engine``: see PagingReplay)."""
-    return PagingReplay(trace, num_blocks, block_size, mirror_engine=mirror_engine).run()
+def simulate_paging(trace: list[TraceRequest], num_blocks: int, block_size: int = 16) -> MemoryReport:
+    """Replay ``trace`` to the end as LLMEngine serves it, blocks on demand (see PagingReplay)."""
+    return PagingReplay(trace, num_blocks, block_size).run()

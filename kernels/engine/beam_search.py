@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
+from kvcourse.kernels.engine.batch import ScheduledBatch, finish_pass
 from kvcourse.kernels.engine.model_runner import ModelRunner
 from kvcourse.kernels.engine.sequence import Sequence
 from kvcourse.kernels.memory.events import EventLog
@@ -42,11 +43,12 @@ class BeamSearchResult:
         return 1 - self.peak_blocks_shared / self.peak_blocks_unshared
 
 
-def _forward(runner: ModelRunner, seqs: list[Sequence], copies: list[BlockCopy] | None = None) -> torch.Tensor:
+def _forward(runner: ModelRunner, manager: KVCacheManager, seqs: list[Sequence],
+             copies: list[BlockCopy] | None = None) -> torch.Tensor:
     """Compute every sequence's uncomputed tokens; logits (len(seqs), vocab) of each last token."""
-    logits = runner.run(seqs, [s.num_uncomputed_tokens for s in seqs], copies)
-    for s in seqs:
-        s.num_computed_tokens = s.num_tokens
+    batch = ScheduledBatch.of(seqs, [s.num_uncomputed_tokens for s in seqs], copies)
+    logits = runner.run(batch)
+    finish_pass(batch, manager)  # the engine's own end of a pass (Scheduler.update starts with it)
     return logits
 
 
@@ -65,7 +67,7 @@ def beam_search(model: torch.nn.Module, prompt_ids: list[int], beam_width: int, 
     root = Sequence(next(seq_ids), list(prompt_ids), len(prompt_ids), block_size)
     manager.allocate(root)
     beams, scores = [root], torch.zeros(1, device=model.device)
-    logits = _forward(runner, beams)
+    logits = _forward(runner, manager, beams)
     peak_shared = peak_unshared = 0
     for step in range(max_new_tokens):
         if step > 0:
@@ -73,7 +75,7 @@ def beam_search(model: torch.nn.Module, prompt_ids: list[int], beam_width: int, 
             if manager.num_used_blocks > peak_shared:
                 peak_shared = manager.num_used_blocks
                 peak_unshared = sum(len(b.block_table) for b in beams)
-            logits = _forward(runner, beams, copies)
+            logits = _forward(runner, manager, beams, copies)
         candidates = scores[:, None] + torch.log_softmax(logits.float(), dim=-1)  # (beams, vocab)
         best = torch.topk(candidates.flatten(), beam_width)
         vocab = candidates.shape[1]

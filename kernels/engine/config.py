@@ -22,8 +22,8 @@ class EngineConfig:
     """Pool and batching limits; the pool is ``num_blocks`` or sized from ``memory_budget`` (lesson 08).
 
     ``eos_token_id`` None means the model's own stop tokens (``model.config.eos_token_ids``).
-    ``num_threads`` is the CPU thread policy, applied once when the engine is made (None: leave
-    torch's setting). ``fast_paths`` "auto" or "off" sets the model's CPU fast paths when the
+    ``num_threads`` is the CPU thread policy, held during each ``step`` and ``generate`` and
+    restored after (None: leave torch's setting). ``fast_paths`` "auto" or "off" sets the model's CPU fast paths when the
     engine is made (Transformer.accelerate); None runs the model as it is given. ``max_events`` bounds the event log (0 keeps none; counts are always kept).
     """
 

@@ -8,9 +8,10 @@ logits at the last position only, picks a token, and records what that step cost
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
+from types import MappingProxyType
 from typing import Any, Protocol, runtime_checkable
 
 import torch
@@ -25,7 +26,7 @@ from kvcourse.kernels.memory.caches import ContiguousKVBackend, NoCacheBackend
 from kvcourse.kernels.model.transformer import Transformer
 
 
-class Phase(str, Enum):  # noqa: UP042  (StrEnum needs Python 3.11; we support 3.10)
+class Phase(StrEnum):
     """Prefill reads the whole prompt at once; decode adds one token per step (lesson 06)."""
 
     PREFILL = "prefill"
@@ -116,17 +117,21 @@ def _sliding(req: CacheRequest) -> SequenceCache:
     return SlidingWindowBackend(req.model.config, req.window, req.model.dtype, req.model.device, req.attention)
 
 
-CACHE_BACKENDS: dict[str, CacheFactory] = {
+def _paged(req: CacheRequest) -> ModelRunningCache:
+    from kvcourse.kernels.engine.paged_generate import paged_cache  # the paged engine sits above generate
+
+    return paged_cache(req)
+
+
+# The cache modes, a fixed table: importing the course changes no global state. Another cache is a
+# CacheFactory passed as generate(cache=factory), never an entry added here.
+CACHE_MODES: Mapping[str, CacheFactory] = MappingProxyType({
     "none": _no_cache,
     "contiguous": _contiguous,
     "int8": _int8,
     "sliding": _sliding,
-}
-
-
-def register_cache(name: str, factory: CacheFactory) -> None:
-    """Add a cache mode to generate(cache=name); e.g. the paged engine registers "paged" (lesson 10)."""
-    CACHE_BACKENDS[name] = factory
+    "paged": _paged,
+})
 
 
 def as_transformer(model: Any, fast_paths: str | None = None) -> Transformer:
@@ -165,7 +170,7 @@ def _eos_ids(eos_token_id: int | list[int] | None, model: Transformer) -> set[in
     return {int(eos_token_id)} if isinstance(eos_token_id, int) else {int(i) for i in eos_token_id}
 
 
-def _check_sampling(sampling: SamplingParams, cache: str, attention: str) -> None:
+def _check_sampling(sampling: SamplingParams) -> None:
     """Refuse settings that generate would otherwise silently ignore."""
     if sampling.max_new_tokens is not None:
         raise ValueError("generate takes max_new_tokens as its own argument; SamplingParams.max_new_tokens "
@@ -174,14 +179,15 @@ def _check_sampling(sampling: SamplingParams, cache: str, attention: str) -> Non
         raise ValueError(f"generate makes one sample; for n = {sampling.n} samples use LLMEngine")
 
 
-def generate(model: Any, ids: Any, max_new_tokens: int, cache: str = "contiguous",
+def generate(model: Any, ids: Any, max_new_tokens: int, cache: str | CacheFactory = "contiguous",
              sampling: SamplingParams | None = None, window: int | None = None,
              eos_token_id: int | list[int] | None = None, attention: str = "auto",
              num_threads: int | None = None, fast_paths: str | None = None) -> GenerationResult:
     """Generate up to max_new_tokens after the prompt `ids` (lessons 02, 05, 06, 16).
 
     cache: "none" reruns the whole sequence every step; "contiguous" keeps K/V; "int8" keeps
-    them quantised; "sliding" keeps the last `window` tokens; more modes via register_cache.
+    them quantised; "sliding" keeps the last `window` tokens; "paged" runs the paged engine; or
+    a CacheFactory (CacheRequest -> cache) for a cache of your own.
     sampling: None means greedy. EOS (from the argument, else the model's config) stops early
     when sampling.stop_on_eos; the EOS token itself is included in .tokens. A Hugging Face model
     is converted for this call (result.converted says so; see as_transformer). num_threads is
@@ -198,14 +204,15 @@ def generate(model: Any, ids: Any, max_new_tokens: int, cache: str = "contiguous
     if len(prompt) + max_new_tokens > context:
         raise ValueError(f"prompt ({len(prompt)}) + max_new_tokens ({max_new_tokens}) exceeds the model's "
                          f"context of {context} positions; ask for at most {context - len(prompt)} new tokens")
-    if cache not in CACHE_BACKENDS:
-        raise ValueError(f"unknown cache {cache!r}; choose one of {sorted(CACHE_BACKENDS)}")
-    if window is not None and cache != "sliding":
+    if not callable(cache) and cache not in CACHE_MODES:
+        raise ValueError(f"unknown cache {cache!r}; choose one of {sorted(CACHE_MODES)}, or pass a CacheFactory")
+    if window is not None and cache != "sliding" and not callable(cache):
         raise ValueError(f"window only applies to cache='sliding', not {cache!r}")
     sampling = sampling or SamplingParams()
-    _check_sampling(sampling, cache, attention)
+    _check_sampling(sampling)
     eos = _eos_ids(eos_token_id, transformer) if sampling.stop_on_eos else set()
-    backend = CACHE_BACKENDS[cache](CacheRequest(transformer, len(prompt) + max_new_tokens, window, attention))
+    factory = cache if callable(cache) else CACHE_MODES[cache]
+    backend = factory(CacheRequest(transformer, len(prompt) + max_new_tokens, window, attention))
     with thread_policy(num_threads):
         result = _run(transformer, backend, prompt, max_new_tokens, sampling, eos, window)
     result.converted = transformer is not model

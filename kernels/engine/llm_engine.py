@@ -14,6 +14,7 @@ from dataclasses import replace
 
 import torch
 
+from kvcourse.kernels.engine.batch import ScheduledBatch
 from kvcourse.kernels.engine.config import DEFAULT_NUM_BLOCKS, EngineConfig
 from kvcourse.kernels.engine.model_runner import ModelRunner
 from kvcourse.kernels.engine.request import Request, RequestOutput, RequestStatus
@@ -24,9 +25,9 @@ from kvcourse.kernels.engine.sampling import (
     params_for_sample,
     sample,
 )
-from kvcourse.kernels.engine.scheduler import ScheduledBatch, Scheduler
+from kvcourse.kernels.engine.scheduler import Scheduler
 from kvcourse.kernels.engine.sequence import FinishReason, Sequence, SequenceStatus
-from kvcourse.kernels.engine.threads import apply_thread_policy
+from kvcourse.kernels.engine.threads import thread_policy
 from kvcourse.kernels.memory.budget import num_blocks_for_budget
 from kvcourse.kernels.memory.events import EventKind, EventLog
 from kvcourse.kernels.memory.kv_cache_manager import KVCacheManager
@@ -40,7 +41,6 @@ class LLMEngine:
         if self.config.fast_paths is not None:
             model.accelerate(self.config.fast_paths)
         self.model = model
-        apply_thread_policy(self.config.num_threads)
         self.max_model_len = self.config.max_model_len or model.config.max_position_embeddings
         self.num_blocks = self._num_blocks()
         self.events = EventLog(self.config.max_events)
@@ -114,6 +114,9 @@ class LLMEngine:
 
     def abort_request(self, request_id: int) -> None:
         """Stop serving a request now; its sequences finish with reason "abort" and free their blocks."""
+        if request_id not in self.requests:
+            known = f"ids 0 to {len(self.requests) - 1}" if self.requests else "none yet"
+            raise KeyError(f"no request {request_id!r} to abort: this engine's requests are {known}")
         req = self.requests[request_id]
         if req.is_done:
             return
@@ -129,14 +132,22 @@ class LLMEngine:
         return self.scheduler.has_work
 
     def step(self) -> list[RequestOutput]:
-        """Schedule, run one flat forward pass, sample, update: the outputs of the requests that moved."""
+        """Schedule, run one flat forward pass, sample, update: the outputs of the requests that moved.
+
+        The thread policy (``EngineConfig.num_threads``) holds during the step; torch's own
+        setting is restored after it.
+        """
+        with thread_policy(self.config.num_threads):
+            return self._step()
+
+    def _step(self) -> list[RequestOutput]:
         self.events.step = self.num_steps
         batch = self.scheduler.schedule()
         self.num_steps += 1
         if batch.is_empty:
             return self._refuse_stuck_head()
         self._mark_started(batch)
-        logits = self.model_runner.run(batch.seqs, batch.query_lens, batch.copies)  # (sampled seqs, vocab)
+        logits = self.model_runner.run(batch)  # (len(batch.sampled), vocab)
         grown = self.scheduler.update(batch, self._sample(batch, logits))
         return self._update_requests(grown)
 
@@ -197,6 +208,7 @@ class LLMEngine:
         """Serve every prompt to the end; results in prompt order, each finished or refused."""
         params_list = params if isinstance(params, list) else [params] * len(prompts)
         ids = [self.add_request(p, sp) for p, sp in zip(prompts, params_list)]
-        while self.has_unfinished_requests:
-            self.step()
+        with thread_policy(self.config.num_threads):  # once for the loop: each step then finds it set
+            while self.has_unfinished_requests:
+                self.step()
         return [self.requests[i].output() for i in ids]

@@ -2,10 +2,10 @@
 
 The same three moves serve ``LLMEngine``, beam search and ``generate(cache="paged")``: lay every
 scheduled sequence's new tokens end to end in one flat batch, say where each token's K/V goes
-and which blocks each sequence reads (``PagedMetadata``), and run the model once. Logits come
-back only for sequences whose new tokens reach their last token: a prompt chunk that stops
-short of the end needs none. The runner changes no bookkeeping; the caller updates the
-sequences after the pass.
+and which blocks each sequence reads (``PagedMetadata``), and run the model once. The batch (batch.py) says
+which sequences get logits: those whose new tokens reach their last token, since a prompt chunk
+that stops short of the end needs none. The runner changes no bookkeeping; the caller ends the
+pass (``finish_pass`` or ``Scheduler.update``).
 """
 
 from __future__ import annotations
@@ -15,13 +15,8 @@ import itertools
 import torch
 
 from kvcourse.kernels.attention.paged_backend import PagedAttentionBackend, PagedMetadata
-from kvcourse.kernels.engine.sequence import Sequence
-from kvcourse.kernels.memory.kv_pool import BlockCopy, KVPool
-
-
-def sampling_indices(seqs: list[Sequence], query_lens: list[int]) -> list[int]:
-    """Batch positions of the sequences whose last token is computed in this step: they get logits."""
-    return [i for i, (s, n) in enumerate(zip(seqs, query_lens)) if s.num_computed_tokens + n == s.num_tokens]
+from kvcourse.kernels.engine.batch import ScheduledBatch
+from kvcourse.kernels.memory.kv_pool import KVPool
 
 
 class ModelRunner:
@@ -41,23 +36,22 @@ class ModelRunner:
                              dtype=model.dtype, device=model.device)
         return cls(model, pool, use_triton)
 
-    def build_metadata(self, seqs: list[Sequence], query_lens: list[int]) -> PagedMetadata:
-        """Slots, positions, block tables and context lengths for the next ``query_lens`` tokens of each."""
-        return PagedMetadata.build([s.block_table for s in seqs], [s.num_computed_tokens for s in seqs],
-                                   query_lens, self.pool.block_size, self.model.device)
+    def build_metadata(self, batch: ScheduledBatch) -> PagedMetadata:
+        """Slots, positions, block tables and context lengths for the batch's scheduled tokens."""
+        return PagedMetadata.build([s.block_table for s in batch.seqs], [s.num_computed_tokens for s in batch.seqs],
+                                   list(batch.num_scheduled_tokens), self.pool.block_size, self.model.device)
 
     @torch.inference_mode()
-    def run(self, seqs: list[Sequence], query_lens: list[int], copies: list[BlockCopy] | None = None,
-            ) -> torch.Tensor:
-        """Logits (len(sampling_indices(seqs, query_lens)), vocab), in batch order."""
-        self.pool.copy_blocks(copies or [])
+    def run(self, batch: ScheduledBatch) -> torch.Tensor:
+        """Logits (len(batch.sampled), vocab): one row per sampled sequence, in batch order."""
+        self.pool.copy_blocks(list(batch.copies))
         device = self.model.device
-        meta = self.build_metadata(seqs, query_lens)
-        new_tokens = [t for s, n in zip(seqs, query_lens)
+        meta = self.build_metadata(batch)
+        new_tokens = [t for s, n in zip(batch.seqs, batch.num_scheduled_tokens)
                       for t in s.token_ids[s.num_computed_tokens:s.num_computed_tokens + n]]
         input_ids = torch.tensor(new_tokens, dtype=torch.long, device=device)  # (T,)
-        ends = list(itertools.accumulate(query_lens))
-        last_rows = [ends[i] - 1 for i in sampling_indices(seqs, query_lens)]
+        ends = list(itertools.accumulate(batch.num_scheduled_tokens))
+        last_rows = [ends[i] - 1 for i in batch.sampled]
         logits_index = torch.tensor(last_rows, dtype=torch.long, device=device)
         backend = PagedAttentionBackend(self.pool, meta, self.use_triton)
         return self.model(input_ids, meta.positions, backend, logits_index)  # (len(last_rows), vocab)

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from kvcourse.kernels.engine.generate import CacheRequest, register_cache
+from kvcourse.kernels.engine.batch import ScheduledBatch, finish_pass
+from kvcourse.kernels.engine.generate import CacheRequest
 from kvcourse.kernels.engine.model_runner import ModelRunner
 from kvcourse.kernels.engine.sequence import Sequence
 from kvcourse.kernels.memory.kv_cache_manager import KVCacheManager
@@ -68,16 +69,15 @@ class PagedSequenceCache:
             raise RuntimeError(f"the pool of {self.kv_cache_manager.num_blocks} blocks is full")
         copies = self.kv_cache_manager.append_slot(seq)
         n, end = seq.num_uncomputed_tokens, seq.num_tokens
-        logits = self.runner.run([seq], [n], copies)
-        seq.num_computed_tokens = end
+        batch = ScheduledBatch.of([seq], [n], copies)
+        logits = self.runner.run(batch)
+        finish_pass(batch, self.kv_cache_manager)  # the engine's own end of a pass
         self._score_cells += self.num_heads * self.num_layers * (n * end - n * (n - 1) // 2)
         return logits
 
 
-def _paged(req: CacheRequest) -> PagedSequenceCache:
+def paged_cache(req: CacheRequest) -> PagedSequenceCache:
+    """generate(cache="paged"): the paged engine's cache, one sequence, blocks in order."""
     if req.attention != "auto":
         raise ValueError(f"cache='paged' always uses paged attention; attention={req.attention!r} would be ignored")
     return PagedSequenceCache(req.model, req.max_tokens)
-
-
-register_cache("paged", _paged)

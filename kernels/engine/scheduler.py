@@ -7,8 +7,9 @@ allow. A request with n samples is admitted only with room for all n sequences. 
 sequence loses its blocks and recomputes later (its full prefix blocks may still be cached).
 
 ``update`` is everything that follows a forward pass: count the computed tokens, cache newly
-full blocks, fork the samples of a request after its prompt, append the sampled tokens and
-retire the sequences that are done.
+full blocks (``batch.finish_pass``), fork the samples of a request after its prompt, append the
+sampled tokens and retire the sequences that are done. The batch between the two is one
+contract (batch.py), fixed by ``schedule``.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import itertools
 from collections import deque
 from dataclasses import dataclass, field
 
-from kvcourse.kernels.engine.model_runner import sampling_indices
+from kvcourse.kernels.engine.batch import ScheduledBatch, finish_pass
 from kvcourse.kernels.engine.sequence import FinishReason, Sequence, SequenceStatus
 from kvcourse.kernels.memory.events import EventKind
 from kvcourse.kernels.memory.kv_cache_manager import KVCacheManager
@@ -25,30 +26,17 @@ from kvcourse.kernels.memory.kv_pool import BlockCopy
 
 
 @dataclass
-class ScheduledBatch:
-    """One step's work: sequences in batch order and how many new tokens each computes."""
+class _Draft:
+    """The batch while ``schedule`` fills it; sealed into a ScheduledBatch when it is done."""
 
     seqs: list[Sequence] = field(default_factory=list)
-    query_lens: list[int] = field(default_factory=list)
+    num_scheduled_tokens: list[int] = field(default_factory=list)
     copies: list[BlockCopy] = field(default_factory=list)
     preempted: list[Sequence] = field(default_factory=list)
 
-    @property
-    def num_tokens(self) -> int:
-        return sum(self.query_lens)
-
-    @property
-    def is_empty(self) -> bool:
-        return not self.seqs
-
-    @property
-    def sampled_seqs(self) -> list[Sequence]:
-        """The sequences that get logits, and so new tokens, from this step (before ``update``)."""
-        return [self.seqs[i] for i in sampling_indices(self.seqs, self.query_lens)]
-
-    def add(self, seq: Sequence, num_new_tokens: int) -> None:
+    def add(self, seq: Sequence, num_tokens: int) -> None:
         self.seqs.append(seq)
-        self.query_lens.append(num_new_tokens)
+        self.num_scheduled_tokens.append(num_tokens)
 
 
 class Scheduler:
@@ -107,12 +95,13 @@ class Scheduler:
     # ---- before the forward pass ----------------------------------------------------------------
 
     def schedule(self) -> ScheduledBatch:
-        batch = ScheduledBatch()
-        self._schedule_running(batch, self.max_num_batched_tokens)
-        self._schedule_waiting(batch, self.max_num_batched_tokens - batch.num_tokens)
-        return batch
+        """This step's batch: who runs, how many tokens each, who is sampled, fixed once (batch.py)."""
+        draft = _Draft()
+        budget = self._schedule_running(draft, self.max_num_batched_tokens)
+        self._schedule_waiting(draft, budget)
+        return ScheduledBatch.of(draft.seqs, draft.num_scheduled_tokens, draft.copies, draft.preempted)
 
-    def _schedule_running(self, batch: ScheduledBatch, budget: int) -> None:
+    def _schedule_running(self, batch: _Draft, budget: int) -> int:
         for seq in list(self.running):
             if budget <= 0:
                 break
@@ -128,9 +117,10 @@ class Scheduler:
                 continue
             batch.copies += self.kv_cache_manager.append_slot(seq)
             batch.add(seq, min(seq.num_uncomputed_tokens, budget))
-            budget -= batch.query_lens[-1]
+            budget -= batch.num_scheduled_tokens[-1]
+        return budget
 
-    def _schedule_waiting(self, batch: ScheduledBatch, budget: int) -> None:
+    def _schedule_waiting(self, batch: _Draft, budget: int) -> None:
         while self.waiting and budget > 0:
             seq = self.waiting[0]
             if self.num_reserved_seqs + 1 + seq.num_pending_forks > self.max_num_seqs:
@@ -143,19 +133,17 @@ class Scheduler:
                                detail=f"{seq.num_cached_tokens} tokens from the prefix cache")
             self._run(seq)
             batch.add(seq, min(seq.num_uncomputed_tokens, budget))
-            budget -= batch.query_lens[-1]
+            budget -= batch.num_scheduled_tokens[-1]
 
     # ---- after the forward pass ------------------------------------------------------------------
 
     def update(self, batch: ScheduledBatch, sampled: list[list[int]]) -> list[Sequence]:
         """Bookkeeping after the pass; ``sampled`` holds one token per ``batch.sampled_seqs`` entry
         (``1 + num_pending_forks`` tokens where samples split). Returns every sequence that got a token."""
-        sampled_seqs = batch.sampled_seqs
+        sampled_seqs = batch.sampled_seqs  # fixed by schedule(), before anything below changes a sequence
         if len(sampled) != len(sampled_seqs):
             raise ValueError(f"{len(sampled)} sampled token lists for {len(sampled_seqs)} sampled sequences")
-        for seq, n in zip(batch.seqs, batch.query_lens):
-            seq.num_computed_tokens += n
-            self.kv_cache_manager.cache_full_blocks(seq)
+        finish_pass(batch, self.kv_cache_manager)
         grown = []
         for seq, tokens in zip(sampled_seqs, sampled):
             if len(tokens) != 1 + seq.num_pending_forks:

@@ -1,10 +1,12 @@
-"""The thread policy: how many CPU threads torch may use, chosen once when a run is set up (lesson 14).
+"""The thread policy: how many CPU threads torch may use while the engine runs (lesson 14).
 
 torch's thread count belongs to the whole process. A small model on a busy CPU can decode
 faster on one thread: each parallel region is a barrier, and on oversubscribed cores a barrier
 can wait a whole scheduler slice. So ``LLMEngine`` (``EngineConfig.num_threads``) and
-``generate`` (``num_threads=``) take the choice as a setting and apply it here, at set-up,
-never inside an attention call; ``None`` leaves torch's setting alone.
+``generate`` (``num_threads=``) take the choice as a setting and hold it around each step or
+call with ``thread_policy``, restoring what they found; never inside an attention call.
+``None`` leaves torch's setting alone. (``apply_thread_policy`` sets it for good: the test
+suite's conftest uses it, once, for the whole process.)
 """
 
 from __future__ import annotations
