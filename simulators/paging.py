@@ -2,9 +2,9 @@
 
 The model drives the engine's own allocators, so it is not a second implementation: a
 ``ReservationReplay`` (max-length contiguous reservations, first fit, lesson 09) and a
-``PagingReplay`` with ``mirror_engine=True`` (blocks on demand from LLMEngine's KV-cache manager,
-step for step as LLMEngine would serve the trace; tests/test_sim_paging.py checks both against
-the engine). Both see the same requests arrive at the same steps, in a pool of the same size;
+``PagingReplay`` (LLMEngine's own scheduler and KV-cache manager with dummy tokens, blocks on
+demand, step for step as LLMEngine would serve the trace; tests/test_sim_paging.py checks both
+against the engine). Both see the same requests arrive at the same steps, in a pool of the same size;
 Step plays ``steps_per_click`` engine steps on both, and the figure shows their utilisation so
 far and the two pools slot by slot at the latest step.
 
@@ -111,7 +111,7 @@ class PagingSim:
                 f"a request reserves {longest_reservation:,} slots (its prompt + the answer limit), more than "
                 f"the pool's {c.pool_slots:,}: raise Pool (token slots) or lower Answer limit (tokens).")
         self.reservation = ReservationReplay(self.trace, c.pool_slots)
-        self.paging = PagingReplay(self.trace, c.num_blocks, c.block_size, mirror_engine=True)
+        self.paging = PagingReplay(self.trace, c.num_blocks, c.block_size)
 
     @property
     def replays(self) -> tuple[ReservationReplay, PagingReplay]:
@@ -147,7 +147,7 @@ class PagingSim:
         """Back to step 0 on the same trace."""
         c = self.config
         self.reservation = ReservationReplay(self.trace, c.pool_slots)
-        self.paging = PagingReplay(self.trace, c.num_blocks, c.block_size, mirror_engine=True)
+        self.paging = PagingReplay(self.trace, c.num_blocks, c.block_size)
 
     # -- what the lesson and the view read ------------------------------------------------------
     @property
@@ -217,7 +217,7 @@ def block_size_sweep(trace: list[workload.TraceRequest], pool_slots: int,
     """Replay ``trace`` with paging (as the engine steps) at each block size, the pool fixed in slots."""
     points = []
     for block_size in block_sizes:
-        replay = PagingReplay(trace, pool_slots // block_size, block_size, mirror_engine=True)
+        replay = PagingReplay(trace, pool_slots // block_size, block_size)
         report = replay.run()
         points.append(BlockSizePoint(block_size, report, replay.manager.events.counts().get("allocate", 0)))
     return points

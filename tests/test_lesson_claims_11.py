@@ -42,7 +42,7 @@ def lesson_replays():
     notebook = sim.run()
     trace = workload.request_trace(workload.LESSON_TRACE)
     independent = (simulate_reservation(trace, workload.LESSON_POOL_SLOTS),
-                   simulate_paging(trace, workload.LESSON_POOL_SLOTS // BLOCK_SIZE, BLOCK_SIZE, mirror_engine=True))
+                   simulate_paging(trace, workload.LESSON_POOL_SLOTS // BLOCK_SIZE, BLOCK_SIZE))
     return sim, notebook, independent
 
 

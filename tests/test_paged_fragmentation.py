@@ -14,6 +14,7 @@ from kvcourse.kernels import (
     workload,
 )
 from kvcourse.kernels.baselines.fragmentation import CATEGORIES, Segment
+from kvcourse.kernels.engine.scheduler import Scheduler
 from kvcourse.kernels.memory.budget import MemoryBudget, block_bytes, num_blocks_for_budget
 from kvcourse.kernels.workload import TraceConfig, TraceRequest
 
@@ -47,11 +48,16 @@ def test_paging_beats_reservation_on_a_mixed_trace():
 
 def test_simulations_account_for_every_slot():
     trace = [TraceRequest(0, 5, 3, 16), TraceRequest(0, 10, 6, 16), TraceRequest(1, 2, 2, 16)]
-    for report in (simulate_reservation(trace, 32), simulate_paging(trace, 8, 4)):
+    reservation, paging = simulate_reservation(trace, 32), simulate_paging(trace, 8, 4)
+    for report in (reservation, paging):
         assert report.busy + report.total("idle") == report.num_slots * report.num_steps
         assert all(r.busy + r.idle == report.num_slots for r in report.history)
-        # every request's tokens are counted once per step it runs: sum over steps of its length
-        assert report.total("used") == sum(sum(range(r.num_prompt_tokens + 1, r.final_len + 1)) for r in trace)
+    # every request's tokens are counted once per step it runs: sum over steps of its length. A reservation
+    # writes the prompt and the first answer token in the first step; the engine (and so the paging replay)
+    # stores a sampled token's K/V one step later, and never stores the last one (it is never fed back)
+    assert reservation.total("used") == sum(sum(range(r.num_prompt_tokens + 1, r.final_len + 1)) for r in trace)
+    assert paging.num_preemptions == 0
+    assert paging.total("used") == sum(sum(range(r.num_prompt_tokens, r.final_len)) for r in trace)
 
 
 def test_paging_preempts_under_pressure_and_still_finishes_everything():
@@ -155,50 +161,59 @@ def test_the_memory_map_shows_the_refusal_of_the_twelve_slot_example():
         (0, 4, "external"), (4, 3, "used"), (7, 1, "reserved_future"), (8, 4, "external")]
 
 
-# -- PagingReplay as the engine steps (lesson 11) ----------------------------------------------------
-def test_the_default_paging_replay_is_unchanged_by_mirror_engine():
-    """Regression: lessons 09 and 14 replay with the default rules; adding mirror_engine kept their numbers."""
+# -- PagingReplay: the engine's own scheduler, with dummy tokens (lesson 11) --------------------------
+def test_the_paging_replay_of_the_lesson_trace():
+    """Regression: the one paging replay is LLMEngine's schedule. Before, lessons 09, 14 and 16 replayed with
+    hand-written rules (2,438 steps, 372 preemptions, 28.7 at once) while lesson 11 replayed the engine's."""
     trace = workload.request_trace(workload.LESSON_TRACE)
-    report = simulate_paging(trace, workload.LESSON_POOL_SLOTS // 16, 16)
-    assert (report.num_steps, report.num_preemptions, report.total("used")) == (2438, 372, 29_411_317)
-    assert report.utilisation == pytest.approx(0.97858, abs=1e-5)
+    replay = PagingReplay(trace, workload.LESSON_POOL_SLOTS // 16, 16)
+    report = replay.run()
+    assert (report.num_steps, report.num_preemptions, report.total("used")) == (2388, 220, 28_607_110)
+    assert report.utilisation == pytest.approx(0.97857, abs=1e-5)
+    assert f"{report.mean_running:.1f}" == "27.2"
+    assert replay.manager.events.counts()["preempt"] == report.num_preemptions  # the scheduler's own preemptions
 
 
-def test_mirror_engine_by_hand():
+def test_the_paging_replay_drives_the_engine_s_scheduler():
+    replay = PagingReplay([TraceRequest(0, 5, 3, 16)], num_blocks=4, block_size=4)
+    assert isinstance(replay.scheduler, Scheduler) and replay.scheduler.kv_cache_manager is replay.manager
+    replay.step()
+    assert replay.running == replay.scheduler.running and [s.seq_id for s in replay.running] == [0]
+    assert replay.scheduler.eos_token_ids == frozenset()  # the dummy token never ends an answer
+
+
+def test_the_paging_replay_by_hand():
     # prompt 5, answer 3, blocks of 4: the prompt's 5 tokens take 2 blocks at admission; each sampled
     # token gets its slot one step later; the last answer token is never stored (it is never fed back)
-    replay = PagingReplay([TraceRequest(0, 5, 3, 16)], num_blocks=4, block_size=4, mirror_engine=True)
+    replay = PagingReplay([TraceRequest(0, 5, 3, 16)], num_blocks=4, block_size=4)
     report = replay.run()
     assert [(r.used, r.internal) for r in report.history] == [(5, 3), (6, 2), (7, 1)]
-    default = simulate_paging([TraceRequest(0, 5, 3, 16)], num_blocks=4, block_size=4)
-    assert [(r.used, r.internal) for r in default.history] == [(6, 2), (7, 1), (8, 0)]  # a slot when sampled
+    assert replay.manager.num_free_blocks == 4
 
 
-def test_mirror_engine_keeps_a_preempted_request_s_tokens():
+def test_a_preempted_request_keeps_its_tokens():
     # two requests of prompt 4 and answer 8 on 3 blocks of 4: the newer is preempted when the older grows
     trace = [TraceRequest(0, 4, 8, 12), TraceRequest(0, 4, 8, 12)]
-    mirror = PagingReplay(trace, num_blocks=3, block_size=4, mirror_engine=True)
+    replay = PagingReplay(trace, num_blocks=3, block_size=4)
     lengths: dict[int, int] = {}
-    while not mirror.done:
-        mirror.step()
-        for seq in mirror.running + mirror.waiting:
+    while not replay.done:
+        replay.step()
+        for seq in replay.running + replay.waiting:
             assert seq.num_tokens >= lengths.get(seq.seq_id, 0)  # preempted, it keeps every token it had
             lengths[seq.seq_id] = seq.num_tokens
-    assert mirror.report.num_preemptions >= 1 and mirror.num_recomputed_tokens > 0
-    restart = PagingReplay(trace, num_blocks=3, block_size=4)
-    assert restart.run().num_steps > mirror.report.num_steps  # the default writes the lost answer again
+    assert replay.report.num_preemptions >= 1 and replay.num_recomputed_tokens > 0
+    assert lengths == {0: 11, 1: 11}  # each wrote its whole answer once; the last token is never stored
 
 
 def test_the_paging_memory_map_tiles_the_pool_and_adds_up_to_each_record():
     trace = workload.request_trace(TraceConfig(num_requests=20, seed=3))
-    for mirror in (False, True):
-        replay = PagingReplay(trace, 256, 16, mirror_engine=mirror)
-        while not replay.done:
-            record = replay.step()
-            segments = replay.memory_map()
-            assert segments[0].start == 0 and segments[-1].end == 256 * 16
-            assert all(a.end == b.start for a, b in zip(segments, segments[1:]))
-            for category in CATEGORIES:
-                assert sum(s.num_slots for s in segments if s.category == category) == getattr(record, category)
-            tails = [s for s in segments if s.category == "internal"]
-            assert all(s.num_slots < 16 for s in tails) and len(tails) <= record.running  # one partial block each
+    replay = PagingReplay(trace, 256, 16)
+    while not replay.done:
+        record = replay.step()
+        segments = replay.memory_map()
+        assert segments[0].start == 0 and segments[-1].end == 256 * 16
+        assert all(a.end == b.start for a, b in zip(segments, segments[1:]))
+        for category in CATEGORIES:
+            assert sum(s.num_slots for s in segments if s.category == category) == getattr(record, category)
+        tails = [s for s in segments if s.category == "internal"]
+        assert all(s.num_slots < 16 for s in tails) and len(tails) <= record.running  # one partial block each

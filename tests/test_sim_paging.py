@@ -1,7 +1,7 @@
 """Lesson 11's simulator: reservation against paging on one trace, as a model, as a view, and against the engine.
 
-The model drives the engine's own allocators (ReservationReplay, and PagingReplay stepping as
-LLMEngine steps), so its numbers must be exactly theirs; and PagingReplay(mirror_engine=True)
+The model drives the engine's own allocators (ReservationReplay, and PagingReplay, which runs
+LLMEngine's scheduler with dummy tokens), so its numbers must be exactly theirs; and PagingReplay
 must hold, step by step and sequence by sequence, the blocks LLMEngine holds on the same trace.
 """
 
@@ -65,8 +65,8 @@ def test_the_simulator_is_the_engine_s_allocators():
     reservation, paging = sim.run()
     trace = workload.request_trace(sim.config.trace_config)
     assert _astuples(reservation) == _astuples(simulate_reservation(trace, 4096))
-    assert _astuples(paging) == _astuples(simulate_paging(trace, 4096 // 8, 8, mirror_engine=True))
-    assert paging.num_preemptions == simulate_paging(trace, 512, 8, mirror_engine=True).num_preemptions
+    assert _astuples(paging) == _astuples(simulate_paging(trace, 4096 // 8, 8))
+    assert paging.num_preemptions == simulate_paging(trace, 512, 8).num_preemptions
 
 
 def test_steps_go_together_until_done_and_reset_starts_again():
@@ -129,8 +129,7 @@ def test_block_size_sweep_trades_waste_for_table_length():
     allocations = [p.num_allocations for p in points]
     assert allocations == sorted(allocations, reverse=True)
     for p in points:
-        assert p.report.utilisation == simulate_paging(trace, 8192 // p.block_size, p.block_size,
-                                                       mirror_engine=True).utilisation
+        assert p.report.utilisation == simulate_paging(trace, 8192 // p.block_size, p.block_size).utilisation
 
 
 @pytest.mark.parametrize("block_size", [1, 4, 16, 64])
@@ -168,7 +167,7 @@ def _serve_trace_on_the_engine(trace, num_blocks, block_size):
     model = Transformer.from_hf(make_tiny_hf_llama(max_position_embeddings=512))
     engine = LLMEngine(model, EngineConfig(block_size=block_size, num_blocks=num_blocks, max_num_seqs=1000,
                                            max_num_batched_tokens=100_000, max_model_len=512))
-    replay = PagingReplay(trace, num_blocks, block_size, mirror_engine=True)
+    replay = PagingReplay(trace, num_blocks, block_size)
     generator = torch.Generator().manual_seed(0)
     pending, request_of = list(range(len(trace))), {}
     while not replay.done:

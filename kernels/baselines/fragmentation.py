@@ -1,8 +1,9 @@
 """Reservation versus paging replayed on one request trace (lessons 09, 11, 14).
 
 ``ReservationReplay`` gives each request one contiguous region sized for the longest answer it
-may write; ``PagingReplay`` takes blocks on demand from the engine's own KV-cache manager. Both
-record what ``replay.py`` defines, step by step.
+may write; ``PagingReplay`` serves the trace with the engine's own scheduler and KV-cache manager,
+blocks on demand, step for step as LLMEngine would. Both record what ``replay.py`` defines, step
+by step.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from kvcourse.kernels.baselines.replay import (  # noqa: F401  (re-exported: les
 )
 from kvcourse.kernels.baselines.reservation import Region, ReservationAllocator
 from kvcourse.kernels.engine.sampling import SamplingParams
-from kvcourse.kernels.engine.scheduler import ScheduledBatch, Scheduler
+from kvcourse.kernels.engine.scheduler import Scheduler
 from kvcourse.kernels.engine.sequence import Sequence, SequenceStatus
 from kvcourse.kernels.memory.kv_cache_manager import KVCacheManager
 from kvcourse.kernels.workload import TraceRequest
@@ -160,7 +161,9 @@ class PagingReplay(_Replay):
         batch = self.scheduler.schedule()
         self.report.num_preemptions += len(batch.preempted)
         self.num_recomputed_tokens += sum(stored[seq] for seq in batch.preempted)
-        record = self._record(batch)
+        if len(batch.sampled_seqs) != len(self.scheduler.running):
+            raise RuntimeError("a running sequence was not computed to its last token: a scheduler limit bound")
+        record = self._record()
         if not batch.is_empty:
             grown = self.scheduler.update(batch, [[DUMMY_TOKEN] for _ in batch.sampled_seqs])
             self.num_finished += sum(seq.status is SequenceStatus.FINISHED for seq in grown)
@@ -168,19 +171,18 @@ class PagingReplay(_Replay):
             raise RuntimeError(f"the paging replay leaked {self.manager.num_used_blocks} blocks")
         return record
 
-    def _record(self, batch: ScheduledBatch) -> StepRecord:
-        """The pool as this step's forward pass leaves it: every scheduled token's K/V stored."""
-        stored = {seq: seq.num_computed_tokens + n for seq, n in zip(batch.seqs, batch.query_lens)}
-        used = sum(stored.values())
+    def _record(self) -> StepRecord:
+        """The pool as this step's forward pass leaves it: every running sequence's tokens stored."""
+        running, waiting = self.scheduler.running, len(self.scheduler.waiting)
+        used = sum(s.num_tokens for s in running)
         free = self.manager.num_free_blocks * self.block_size
-        waiting = len(self.scheduler.waiting)
         record = StepRecord(
             step=self.step_index, used=used, reserved_future=0,
             internal=self.manager.num_used_blocks * self.block_size - used,
             external=0, stranded=free if waiting else 0, idle=0 if waiting else free,
-            running=len(self.scheduler.running), waiting=waiting)
+            running=len(running), waiting=waiting)
         self.report.history.append(record)
-        self._recorded = [(s.seq_id, list(s.block_table), n) for s, n in stored.items()]
+        self._recorded = [(s.seq_id, list(s.block_table), s.num_tokens) for s in running]
         self._free_category = "stranded" if waiting else "idle"
         return record
 

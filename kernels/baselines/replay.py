@@ -1,7 +1,9 @@
 """What a replay records, step by step: where the pool's memory goes (lessons 09, 11, 14).
 
 Both replays serve the same requests (``kvcourse.kernels.workload``), first come first served, one
-token per running request per step; a prefill step writes the prompt and the first answer token.
+token per running request per step. The reservation replay writes the prompt and the first answer
+token in a request's first step; the paging replay steps as LLMEngine does (its scheduler, with
+dummy tokens), where a sampled token's K/V is stored one step later, when it is fed back.
 Every step the pool's token slots are split into:
 
 * ``used``: slots holding a token's K/V;
@@ -16,8 +18,7 @@ Every step the pool's token slots are split into:
 Utilisation is ``used`` over every category but ``idle``. A replay steps one engine step at a
 time (the simulators of lessons 09 and 11 draw it step by step); ``run`` plays it to the end.
 ``ReservationReplay.memory_map()`` lays the last recorded step out slot by slot (lesson 09's strip).
-``PagingReplay.memory_map()`` does the same block by block, and ``mirror_engine=True`` makes the
-paging replay step exactly as LLMEngine does (lesson 11).
+``PagingReplay.memory_map()`` does the same block by block (lesson 11).
 """
 
 
