@@ -25,6 +25,8 @@ from fractions import Fraction
 from numbers import Integral, Real
 from typing import Any
 
+from kvcourse.kernels.checks import ceil_div
+
 
 def _count(name: str, value: Any, *, allow_zero: bool = False) -> int:
     if isinstance(value, bool):
@@ -82,7 +84,7 @@ def kv_crossover_tokens(config: Any, num_users: int = 1, bytes_per_value: int = 
     users = _count("num_users", num_users)
     weight_bpv = bytes_per_value if weight_bytes_per_value is None else weight_bytes_per_value
     per_token_all_users = kv_bytes_per_token(config, bytes_per_value) * users
-    return -(-weight_bytes(config, weight_bpv) // per_token_all_users)  # ceiling division
+    return ceil_div(weight_bytes(config, weight_bpv), per_token_all_users)
 
 
 def kv_projection_flops_per_token(config: Any) -> int:
@@ -122,7 +124,7 @@ def kv_blocks_needed(context_len: int, block_size: int, num_users: int = 1, shar
     if users == 0:
         return 0
     shared = min(prefix, ctx - 1) // bs  # whole prefix blocks that end before the last token
-    return shared + users * (-(-ctx // bs) - shared)
+    return shared + users * (ceil_div(ctx, bs) - shared)
 
 
 def pool_window(num_blocks: int, block_size: int, num_users: int = 1, shared_prefix_tokens: int = 0) -> int:

@@ -21,6 +21,8 @@ import math
 import random
 from dataclasses import dataclass
 
+from kvcourse.kernels.checks import check_positive_int
+
 
 @dataclass(frozen=True)
 class TraceRequest:
@@ -47,11 +49,6 @@ class TraceRequest:
         return self.final_len < self.max_len
 
 
-def _positive_int(name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
-
-
 def _positive_float(name: str, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
         raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
@@ -72,7 +69,7 @@ class TraceConfig:
 
     def __post_init__(self) -> None:
         for name in ("num_requests", "answer_limit", "max_prompt_len"):
-            _positive_int(name, getattr(self, name))
+            check_positive_int(name, getattr(self, name))
         for name in ("arrivals_per_step", "prompt_mean", "answer_mean", "sigma"):
             _positive_float(name, getattr(self, name))
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import torch
 
+from kvcourse.kernels.checks import ceil_div
+
 
 def write_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
              slot_mapping: torch.Tensor) -> None:
@@ -23,7 +25,7 @@ def write_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor, v: t
 def gather_kv(cache: torch.Tensor, block_table: torch.Tensor, context_len: int) -> torch.Tensor:
     """One sequence's K (or V) in logical order: (context_len, num_kv_heads, head_dim)."""
     block_size = cache.shape[1]
-    num_blocks = (context_len + block_size - 1) // block_size
+    num_blocks = ceil_div(context_len, block_size)
     blocks = cache.index_select(0, block_table[:num_blocks])  # (n, block_size, kv_heads, D)
     return blocks.flatten(0, 1)[:context_len]  # (context_len, kv_heads, D)
 
@@ -88,7 +90,7 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     batch, num_heads, head_dim = q.shape
     block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
     group = num_heads // num_kv_heads
-    num_blocks = (int(context_lens.max()) + block_size - 1) // block_size
+    num_blocks = ceil_div(int(context_lens.max()), block_size)
     table = block_tables[:, :num_blocks]
     num_keys = num_blocks * block_size
     if mask is None:

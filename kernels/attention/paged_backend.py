@@ -20,6 +20,7 @@ from kvcourse.kernels.attention.paged import (
     paged_decode_attention,
     write_kv,
 )
+from kvcourse.kernels.checks import ceil_div
 
 
 class KVBlocks(Protocol):
@@ -95,7 +96,7 @@ class PagedAttentionBackend:
             mask = None
             if not self.use_triton:
                 block_size = self.pool.block_size
-                num_blocks = (int(context.max()) + block_size - 1) // block_size
+                num_blocks = ceil_div(int(context.max()), block_size)
                 tables = tables[:, :num_blocks]
                 mask = decode_mask(context, num_blocks * block_size, self.pool.k.dtype)  # built once a step
             self._decode_inputs = (tables, context, mask)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
+from kvcourse.kernels.checks import ceil_div, check_positive_int
 from kvcourse.kernels.engine.batch import ScheduledBatch, finish_pass
 from kvcourse.kernels.engine.model_runner import ModelRunner
 from kvcourse.kernels.engine.sequence import Sequence
@@ -56,11 +57,13 @@ def _forward(runner: ModelRunner, manager: KVCacheManager, seqs: list[Sequence],
 def beam_search(model: torch.nn.Module, prompt_ids: list[int], beam_width: int, max_new_tokens: int,
                 block_size: int = 16, num_blocks: int | None = None) -> BeamSearchResult:
     """Beam search over a paged pool where beams share blocks (lesson 12)."""
-    if beam_width < 1 or max_new_tokens < 1 or not prompt_ids:
-        raise ValueError("beam_width and max_new_tokens must be >= 1 and the prompt non-empty")
+    check_positive_int("beam_width", beam_width)
+    check_positive_int("max_new_tokens", max_new_tokens)
+    if not prompt_ids:
+        raise ValueError("the prompt is empty: give at least one token id")
     total = len(prompt_ids) + max_new_tokens
     if num_blocks is None:  # enough for every beam to hold a private copy
-        num_blocks = beam_width * ((total + block_size - 1) // block_size + 1)
+        num_blocks = beam_width * (ceil_div(total, block_size) + 1)
     manager = KVCacheManager(num_blocks, block_size)
     runner = ModelRunner.for_model(model, num_blocks, block_size)
     seq_ids = itertools.count()

@@ -4,17 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kvcourse.kernels.checks import check_positive_int
 from kvcourse.kernels.engine.threads import check_num_threads
 from kvcourse.kernels.memory.budget import MemoryBudget
 from kvcourse.kernels.memory.events import DEFAULT_MAX_EVENTS
 from kvcourse.kernels.model.cpu_fast import FAST_PATH_MODES
 
 DEFAULT_NUM_BLOCKS = 512
-
-
-def _check_optional_positive(name: str, value: object) -> None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-        raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -42,13 +38,11 @@ class EngineConfig:
 
     def __post_init__(self) -> None:
         for name in ("block_size", "max_num_seqs", "max_num_batched_tokens"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+            check_positive_int(name, getattr(self, name))
         if self.num_blocks is not None and self.memory_budget is not None:
             raise ValueError("give num_blocks or memory_budget, not both")
-        _check_optional_positive("num_blocks", self.num_blocks)
-        _check_optional_positive("max_model_len", self.max_model_len)
+        check_positive_int("num_blocks", self.num_blocks, optional=True)
+        check_positive_int("max_model_len", self.max_model_len, optional=True)
         if self.eos_token_id is not None and (isinstance(self.eos_token_id, bool)
                                               or not isinstance(self.eos_token_id, int) or self.eos_token_id < 0):
             raise ValueError(f"eos_token_id must be a token id or None, got {self.eos_token_id!r}")

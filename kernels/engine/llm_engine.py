@@ -14,6 +14,7 @@ from dataclasses import replace
 
 import torch
 
+from kvcourse.kernels.checks import ceil_div
 from kvcourse.kernels.engine.batch import ScheduledBatch
 from kvcourse.kernels.engine.config import DEFAULT_NUM_BLOCKS, EngineConfig
 from kvcourse.kernels.engine.model_runner import ModelRunner
@@ -83,7 +84,7 @@ class LLMEngine:
             return (f"prompt ({len(ids)}) + max_new_tokens ({params.max_new_tokens}) = {longest} tokens "
                     f"exceeds the model's context of {self.max_model_len}")
         bs = self.config.block_size
-        needed = (longest + bs - 1) // bs
+        needed = ceil_div(longest, bs)
         if needed > self.num_blocks:
             return (f"a sequence of {longest} tokens needs {needed} blocks of {bs}, but the whole KV pool "
                     f"holds {self.num_blocks}: it could never fit, even alone")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from kvcourse.kernels.checks import ceil_div, check_positive_int
 from kvcourse.kernels.engine.batch import ScheduledBatch, finish_pass
 from kvcourse.kernels.engine.generate import CacheRequest
 from kvcourse.kernels.engine.model_runner import ModelRunner
@@ -24,9 +25,9 @@ class PagedSequenceCache:
 
     def __init__(self, model: torch.nn.Module, max_tokens: int, block_size: int = DEFAULT_BLOCK_SIZE,
                  scatter: bool = False, seed: int = 0, use_triton: bool | None = None) -> None:
-        if max_tokens < 1 or block_size < 1:
-            raise ValueError(f"max_tokens and block_size must be positive, got {max_tokens}, {block_size}")
-        num_blocks = (max_tokens + block_size - 1) // block_size
+        check_positive_int("max_tokens", max_tokens)
+        check_positive_int("block_size", block_size)
+        num_blocks = ceil_div(max_tokens, block_size)
         self.kv_cache_manager = KVCacheManager(num_blocks, block_size)
         if scatter:  # hand out physical blocks in a random order
             self.kv_cache_manager.block_pool.shuffle_free_blocks(seed)

@@ -7,6 +7,8 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from kvcourse.kernels.checks import check_positive_int
+
 DEFAULT_MAX_NEW_TOKENS = 64  # LLMEngine's budget when SamplingParams.max_new_tokens is None
 
 
@@ -31,9 +33,7 @@ class SamplingParams:
         if isinstance(self.temperature, bool) or not isinstance(self.temperature, (int, float)) \
                 or not math.isfinite(self.temperature) or self.temperature < 0:
             raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy), got {self.temperature!r}")
-        if self.top_k is not None and (isinstance(self.top_k, bool) or not isinstance(self.top_k, int)
-                                       or self.top_k <= 0):
-            raise ValueError(f"top_k must be a positive integer or None, got {self.top_k!r}")
+        check_positive_int("top_k", self.top_k, optional=True)
         if self.top_p is not None and (not isinstance(self.top_p, (int, float)) or not 0 < self.top_p <= 1):
             raise ValueError(f"top_p must be in (0, 1] or None, got {self.top_p!r}")
         if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
@@ -41,8 +41,7 @@ class SamplingParams:
         if self.max_new_tokens is not None and (isinstance(self.max_new_tokens, bool)
                                                 or not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 0):
             raise ValueError(f"max_new_tokens must be an integer >= 0, got {self.max_new_tokens!r}")
-        if isinstance(self.n, bool) or not isinstance(self.n, int) or self.n < 1:
-            raise ValueError(f"n (samples per prompt) must be an integer >= 1, got {self.n!r}")
+        check_positive_int("n (samples per prompt)", self.n)
 
     @property
     def greedy(self) -> bool:

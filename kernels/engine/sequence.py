@@ -14,6 +14,7 @@ from enum import Enum
 
 import torch
 
+from kvcourse.kernels.checks import ceil_div
 from kvcourse.kernels.engine.sampling import SamplingParams
 
 
@@ -68,7 +69,7 @@ class Sequence:
     @property
     def num_blocks(self) -> int:
         """Blocks needed to hold every token of the sequence."""
-        return (self.num_tokens + self.block_size - 1) // self.block_size
+        return ceil_div(self.num_tokens, self.block_size)
 
     @property
     def num_uncomputed_tokens(self) -> int:

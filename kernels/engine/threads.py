@@ -16,11 +16,11 @@ from contextlib import contextmanager
 
 import torch
 
+from kvcourse.kernels.checks import check_positive_int
+
 
 def check_num_threads(num_threads: int | None) -> None:
-    if num_threads is not None and (isinstance(num_threads, bool) or not isinstance(num_threads, int)
-                                    or num_threads < 1):
-        raise ValueError(f"num_threads must be a positive integer or None, got {num_threads!r}")
+    check_positive_int("num_threads", num_threads, optional=True)
 
 
 def apply_thread_policy(num_threads: int | None) -> None:

@@ -19,6 +19,7 @@ import struct
 from collections import OrderedDict
 from dataclasses import dataclass
 
+from kvcourse.kernels.checks import check_positive_int
 from kvcourse.kernels.memory.events import EventKind, EventLog
 
 
@@ -49,8 +50,7 @@ class BlockPool:
     """Hands out physical blocks, counts their holders and remembers cached prefixes (lessons 11-13)."""
 
     def __init__(self, num_blocks: int, events: EventLog | None = None) -> None:
-        if isinstance(num_blocks, bool) or not isinstance(num_blocks, int) or num_blocks < 1:
-            raise ValueError(f"num_blocks must be a positive integer, got {num_blocks!r}")
+        check_positive_int("num_blocks", num_blocks)
         self.num_blocks = num_blocks
         self.events = events if events is not None else EventLog()
         self.ref_counts = [0] * num_blocks

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
+from kvcourse.kernels.checks import check_positive_int
 from kvcourse.kernels.memory.caches import _GrowingCache
 from kvcourse.kernels.model.config import ModelConfig
 
@@ -55,8 +56,7 @@ class Int8KVBackend(_GrowingCache):
     def __init__(self, config: ModelConfig, capacity: int, dtype: torch.dtype, device: torch.device | str,
                  attention: str = "auto", measure_error: bool = True) -> None:
         super().__init__(attention)
-        if capacity <= 0:
-            raise ValueError(f"capacity must be positive, got {capacity}")
+        check_positive_int("capacity", capacity)
         self.config, self.dtype = config, dtype
         shape = (config.num_kv_heads, capacity, config.head_dim)
         self.k_q = [torch.zeros(shape, dtype=torch.int8, device=device) for _ in range(config.num_layers)]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import torch
 
+from kvcourse.kernels.checks import check_positive_int
 from kvcourse.kernels.memory.caches import _SequenceBackend
 from kvcourse.kernels.model.config import ModelConfig
 
@@ -18,8 +19,7 @@ class SlidingWindowBackend(_SequenceBackend):
     def __init__(self, config: ModelConfig, window: int, dtype: torch.dtype, device: torch.device | str,
                  attention: str = "auto") -> None:
         super().__init__(attention)
-        if isinstance(window, bool) or not isinstance(window, int) or window <= 0:
-            raise ValueError(f"window must be a positive integer, got {window!r}")
+        check_positive_int("window", window)
         self.config, self.window = config, window
         shape = (config.num_kv_heads, window, config.head_dim)
         self.k_ring = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(config.num_layers)]

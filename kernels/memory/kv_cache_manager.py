@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from kvcourse.kernels.checks import check_positive_int
 from kvcourse.kernels.memory.block_pool import BlockPool, block_hash
 from kvcourse.kernels.memory.events import EventKind, EventLog
 from kvcourse.kernels.memory.kv_pool import BlockCopy
@@ -38,14 +39,11 @@ class KVCacheManager:
 
     def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = False,
                  events: EventLog | None = None) -> None:
-        if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
-            raise ValueError(f"block_size must be a positive integer, got {block_size!r}")
+        check_positive_int("block_size", block_size)
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
         self.events = events if events is not None else EventLog()
         self.block_pool = BlockPool(num_blocks, self.events)
-        self.num_prefix_queries = 0  # full prompt blocks looked up, for the hit rate of lesson 13
-        self.num_prefix_hits = 0
 
     @property
     def num_blocks(self) -> int:
@@ -96,9 +94,6 @@ class KVCacheManager:
             seq.block_table.append(block_id)
             seq.block_hashes.append(h)
             self.events.record(EventKind.PREFIX_HIT, seq.seq_id, block_id)
-        if self.enable_prefix_caching:
-            self.num_prefix_queries += (seq.num_tokens - 1) // self.block_size
-            self.num_prefix_hits += len(hits)
         seq.num_computed_tokens = seq.num_cached_tokens = len(hits) * self.block_size
         while len(seq.block_table) < seq.num_blocks:
             seq.block_table.append(self.block_pool.allocate(seq.seq_id))

@@ -6,12 +6,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-
-def _check_positive_int(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{name} must be a positive integer, got {value!r} ({type(value).__name__})")
-    if value <= 0:
-        raise ValueError(f"{name} must be a positive integer, got {value}")
+from kvcourse.kernels.checks import check_positive_int
 
 
 def _check_positive_float(name: str, value: Any) -> None:
@@ -50,7 +45,7 @@ class ModelConfig:
     def __post_init__(self) -> None:
         for name in ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads",
                      "num_kv_heads", "max_position_embeddings"):
-            _check_positive_int(name, getattr(self, name))
+            check_positive_int(name, getattr(self, name))
         _check_positive_float("rope_theta", self.rope_theta)
         _check_positive_float("rms_norm_eps", self.rms_norm_eps)
         if self.num_heads % self.num_kv_heads != 0:
@@ -65,7 +60,7 @@ class ModelConfig:
                     "give head_dim explicitly if the model really uses a different head size"
                 )
             object.__setattr__(self, "head_dim", self.hidden_size // self.num_heads)
-        _check_positive_int("head_dim", self.head_dim)
+        check_positive_int("head_dim", self.head_dim)
         for name in ("tie_word_embeddings", "attention_bias", "attention_out_bias"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")

@@ -19,6 +19,7 @@ import dataclasses
 
 import torch
 
+from kvcourse.kernels.checks import check_positive_int
 from kvcourse.kernels.model.transformer import Transformer
 
 METHODS = ("mean", "first")
@@ -56,8 +57,7 @@ def regroup_kv_heads(model: Transformer, num_kv_heads: int, method: str = "mean"
     config = model.config
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-    if isinstance(num_kv_heads, bool) or not isinstance(num_kv_heads, int) or num_kv_heads <= 0:
-        raise ValueError(f"num_kv_heads must be a positive integer, got {num_kv_heads!r}")
+    check_positive_int("num_kv_heads", num_kv_heads)
     old = config.num_kv_heads
     if (old % num_kv_heads if num_kv_heads <= old else num_kv_heads % old) or config.num_heads % num_kv_heads:
         raise ValueError(f"cannot regroup {old} KV heads into {num_kv_heads}: the new count must divide "
