@@ -20,7 +20,7 @@ def fragmentation() -> dict:
     trace = workload.request_trace(workload.LESSON_TRACE)
     num_slots = workload.LESSON_POOL_SLOTS
     reservation = simulate_reservation(trace, num_slots)
-    paging = simulate_paging(trace, num_slots // BLOCK_SIZE, BLOCK_SIZE, mirror_engine=True)  # as LLMEngine steps (lesson 11)
+    paging = simulate_paging(trace, num_slots // BLOCK_SIZE, BLOCK_SIZE)  # as LLMEngine steps (lesson 11)
     for report in (reservation, paging):
         print(f"{report.name:12s} utilisation {report.utilisation:6.1%}  internal {report.share('internal'):6.1%}  "
               f"external {report.share('external'):6.1%}  stranded {report.share('stranded'):6.1%}  reserved-ahead {report.share('reserved_future'):6.1%}  "

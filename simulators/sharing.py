@@ -3,7 +3,7 @@
 The model steps the engine's own ``KVCacheManager``: one block table per sequence and a
 reference count per physical block, blocks handed out front first by its ``BlockPool``. The first Step forks the prompt's sequence into ``num_samples`` sequences
 (``KVCacheManager.fork``: every block's count goes up by n - 1); each later Step writes
-``tokens_per_step`` tokens into every sample, in order (``KVCacheManager.append_slot``): a write
+``tokens_per_step`` tokens into every sample, in order (``KVCacheManager.append_slots``): a write
 into a block held by more than one table first copies it (copy on write), and a sample whose
 tokens outgrow its last block gets a new one. Full blocks are never written again, so only the
 prompt's partly filled last block is ever copied. A step that needs more blocks than are free is
@@ -164,7 +164,7 @@ class Sharing:
         for sample, seq in enumerate(self.seqs):
             held = len(seq.block_table)
             seq.token_ids.extend([0] * num_new_tokens)
-            copies += [CopyOnWrite(sample, c.src, c.dst) for c in self.manager.append_slot(seq)]
+            copies += [CopyOnWrite(sample, c.src, c.dst) for c in self.manager.append_slots(seq)]
             seq.num_computed_tokens = seq.num_tokens
             new += len(seq.block_table) - held
         self.num_copies += len(copies)

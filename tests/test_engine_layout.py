@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import json
 from pathlib import Path
 
 import pytest
@@ -76,3 +77,21 @@ except TypeError:
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == "read-only"
+
+
+def test_the_public_surface():
+    """What lessons and tests import comes from kvcourse.kernels; the mutable registry is gone (issue 26)."""
+    import kvcourse.kernels as k
+
+    assert {"RequestOutput", "RequestStatus", "FinishReason", "CACHE_MODES"} <= set(k.__all__)
+    assert not {"CACHE_BACKENDS", "register_cache"} & set(k.__all__)
+    assert all(hasattr(k, name) for name in k.__all__)
+    lessons = Path(__file__).resolve().parents[1] / "lessons"
+    imported = set()
+    for nb in lessons.glob("*.ipynb"):
+        for cell in json.loads(nb.read_text())["cells"]:
+            if cell["cell_type"] == "code":
+                for node in ast.walk(ast.parse("".join(cell["source"]))):
+                    if isinstance(node, ast.ImportFrom) and node.module == "kvcourse.kernels":
+                        imported |= {alias.name for alias in node.names}
+    assert imported and imported <= set(k.__all__), sorted(imported - set(k.__all__))

@@ -8,8 +8,7 @@ import pytest
 import torch
 from factories import make_tiny_hf_llama, one_cpu_thread  # noqa: F401  (one thread for the tiny model)
 
-from kvcourse.kernels import EngineConfig, LLMEngine, SamplingParams, Transformer, generate
-from kvcourse.kernels.engine.request import RequestStatus
+from kvcourse.kernels import EngineConfig, LLMEngine, RequestStatus, SamplingParams, Transformer, generate
 from kvcourse.kernels.memory.events import EventKind
 
 NEW = 12

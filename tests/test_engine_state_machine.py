@@ -16,9 +16,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from kvcourse.kernels import EngineConfig, LLMEngine, SamplingParams, Transformer, generate
+from kvcourse.kernels import EngineConfig, LLMEngine, RequestStatus, SamplingParams, Transformer, generate
 from kvcourse.kernels.engine.paged_generate import DEFAULT_BLOCK_SIZE
-from kvcourse.kernels.engine.request import RequestStatus
 from kvcourse.kernels.engine.sequence import SequenceStatus
 
 STEMS = [[], [5, 6, 7, 8, 9, 10, 11, 12], [5, 6, 7, 8, 40, 41]]  # shared prefixes make prefix hits

@@ -94,7 +94,7 @@ def random_walk(seed: int, num_ops: int, num_blocks: int = 24, prefix: bool = Tr
             seq.token_ids.append(rng.randrange(3))
             if bm.can_append(seq):
                 needed, free_before = bm.num_blocks_to_append(seq), bm.num_free_blocks
-                pool.copy(bm.append_slot(seq))
+                pool.copy(bm.append_slots(seq))
                 assert bm.num_free_blocks == free_before - needed
                 pool.compute(seq)
                 bm.cache_full_blocks(seq)
@@ -165,12 +165,12 @@ def test_fork_then_diverge_copies_only_the_shared_partial_block():
     bm.fork(parent, child)
     assert bm.num_used_blocks == 3  # shared, not copied
     child.token_ids.append(99)
-    copies = bm.append_slot(child)
+    copies = bm.append_slots(child)
     assert len(copies) == 1 and copies[0].src == parent.block_table[2]
     assert child.block_table[:2] == parent.block_table[:2]
     assert child.block_table[2] != parent.block_table[2]
     parent.token_ids.append(42)
-    assert bm.append_slot(parent) == []  # now the sole owner: writes in place
+    assert bm.append_slots(parent) == []  # now the sole owner: writes in place
     assert bm.num_used_blocks == 4
 
 

@@ -164,7 +164,7 @@ def _manager_side_by_side(block_size: int, num_blocks: int, prompt_lens: list[in
         if not fits:
             return
         for seq in seqs:
-            manager.append_slot(seq)
+            manager.append_slots(seq)
             seq.num_computed_tokens += 1
         sim.step()
         assert [s.block_table for s in seqs] == sim.tables

@@ -1,7 +1,7 @@
 """Lesson 12's simulator: forked samples share blocks until they write, as a model, as a view, and on the engine.
 
 The model must keep exactly the block tables and reference counts of the engine's
-``KVCacheManager`` (fork, then append_slot step by step) and of a real ``LLMEngine`` serving a
+``KVCacheManager`` (fork, then append_slots step by step) and of a real ``LLMEngine`` serving a
 request with n samples.
 """
 
@@ -115,7 +115,7 @@ def test_a_prompt_larger_than_the_pool_is_refused():
 
 # -- the model against the engine's KV-cache manager ----------------------------------------------
 def _manager_run(prompt_len, block_size, num_samples, tokens_per_step, num_steps, num_blocks=400):
-    """Fork and append_slot on the engine's own manager; the tables and counts after each step."""
+    """Fork and append_slots on the engine's own manager; the tables and counts after each step."""
     manager = KVCacheManager(num_blocks, block_size)
     parent = Sequence(0, list(range(prompt_len)), prompt_len, block_size)
     manager.allocate(parent)
@@ -129,7 +129,7 @@ def _manager_run(prompt_len, block_size, num_samples, tokens_per_step, num_steps
     for _ in range(num_steps):
         for seq in seqs:
             seq.token_ids += [7] * tokens_per_step
-            manager.append_slot(seq)
+            manager.append_slots(seq)
             seq.num_computed_tokens += tokens_per_step
         states.append(([list(s.block_table) for s in seqs], list(manager.block_pool.ref_counts)))
     return states, manager

@@ -85,12 +85,15 @@ class PagedAttentionBackend:
         self.pool = pool
         self.metadata = metadata
         self.use_triton = pool.k.is_cuda if use_triton is None else use_triton
-        self._decode_inputs: tuple[torch.Tensor, torch.Tensor, torch.Tensor | None] | None = None
+        # The decode inputs, built once per step for the first layer and reused by the others, keyed
+        # on the decoding sequences they were built for (None: every sequence of the batch).
+        self._decode_inputs: dict[tuple[int, ...] | None, tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]] = {}
 
-    def _decode_batch(self, rows: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """Block tables, context lengths and mask of the decoding sequences, built once per step."""
-        if self._decode_inputs is None:
+    def _decode_batch(self, seqs: tuple[int, ...] | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Block tables, context lengths and mask of the decoding sequences ``seqs`` (batch positions)."""
+        if seqs not in self._decode_inputs:
             meta = self.metadata
+            rows = None if seqs is None else torch.tensor(seqs, device=meta.context_lens.device)
             tables = meta.block_tables if rows is None else meta.block_tables[rows]
             context = meta.context_lens if rows is None else meta.context_lens[rows]
             mask = None
@@ -99,12 +102,12 @@ class PagedAttentionBackend:
                 num_blocks = ceil_div(int(context.max()), block_size)
                 tables = tables[:, :num_blocks]
                 mask = decode_mask(context, num_blocks * block_size, self.pool.k.dtype)  # built once a step
-            self._decode_inputs = (tables, context, mask)
-        return self._decode_inputs
+            self._decode_inputs[seqs] = (tables, context, mask)
+        return self._decode_inputs[seqs]
 
     def _decode(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                rows: torch.Tensor | None, scale: float) -> torch.Tensor:
-        tables, context, mask = self._decode_batch(rows)
+                seqs: tuple[int, ...] | None, scale: float) -> torch.Tensor:
+        tables, context, mask = self._decode_batch(seqs)
         if self.use_triton:
             from kvcourse.kernels.attention.triton_paged import triton_paged_decode
 
@@ -135,6 +138,5 @@ class PagedAttentionBackend:
             start += new
         if decode_rows:
             rows_t = torch.tensor(decode_rows, device=q.device)
-            seqs_t = torch.tensor(decode_seqs, device=q.device)
-            out[rows_t] = self._decode(q[rows_t], k_cache, v_cache, seqs_t, scale)
+            out[rows_t] = self._decode(q[rows_t], k_cache, v_cache, tuple(decode_seqs), scale)
         return out

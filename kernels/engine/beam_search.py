@@ -74,7 +74,7 @@ def beam_search(model: torch.nn.Module, prompt_ids: list[int], beam_width: int, 
     peak_shared = peak_unshared = 0
     for step in range(max_new_tokens):
         if step > 0:
-            copies = [copy for beam in beams for copy in manager.append_slot(beam)]
+            copies = [copy for beam in beams for copy in manager.append_slots(beam)]
             if manager.num_used_blocks > peak_shared:
                 peak_shared = manager.num_used_blocks
                 peak_unshared = sum(len(b.block_table) for b in beams)

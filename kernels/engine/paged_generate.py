@@ -68,7 +68,7 @@ class PagedSequenceCache:
         seq.token_ids = list(token_ids)
         if not self.kv_cache_manager.can_append(seq):
             raise RuntimeError(f"the pool of {self.kv_cache_manager.num_blocks} blocks is full")
-        copies = self.kv_cache_manager.append_slot(seq)
+        copies = self.kv_cache_manager.append_slots(seq)
         n, end = seq.num_uncomputed_tokens, seq.num_tokens
         batch = ScheduledBatch.of([seq], [n], copies)
         logits = self.runner.run(batch)

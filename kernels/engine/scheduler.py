@@ -115,7 +115,7 @@ class Scheduler:
                     break
             if seq.status is not SequenceStatus.RUNNING:
                 continue
-            batch.copies += self.kv_cache_manager.append_slot(seq)
+            batch.copies += self.kv_cache_manager.append_slots(seq)
             batch.add(seq, min(seq.num_uncomputed_tokens, budget))
             budget -= batch.num_scheduled_tokens[-1]
         return budget

@@ -110,7 +110,7 @@ class KVCacheManager:
     def can_append(self, seq: Sequence) -> bool:
         return self.block_pool.can_allocate(self.num_blocks_to_append(seq))
 
-    def append_slot(self, seq: Sequence) -> list[BlockCopy]:
+    def append_slots(self, seq: Sequence) -> list[BlockCopy]:
         """Make every block that this step writes exist and be the sequence's own (lesson 12)."""
         copies = []
         for i in range(self._first_write_block(seq), len(seq.block_table)):
