@@ -1,12 +1,12 @@
 """Decode speed on SmolLM2-135M, graded against its floor, and side by side with Hugging Face eager generate.
 
 One run, 2 threads, greedy, one chat prompt, 128 new tokens, in float32 and in bfloat16.
-Four figures per dtype, measured in interleaved rounds (the starting side rotates each round;
+The figures per dtype, measured in interleaved rounds (the starting side rotates each round;
 one warm-up run each first), each a median over the rounds with its spread:
   * ours:  kvcourse.kernels.generate(cache="contiguous"), decode seconds per token;
   * floor: the packed linears the engine actually runs (fused q/k/v, o, fused gate/up, down
            of every layer + lm_head, one row, the same Linear.forward) per token: benchmarks/floor.py.
-           The grade: ours / floor, i.e. what everything outside the matrix products costs;
+           ours / floor is what everything outside the matrix products costs (reported, not graded);
   * hf_eager_generate: transformers' model.generate(use_cache=True) in eager mode (no
            torch.compile, dynamic cache), decode seconds per token (timestamps taken by a logits
            processor at every step, so its prefill is left out the same way as ours);
@@ -14,10 +14,13 @@ one warm-up run each first), each a median over the rounds with its spread:
   * eager_bound (float32): the same greedy decode written flat, one torch call per step of the
            maths, on our weights and cache (benchmarks/eager_bound.py); its tokens must equal ours.
            eager_bound / floor is what eager PyTorch pays on this CPU whoever writes the model;
-           ours / eager_bound is what our structure (modules, checks, measurements) adds;
+           ours / eager_bound is what our structure (modules, checks, measurements) adds: the
+           fp32 grade, since no eager program goes below the bound (issue 26);
   * textbook (information only): the same generate on the model with its CPU fast paths off
            (Transformer.accelerate("off"), kernels/model/cpu_fast.py): textbook / ours is what the
            fast paths buy on this CPU, i.e. the price of reading the textbook forms.
+Graded on every CPU kind: fp32 ours <= 1.15x the eager bound and >= 1.15x faster than HF eager
+generate; bf16 >= 1.5x faster than HF eager generate where bf16 is native.
 bfloat16 is a speed claim only where the CPU computes it natively (avx512_bf16 / amx_bf16);
 elsewhere torch emulates it through float32 and the JSON says so instead of grading it.
 
@@ -45,7 +48,8 @@ from benchmarks.eager_bound import eager_decode
 from benchmarks.floor import engine_linears, hf_linears, linears_seconds
 
 PROMPT = [{"role": "user", "content": "Explain what a KV cache is and why it makes text generation faster."}]
-TARGETS = {"max_ratio_to_floor": 1.3, "min_speedup_vs_hf_eager_fp32": 1.1, "min_speedup_vs_hf_eager_bf16": 1.5}
+TARGETS = {"max_ratio_to_eager_bound_fp32": 1.15, "min_speedup_vs_hf_eager_fp32": 1.15,
+           "min_speedup_vs_hf_eager_bf16": 1.5}
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
@@ -143,13 +147,16 @@ def compare(ours, hf_model, ids: torch.Tensor, num_new: int, rounds: int, textbo
 
 
 def grade(result: dict, bf16_native: bool | None) -> dict:
-    """Targets per dtype; bfloat16 only where it is native (an emulated bf16 figure is no speed claim)."""
+    """Targets per dtype: fp32 against the eager bound and HF; bfloat16 against HF, only where it is native
+    (an emulated bf16 figure is no speed claim)."""
     verdicts = {}
     for name in ("fp32", "bf16"):
         if name not in result or (name == "bf16" and not bf16_native):
             continue
         row = result[name]
-        verdicts[f"{name}_floor"] = row["ratio_to_floor"]["ratio_of_medians"] <= TARGETS["max_ratio_to_floor"]
+        if name == "fp32" and "ours_to_eager_bound" in row:
+            verdicts["fp32_eager_bound"] = (row["ours_to_eager_bound"]["ratio_of_medians"]
+                                            <= TARGETS["max_ratio_to_eager_bound_fp32"])
         verdicts[f"{name}_vs_hf_eager"] = (row["speedup_vs_hf_eager_generate"]["ratio_of_medians"]
                                            >= TARGETS[f"min_speedup_vs_hf_eager_{name}"])
     return verdicts

@@ -56,8 +56,10 @@ def test_decode_comparison_runs(tiny):
     assert row["tokens_identical_to_hf"] and set(row["ms_per_token"]) == {"ours", "floor", "hf_eager_generate",
                                                                           "hf_linears", "eager_bound", "textbook"}
     assert row["eager_bound_tokens_identical"] and row["textbook_tokens_identical"]
-    assert bench_decode.grade({"fp32": row, "bf16": row}, bf16_native=False).keys() == {"fp32_floor",
+    assert bench_decode.grade({"fp32": row, "bf16": row}, bf16_native=False).keys() == {"fp32_eager_bound",
                                                                                         "fp32_vs_hf_eager"}
+    assert bench_decode.grade({"fp32": row, "bf16": row}, bf16_native=True).keys() == {
+        "fp32_eager_bound", "fp32_vs_hf_eager", "bf16_vs_hf_eager"}
 
 
 def test_eager_bound_does_all_the_work(tiny):
