@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kvcourse.kernels.checks import check_positive_int
+
 
 @dataclass(frozen=True)
 class Region:
@@ -27,8 +29,7 @@ class ReservationAllocator:
     """First-fit contiguous reservations in a line of ``num_slots`` token slots (lesson 09)."""
 
     def __init__(self, num_slots: int) -> None:
-        if num_slots < 1:
-            raise ValueError(f"num_slots must be >= 1, got {num_slots}")
+        check_positive_int("num_slots", num_slots)
         self.num_slots = num_slots
         self.regions: dict[int, Region] = {}  # request id -> its region
 
