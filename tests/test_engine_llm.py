@@ -215,3 +215,20 @@ def test_pool_sized_from_a_byte_budget(model):
         EngineConfig(num_blocks=8, memory_budget=budget)
     with pytest.raises(ValueError, match="block_size"):
         EngineConfig(block_size=0)
+
+
+def test_the_step_contract_is_fixed_when_scheduled(model):
+    """schedule() fixes the sampled rows once; update() reads them even after it has advanced the sequences."""
+    engine = LLMEngine(model, EngineConfig(block_size=4, max_num_batched_tokens=6))
+    engine.add_request(prompts([9])[0], SamplingParams(max_new_tokens=3))  # 9 tokens: a chunk of 6, then 3
+    first = engine.scheduler.schedule()
+    assert first.num_scheduled_tokens == (6,) and first.sampled == () and first.sampled_seqs == ()
+    engine.scheduler.update(first, [])
+    second = engine.scheduler.schedule()
+    assert second.num_scheduled_tokens == (3,) and second.sampled == (0,)
+    logits = engine.model_runner.run(second)
+    assert logits.shape[0] == len(second.sampled_seqs) == 1
+    grown = engine.scheduler.update(second, [[int(logits[0].argmax())]])
+    assert grown == list(second.sampled_seqs) and second.sampled == (0,), "the contract did not move"
+    with pytest.raises(ValueError, match="2 sequences but 1 token counts"):
+        type(second)(second.seqs * 2, (1,))

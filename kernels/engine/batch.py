@@ -28,23 +28,20 @@ class ScheduledBatch:
     copies: tuple[BlockCopy, ...] = ()
     preempted: tuple[Sequence, ...] = ()
     sampled: tuple[int, ...] = field(init=False)  # batch positions whose last token is computed: logits rows
+    sampled_seqs: tuple[Sequence, ...] = field(init=False)  # the sequences at those positions, in row order
 
     def __post_init__(self) -> None:
         if len(self.seqs) != len(self.num_scheduled_tokens):
             raise ValueError(f"{len(self.seqs)} sequences but {len(self.num_scheduled_tokens)} token counts")
-        object.__setattr__(self, "sampled", tuple(
-            i for i, (seq, n) in enumerate(zip(self.seqs, self.num_scheduled_tokens))
-            if seq.num_computed_tokens + n == seq.num_tokens))
+        sampled = tuple(i for i, (seq, n) in enumerate(zip(self.seqs, self.num_scheduled_tokens))
+                        if seq.num_computed_tokens + n == seq.num_tokens)
+        object.__setattr__(self, "sampled", sampled)  # fixed here, once: nothing downstream recomputes it
+        object.__setattr__(self, "sampled_seqs", tuple(self.seqs[i] for i in sampled))
 
     @classmethod
     def of(cls, seqs: list[Sequence], num_scheduled_tokens: list[int], copies: list[BlockCopy] | None = None,
            preempted: list[Sequence] | None = None) -> ScheduledBatch:
         return cls(tuple(seqs), tuple(num_scheduled_tokens), tuple(copies or ()), tuple(preempted or ()))
-
-    @property
-    def sampled_seqs(self) -> tuple[Sequence, ...]:
-        """The sequences that get logits, and so new tokens, from this step, in logits-row order."""
-        return tuple(self.seqs[i] for i in self.sampled)
 
     @property
     def num_tokens(self) -> int:
