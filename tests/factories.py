@@ -94,3 +94,10 @@ def one_cpu_thread():
 
     with thread_policy(1):
         yield
+
+
+@pytest.fixture
+def fast_paths_on(monkeypatch):
+    """For the tests of the fast paths themselves: a KVCOURSE_FAST_PATHS=0 run of the suite must not
+    turn off what they test (every other test then runs the textbook model)."""
+    monkeypatch.delenv("KVCOURSE_FAST_PATHS", raising=False)

@@ -24,8 +24,11 @@ from kvcourse.kernels import Transformer  # noqa: E402
 
 @pytest.fixture(scope="module")
 def tiny():
+    """The tiny model with its fast paths, whatever KVCOURSE_FAST_PATHS says: the eager bound reads them."""
     hf = make_tiny_hf_llama()
-    return Transformer.from_hf(hf).accelerate(), hf
+    with pytest.MonkeyPatch.context() as env:
+        env.delenv("KVCOURSE_FAST_PATHS", raising=False)
+        return Transformer.from_hf(hf).accelerate(), hf
 
 
 def test_machine_facts_name_the_cpu_and_bf16():

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from factories import make_tiny_hf_llama, one_cpu_thread  # noqa: F401  (one thread for the tiny model)
+from factories import fast_paths_on, make_tiny_hf_llama, one_cpu_thread  # noqa: F401  (fixtures)
 
 from kvcourse.kernels import EngineConfig, LLMEngine, SamplingParams, Transformer, generate
 from kvcourse.kernels.engine.generate import as_transformer
@@ -19,6 +19,7 @@ from kvcourse.kernels.memory.caches import NoCacheBackend
 from kvcourse.kernels.model import cpu_fast, layers
 from kvcourse.syllabus import REPO_ROOT
 
+pytestmark = pytest.mark.usefixtures("fast_paths_on")
 AVX2_ERROR = ("mkldnn_reorder_linear_weight: bf16 path needs the cpu support avx_ne_convert or avx512bw, "
               "avx512vl and avx512dq")
 PROMPT = [5, 17, 33, 42, 61, 8, 90, 12]

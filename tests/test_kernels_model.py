@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from factories import make_config, make_tiny_hf_llama
+from factories import fast_paths_on, make_config, make_tiny_hf_llama  # noqa: F401  (fixture)
 
 from kvcourse.kernels import Transformer, costs
 from kvcourse.kernels.memory.caches import NoCacheBackend
@@ -99,6 +99,7 @@ def test_parameter_count_equals_cost_model():
     assert sum(p.numel() for p in Transformer(config).parameters()) == costs.num_parameters(config)
 
 
+@pytest.mark.usefixtures("fast_paths_on")
 def test_fresh_model_is_initialised_and_the_packed_copy_follows_every_weight_change():
     model = Transformer(make_config()).accelerate()
     down = model.layers[0].mlp.down_proj

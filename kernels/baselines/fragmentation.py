@@ -17,6 +17,7 @@ from kvcourse.kernels.baselines.replay import (  # noqa: F401  (re-exported: les
     _Replay,
 )
 from kvcourse.kernels.baselines.reservation import Region, ReservationAllocator
+from kvcourse.kernels.checks import ceil_div
 from kvcourse.kernels.engine.sampling import SamplingParams
 from kvcourse.kernels.engine.scheduler import Scheduler
 from kvcourse.kernels.engine.sequence import Sequence, SequenceStatus
@@ -125,7 +126,7 @@ class PagingReplay(_Replay):
 
     def __init__(self, trace: list[TraceRequest], num_blocks: int, block_size: int = 16) -> None:
         longest = max(r.final_len for r in trace) if trace else 0
-        blocks_needed = (longest + block_size - 1) // block_size
+        blocks_needed = ceil_div(longest, block_size)
         if blocks_needed > num_blocks:
             raise ValueError(f"a request of {longest} tokens needs {blocks_needed} blocks of "
                              f"{block_size}; the pool has {num_blocks}")

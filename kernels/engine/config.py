@@ -8,7 +8,7 @@ from kvcourse.kernels.checks import check_positive_int
 from kvcourse.kernels.engine.threads import check_num_threads
 from kvcourse.kernels.memory.budget import MemoryBudget
 from kvcourse.kernels.memory.events import DEFAULT_MAX_EVENTS
-from kvcourse.kernels.model.cpu_fast import FAST_PATH_MODES
+from kvcourse.kernels.model.cpu_fast import check_fast_paths
 
 DEFAULT_NUM_BLOCKS = 512
 
@@ -19,8 +19,9 @@ class EngineConfig:
 
     ``eos_token_id`` None means the model's own stop tokens (``model.config.eos_token_ids``).
     ``num_threads`` is the CPU thread policy, held during each ``step`` and ``generate`` and
-    restored after (None: leave torch's setting). ``fast_paths`` "auto" or "off" sets the model's CPU fast paths when the
-    engine is made (Transformer.accelerate); None runs the model as it is given. ``max_events`` bounds the event log (0 keeps none; counts are always kept).
+    restored after (None: leave torch's setting). ``fast_paths`` "auto" or "off" sets the model's
+    CPU fast paths when the engine is made (Transformer.accelerate); None runs the model as it is
+    given. ``max_events`` bounds the event log (0 keeps none; counts are always kept).
     """
 
     block_size: int = 16
@@ -47,7 +48,6 @@ class EngineConfig:
                                               or not isinstance(self.eos_token_id, int) or self.eos_token_id < 0):
             raise ValueError(f"eos_token_id must be a token id or None, got {self.eos_token_id!r}")
         check_num_threads(self.num_threads)
-        if self.fast_paths is not None and self.fast_paths not in FAST_PATH_MODES:
-            raise ValueError(f"fast_paths must be one of {FAST_PATH_MODES} or None, got {self.fast_paths!r}")
+        check_fast_paths(self.fast_paths, optional=True)
         if isinstance(self.max_events, bool) or not isinstance(self.max_events, int) or self.max_events < 0:
             raise ValueError(f"max_events must be an integer >= 0, got {self.max_events!r}")

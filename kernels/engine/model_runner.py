@@ -2,9 +2,9 @@
 
 The same three moves serve ``LLMEngine``, beam search and ``generate(cache="paged")``: lay every
 scheduled sequence's new tokens end to end in one flat batch, say where each token's K/V goes
-and which blocks each sequence reads (``PagedMetadata``), and run the model once. The batch (batch.py) says
-which sequences get logits: those whose new tokens reach their last token, since a prompt chunk
-that stops short of the end needs none. The runner changes no bookkeeping; the caller ends the
+and which blocks each sequence reads (``PagedMetadata``), and run the model once. The batch
+(batch.py) says which sequences get logits: those whose new tokens reach their last token, since
+a prompt chunk that stops short of the end needs none. The runner changes no bookkeeping; the caller ends the
 pass (``finish_pass`` or ``Scheduler.update``).
 """
 

@@ -71,10 +71,16 @@ class FastPath:
         return f"{self.name}: {'on' if self.on else 'off'} ({self.why})"
 
 
+def check_fast_paths(fast_paths: object, *, optional: bool = False) -> None:
+    """Refuse anything but "auto" or "off" (or None where ``optional``: the model as it is given)."""
+    if not (fast_paths in FAST_PATH_MODES or (optional and fast_paths is None)):
+        raise ValueError(f"fast_paths must be one of {FAST_PATH_MODES}{' or None' if optional else ''}, "
+                         f"got {fast_paths!r}")
+
+
 def fast_paths_mode(fast_paths: str = "auto") -> str:
     """"auto" or "off": the argument, where ``KVCOURSE_FAST_PATHS=0`` turns "auto" off."""
-    if fast_paths not in FAST_PATH_MODES:
-        raise ValueError(f"fast_paths must be one of {FAST_PATH_MODES}, got {fast_paths!r}")
+    check_fast_paths(fast_paths)
     value = os.environ.get(FAST_PATHS_ENV, "").strip().lower()
     if value not in _ENV_ON + _ENV_OFF:
         raise ValueError(f"{FAST_PATHS_ENV}={value!r} is not understood: set it to 0 (or off) to run the "
