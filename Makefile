@@ -59,8 +59,8 @@ setup: $(COURSE_STAMP) $(MODEL_STAMP) $(CONVERTED_STAMP)
 
 # Python older than 3.11 is refused before anything is made, in one line.
 $(VENV_STAMP):
-	@v=$$($(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null); \
-	$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { echo "setup: the course \
+	@v=$$($(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2]); sys.exit(sys.version_info < (3, 11))' \
+		2>/dev/null) || { echo "setup: the course \
 	needs Python 3.11 or newer and $(PYTHON) is $${v:-not found}: install Python 3.11+ and run make again \
 	(make PYTHON=python3.12 to name it)"; exit 1; }
 	$(call step,creating the environment in $(VENV),test -x $(PY) || $(PYTHON) -m venv $(VENV); \
