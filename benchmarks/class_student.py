@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import shutil
 import signal
 import subprocess
@@ -144,8 +145,33 @@ class Student:
         client = BlockingKernelClient()
         client.load_connection_file(str(self.home / "jupyter-runtime" / f"kernel-{self.kernel_id}.json"))
         client.start_channels()
-        client.wait_for_ready(timeout=START_TIMEOUT_S)
         self.client = client
+        self._wait_for_kernel()
+
+    def _wait_for_kernel(self) -> None:
+        """Ask for kernel_info until the kernel answers on shell and iopub; dead only when its server says so.
+
+        Not jupyter_client's wait_for_ready: a client without a KernelManager judges the kernel dead after
+        one second without a heartbeat, which a kernel importing torch on a loaded 2-core machine can miss.
+        """
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            self.client.kernel_info()
+            try:
+                reply = self.client.get_shell_msg(timeout=1)
+            except queue.Empty:
+                reply = None
+            if reply is not None and reply["msg_type"] == "kernel_info_reply":
+                try:  # iopub is subscribed once it carries the status messages of that request
+                    self.client.get_iopub_msg(timeout=0.5)
+                    return
+                except queue.Empty:
+                    continue
+            state = self._api("GET", f"/api/kernels/{self.kernel_id}").get("execution_state")
+            if state == "dead":
+                raise RuntimeError(f"the kernel of {self.notebook.name} died while starting; the lab's log: "
+                                   f"{(self.home / 'lab.log').read_text(errors='replace')[-2000:]}")
+        raise RuntimeError(f"the kernel of {self.notebook.name} did not answer within {START_TIMEOUT_S} s")
 
     def _api(self, method: str, path: str, body: dict | None = None) -> dict:
         request = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", method=method,
