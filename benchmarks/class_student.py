@@ -31,7 +31,8 @@ from pathlib import Path
 
 import nbformat
 
-from kvcourse.hub import free_port
+from kvcourse.hub.launch import free_port
+from kvcourse.kernel_env import headless, jupyter_home
 from kvcourse.models import cache_dir
 from kvcourse.syllabus import REPO_ROOT
 
@@ -92,23 +93,13 @@ def mem_available() -> int:
 
 
 def student_env(home: Path) -> dict[str, str]:
-    """A student whose Jupyter, IPython and progress live in ``home``; one compute thread, as the course's kernels."""
-    env = dict(os.environ)
-    env.update(
-        JUPYTER_CONFIG_DIR=str(home / "jupyter-config"),
-        JUPYTER_DATA_DIR=str(home / "jupyter-data"),
-        JUPYTER_RUNTIME_DIR=str(home / "jupyter-runtime"),
-        IPYTHONDIR=str(home / "ipython"),
-        KVCOURSE_PROGRESS=str(home / "progress"),
-        KVCOURSE_CACHE=str(cache_dir()),  # the converted model, shared read-only as in the image
-        HF_HUB_OFFLINE="1",
-        TOKENIZERS_PARALLELISM="false",
-        OMP_NUM_THREADS="1",
-        KVCOURSE_HEADLESS="1",  # predict() asks nothing: the student's guesses are not what is measured
-        KVCOURSE_STRICT="1",  # a false expect() fails the run, so a broken lesson never yields a figure
-        KVCOURSE_DTYPE="float32",  # the CPU default, stated
-    )
-    return env
+    """A student whose Jupyter, IPython and progress live in ``home``; one compute thread, as the course's kernels.
+
+    Headless and strict: predict() asks nothing (the student's guesses are not what is measured) and a false
+    expect() fails the run, so a broken lesson never yields a figure. float32, the CPU default, stated.
+    """
+    return {**headless(home / "progress", "float32", strict=True, threads=1), **jupyter_home(home),
+            "KVCOURSE_CACHE": str(cache_dir())}  # the converted model, shared read-only as in the image
 
 
 class Student:

@@ -1,10 +1,16 @@
-"""The `kvcourse` command line: one subcommand per module, registered below."""
+"""The `kvcourse` command line: one subcommand per feature, each folder registering its own (REGISTRARS)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from collections.abc import Callable
+
+from kvcourse.hub.cli import add_hub
+from kvcourse.quizzes.cli import register as add_progress
+from kvcourse.quizzes.grading.cli import register as add_grade
+from kvcourse.site.cli import add_site
+from kvcourse.timing_lab.cli import add_timing_lab
 
 
 def _syllabus(args: argparse.Namespace) -> int:
@@ -56,33 +62,10 @@ def _add_core(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_lab)
 
 
-def _add_timing_lab(sub: argparse._SubParsersAction) -> None:
-    from kvcourse.timing_lab_cli import add_timing_lab
-
-    add_timing_lab(sub)
-
-
-def _add_quizzes(sub: argparse._SubParsersAction) -> None:
-    from kvcourse.quizzes.cli import register
-
-    register(sub)
-
-
-def _add_site(sub: argparse._SubParsersAction) -> None:
-    from kvcourse.site import add_site
-
-    add_site(sub)
-
-
-def _add_hub(sub: argparse._SubParsersAction) -> None:
-    from kvcourse.hub import add_hub
-
-    add_hub(sub)
-
-
-# Each entry adds its subcommands to the parser; issues that add a subcommand add a line here.
-REGISTRARS: list[Callable[[argparse._SubParsersAction], None]] = [_add_core, _add_timing_lab, _add_quizzes,
-                                                                     _add_site, _add_hub]
+# Each entry adds its subcommands to the parser: the core commands above, then each feature folder's own
+# register function (its cli.py); issues that add a subcommand add a line here.
+REGISTRARS: list[Callable[[argparse._SubParsersAction], None]] = [_add_core, add_timing_lab, add_progress, add_grade,
+                                                                     add_site, add_hub]
 
 
 def build_parser() -> argparse.ArgumentParser:

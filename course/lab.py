@@ -42,7 +42,7 @@ def disabled_server_extensions(instructor: bool = False) -> list[str]:
 def settings_dir(instructor: bool = False, *, name: str | None = None, plugins: list[str] | None = None) -> Path:
     """Write the lab's own JupyterLab settings folder (page_config.json) and return it.
 
-    ``name`` and ``plugins`` give another variant its own folder (the hub's student lab, kvcourse.hub_singleuser).
+    ``name`` and ``plugins`` give another variant its own folder (the hub's student lab, kvcourse.hub.singleuser).
     """
     from jupyter_core.paths import jupyter_runtime_dir
 

@@ -27,6 +27,7 @@ from typing import Any
 
 from IPython.core.error import StdinNotImplementedError
 
+from kvcourse.kernel_env import HEADLESS_ENV, STRICT_ENV
 from kvcourse.quizzes.progress import progress_dir
 from kvcourse.quizzes.units import DIMENSIONS, AnswerFormatError, parse_quantity
 
@@ -43,12 +44,12 @@ class ExpectationFailed(AssertionError):
 
 def headless() -> bool:
     """Whether this run has nobody at the keyboard (tests, nbgrader); lessons then take their short sweeps."""
-    return bool(os.environ.get("KVCOURSE_HEADLESS") or os.environ.get("NBGRADER_EXECUTION"))
+    return bool(os.environ.get(HEADLESS_ENV) or os.environ.get("NBGRADER_EXECUTION"))
 
 
 def strict() -> bool:
     """Whether a false ``expect`` should raise (the notebook test harness sets KVCOURSE_STRICT=1)."""
-    return bool(os.environ.get("KVCOURSE_STRICT"))
+    return bool(os.environ.get(STRICT_ENV))
 
 
 # ---------------------------------------------------------------- expect

@@ -3,8 +3,9 @@
 ``model/`` the decoder; ``attention/`` attention on contiguous and paged K/V; ``memory/`` the
 block pool, the KV-cache manager and the KV tensors; ``engine/`` sequences, scheduler, model
 runner, LLMEngine and generate; ``costs`` the analytic formulas; ``workload`` the request trace
-that lessons 09, 11 and 14 share; ``baselines/`` what paging replaced. Imports run one way:
-engine -> memory -> attention -> model.
+that lessons 09, 11 and 14 share; ``baselines/`` what paging replaced; ``measure/`` what lessons
+measure on the engine (a trace served, the event log read back, next-token agreement). Imports
+run one way: measure -> engine -> memory -> attention -> model.
 """
 
 from kvcourse.kernels import costs, workload
@@ -30,6 +31,22 @@ from kvcourse.kernels.engine.llm_engine import EngineConfig, LLMEngine
 from kvcourse.kernels.engine.request import RequestOutput, RequestStatus
 from kvcourse.kernels.engine.sampling import SamplingParams, sample
 from kvcourse.kernels.engine.sequence import FinishReason, Sequence
+from kvcourse.kernels.measure.agreement import (
+    MERGE_TEXTS,
+    Agreement,
+    all_logits,
+    first_difference,
+    next_token_agreement,
+)
+from kvcourse.kernels.measure.event_log import RequestStory, occupancy, request_stories
+from kvcourse.kernels.measure.serving import (
+    ServedTrace,
+    TraceServer,
+    reservation_start_steps,
+    serve_interleaved,
+    serve_trace,
+    trace_prompts,
+)
 from kvcourse.kernels.memory.block_pool import BlockPool, block_hash
 from kvcourse.kernels.memory.budget import MemoryBudget, num_blocks_for_budget
 from kvcourse.kernels.memory.cache_int8 import quantize_int8
@@ -39,11 +56,16 @@ from kvcourse.kernels.model.config import ModelConfig
 from kvcourse.kernels.model.config_table import EXAMPLE_13B, MODEL_CONFIGS, get_model_config
 from kvcourse.kernels.model.merge_heads import regroup_kv_heads
 from kvcourse.kernels.model.transformer import Transformer
+from kvcourse.kernels.workload import LIBRARY_QUESTIONS, LIBRARY_SYSTEM_PROMPT
 
 __all__ = [
     "CACHE_MODES",
     "EXAMPLE_13B",
+    "LIBRARY_QUESTIONS",
+    "LIBRARY_SYSTEM_PROMPT",
+    "MERGE_TEXTS",
     "MODEL_CONFIGS",
+    "Agreement",
     "AttentionBackend",
     "AttentionStats",
     "BeamSearchResult",
@@ -63,27 +85,39 @@ __all__ = [
     "ReservationReplay",
     "RequestOutput",
     "RequestStatus",
+    "RequestStory",
     "SamplingParams",
     "Sequence",
+    "ServedTrace",
     "StepMetadata",
     "StepStats",
+    "TraceServer",
     "Transformer",
+    "all_logits",
     "beam_search",
     "block_hash",
     "costs",
+    "first_difference",
     "gather_kv",
     "generate",
     "get_model_config",
     "naive_attention",
+    "next_token_agreement",
     "num_blocks_for_budget",
+    "occupancy",
     "paged_attention_reference",
     "paged_decode_attention",
     "quantize_int8",
     "regroup_kv_heads",
+    "request_stories",
+    "reservation_start_steps",
     "sample",
+    "serve_interleaved",
+    "serve_trace",
     "simulate_paging",
     "simulate_reservation",
     "tiled_attention",
+    "trace_prompts",
     "workload",
     "write_kv",
 ]

@@ -1,5 +1,8 @@
 """The request trace that lessons 09, 11 and 14 share: who arrives when, and how long they talk.
 
+(And the help-desk requests that lessons 13 and 16 send the real model: ``LIBRARY_SYSTEM_PROMPT``
+and ``LIBRARY_QUESTIONS``.)
+
 One seeded, deterministic workload, kept here so the three lessons replay the same requests:
 
 * **Arrivals** form a Poisson process (exponential gaps between requests), the usual model of
@@ -19,7 +22,7 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kvcourse.kernels.checks import check_positive_int
 
@@ -82,6 +85,13 @@ class TraceConfig:
                            self.answer_mean * factor, self.sigma, max(1, round(self.answer_limit * factor)),
                            max(1, round(self.max_prompt_len * factor)), self.seed)
 
+    def shrunk(self, factor: float, num_requests: int | None = None) -> TraceConfig:
+        """Lengths times ``factor`` and arrivals 1/``factor`` as often, so as many conversations overlap: the
+        trace for a real-model run (lesson 14 serves lesson 09's trace this way, with factor 1/32)."""
+        scaled = self.scaled(factor)
+        return replace(scaled, arrivals_per_step=self.arrivals_per_step / factor,
+                       num_requests=self.num_requests if num_requests is None else num_requests)
+
 
 LESSON_TRACE = TraceConfig()
 """The trace lessons 09, 11 and 14 replay."""
@@ -117,3 +127,25 @@ def trace_summary(trace: list[TraceRequest]) -> dict[str, float]:
             "mean_reserved": sum(r.max_len for r in trace) / n,
             "share_ending_early": sum(r.ends_early for r in trace) / n,
             "last_arrival_step": max(r.arrival_step for r in trace)}
+
+
+# Lesson 13's system prompt: a library's help desk, several hundred tokens once SmolLM2's chat
+# template wraps it. The lesson serves requests that open with it; lesson 16 and the tests rebuild them from here.
+LIBRARY_SYSTEM_PROMPT = """You are Juniper, the help-desk assistant of the Riverside Public Library. Follow these rules in every reply.
+1. Be brief: answer in at most three sentences unless the reader asks for more detail.
+2. Opening hours: Monday to Friday 9:00 to 20:00, Saturday 10:00 to 17:00, closed on Sunday and public holidays.
+3. Borrowing: a library card is free for residents. Books may be borrowed for three weeks, films and games for one week. Up to twenty items at a time.
+4. Renewals: items may be renewed twice online, by phone or at the desk, unless another reader has reserved them.
+5. Late returns: there are no fines for children's items. Adult items cost 20 cents per day, capped at 5 euros per item.
+6. Lost or damaged items: the reader pays the replacement price shown in the catalogue plus a 3 euro handling fee.
+7. Rooms: the two study rooms can be booked for up to three hours per day, at most one week ahead.
+8. Printing and copying cost 10 cents per black-and-white page and 50 cents per colour page. Scanning is free.
+9. Wi-Fi is free; the network is called Riverside-Guest and needs no password.
+10. Never guess: if you do not know the answer, say so and suggest asking a librarian at the front desk.
+11. Never ask for or repeat a reader's card number, address or other personal details.
+12. Events: story time for children every Wednesday at 16:00, a book club on the first Thursday of each month at 19:00.
+13. Accessibility: the building has step-free access, a lift to every floor and large-print books on the ground floor.
+14. Donations: we accept books in good condition published in the last ten years, at the front desk only.
+Reply in the language the reader writes in, and stay friendly and calm."""
+LIBRARY_QUESTIONS = ("Can I renew a book twice?", "How much does colour printing cost?",
+                     "Are you open on Sunday?", "Is there story time for kids?")

@@ -1,9 +1,8 @@
-"""The `kvcourse progress` and `kvcourse grade ...` subcommands (lesson 00; quizzes/INSTRUCTORS.md)."""
+"""The `kvcourse progress` subcommand (lesson 00); the instructor's `kvcourse grade ...` is grading/cli.py."""
 
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 
 def _progress(args: argparse.Namespace) -> int:
@@ -13,90 +12,7 @@ def _progress(args: argparse.Namespace) -> int:
     return 0
 
 
-def _grade_init(args: argparse.Namespace) -> int:
-    from .nbgrader_export import init_course, next_steps, parse_lessons
-
-    lessons = parse_lessons(args.lessons)
-    written = init_course(Path(args.directory), lessons, course_id=args.course_id, exchange=args.exchange)
-    print(f"nbgrader course written to {args.directory}: {len(written)} assignments ({', '.join(written)}).\n"
-          f"Its secret is in {Path(args.directory) / 'instructor'}: never release or share that folder.\n"
-          f"Next, to create the gradebook and the released notebooks:\n  "
-          f"{next_steps(Path(args.directory), written)}")
-    return 0
-
-
-def _bytes(text: str) -> int:
-    from .units import AnswerFormatError, parse_quantity
-
-    try:
-        return int(parse_quantity(text, "bytes"))
-    except AnswerFormatError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
-
-
-def _grade_autograde(args: argparse.Namespace) -> int:
-    from .autograde import autograde
-    from .sandbox import Limits
-
-    limits = Limits(args.timeout, args.output_cap, max(args.submission_timeout, args.timeout))
-    if args.unsafe_no_sandbox:
-        print("WARNING: --unsafe-no-sandbox: students' code runs with your rights and can read and change "
-              "your files. Use it only for a trial with submissions you trust.")
-    results = autograde(Path(args.course), args.assignment, args.student, limits, sandbox=not args.unsafe_no_sandbox)
-    return 1 if any(r.status != "graded" for r in results) else 0
-
-
-def _grade_export(args: argparse.Namespace) -> int:
-    from .gradebook import export_grades
-
-    rows = export_grades(Path(args.course), Path(args.to))
-    not_graded = sum(r["status"] == "not graded" for r in rows)
-    print(f"{len(rows)} rows written to {args.to} ({not_graded} not graded: see the status and reason columns)")
-    return 0
-
-
-def _grade_answers(args: argparse.Namespace) -> int:
-    from .gradebook import expected_answers
-
-    print("\n".join(expected_answers(Path(args.course), args.assignment, args.student)))
-    return 0
-
-
 def register(sub: argparse._SubParsersAction) -> None:
-    """Add `progress` and `grade init|autograde|export|answers` to the kvcourse command line."""
+    """Add `progress` to the kvcourse command line."""
     p = sub.add_parser("progress", help="print your quick-check progress, per lesson")
     p.set_defaults(func=_progress)
-    grade = sub.add_parser("grade", help="instructors: an nbgrader course from the question bank, graded safely")
-    grade_sub = grade.add_subparsers(dest="grade_command", metavar="ACTION", required=True)
-    p = grade_sub.add_parser("init", help="write nbgrader_config.py and one source assignment per lesson")
-    p.add_argument("directory", help="the course folder to create (must be empty or absent)")
-    p.add_argument("--lessons", default="00-17", help='which lessons, e.g. "01-05" or "03,07,16" (default: all, 00-17)')
-    p.add_argument("--course-id", default="kvcourse", help="nbgrader course id (default kvcourse)")
-    p.add_argument("--exchange", default=None,
-                   help="exchange folder for release/fetch/submit (default: nbgrader's own, /srv/nbgrader/exchange)")
-    p.set_defaults(func=_grade_init)
-
-    p = grade_sub.add_parser("autograde", help="grade collected submissions, each in a sandbox")
-    p.add_argument("assignment", help="e.g. lesson07")
-    p.add_argument("--student", action="append", default=None,
-                   help="grade only this student (repeat for several; default: every submission)")
-    p.add_argument("--course", default=".", help="the course folder (default: the current one)")
-    p.add_argument("--timeout", type=float, default=30.0, help="time limit per cell, in seconds (default 30)")
-    p.add_argument("--submission-timeout", type=float, default=300.0,
-                   help="time limit per submission, in seconds (default 300)")
-    p.add_argument("--output-cap", type=_bytes, default=1_000_000,
-                   help='output kept per cell, e.g. "1 MB" or 1000000 (default 1 MB)')
-    p.add_argument("--unsafe-no-sandbox", action="store_true",
-                   help="run without bubblewrap: only for a trial on your own machine with submissions you trust")
-    p.set_defaults(func=_grade_autograde)
-
-    p = grade_sub.add_parser("export", help="grades.csv with a status per row: graded, not graded (why), ...")
-    p.add_argument("--course", default=".", help="the course folder (default: the current one)")
-    p.add_argument("--to", default="grades.csv", help="the CSV file to write (default grades.csv)")
-    p.set_defaults(func=_grade_export)
-
-    p = grade_sub.add_parser("answers", help="print one student's right answers (their own values and cases)")
-    p.add_argument("assignment", help="e.g. lesson07")
-    p.add_argument("--student", required=True, help="the student id")
-    p.add_argument("--course", default=".", help="the course folder (default: the current one)")
-    p.set_defaults(func=_grade_answers)

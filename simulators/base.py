@@ -9,8 +9,7 @@ any input problem as a message instead of a traceback.
 from __future__ import annotations
 
 import io
-import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -19,51 +18,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from kvcourse.kernels import MODEL_CONFIGS, ModelConfig
-
-
-class InvalidInput(ValueError):
-    """A learner-fixable input problem; views show its message next to the controls (lesson 01)."""
-
-
-def check_int(name: str, value: Any, low: int, high: int) -> int:
-    """``value`` as an int in [low, high], or InvalidInput naming the control and the range."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InvalidInput(f"{name} must be a whole number, got {value!r}.")
-    if isinstance(value, float) and (math.isnan(value) or not value.is_integer()):
-        raise InvalidInput(f"{name} must be a whole number, got {value!r}.")
-    if not low <= value <= high:
-        raise InvalidInput(f"{name} must be between {low:,} and {high:,}, got {value:,}.")
-    return int(value)
-
-
-def model_shape(model: str, model_config: ModelConfig | None = None) -> ModelConfig:
-    """The shape a simulator counts with: one of its own (SmolLM2 as loaded), else the named preset."""
-    if model_config is not None:
-        return model_config
-    if model not in MODEL_CONFIGS:
-        raise InvalidInput(f"Model must be one of {', '.join(sorted(MODEL_CONFIGS))}, got {model!r}.")
-    return MODEL_CONFIGS[model]
-
-
-def check_choice(name: str, value: Any, choices: Sequence[tuple[str, Any]]) -> Any:
-    """``value`` if it is one of a dropdown's (label, value) choices, else InvalidInput listing them."""
-    allowed = [v for _, v in choices]
-    if value not in allowed:
-        listed = ", ".join(str(v) for v in allowed[:-1]) + f" or {allowed[-1]}" if len(allowed) > 1 else str(allowed[0])
-        raise InvalidInput(f"{name} must be {listed}, got {value!r}.")
-    return value
-
-
-def check_float(name: str, value: Any, low: float, high: float) -> float:
-    """``value`` as a finite float in [low, high], or InvalidInput naming the control and the range."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InvalidInput(f"{name} must be a number, got {value!r}.")
-    if math.isnan(value) or math.isinf(value):
-        raise InvalidInput(f"{name} must be a finite number, got {value!r}.")
-    if not low <= value <= high:
-        raise InvalidInput(f"{name} must be between {low:g} and {high:g}, got {value:g}.")
-    return float(value)
+from kvcourse.simulators.checks import InvalidInput
 
 
 class GenerationSteps:
@@ -98,8 +53,9 @@ class SimulatorView:
     """Controls, Step/Reset buttons, a message line and one figure redrawn in place (lesson 01).
 
     Subclasses give the controls and implement ``build`` (control values -> model, may raise
-    InvalidInput) and ``draw`` (model -> the figure's axes). Changing a control rebuilds the
-    model; Step advances it; Reset restores the starting control values.
+    InvalidInput) and ``draw`` (model -> the figure's axes, cleared before each draw); ``on_change``
+    lets controls follow one another. Changing a control rebuilds the model; Step advances it;
+    Reset restores the starting control values.
     """
 
     render_dpi: float = 100  # resolution of the PNG shown; tests lower it to run faster
@@ -143,12 +99,16 @@ class SimulatorView:
         raise NotImplementedError
 
     def draw(self, model: Any) -> str:
-        """Redraw ``self.axes`` for ``model``; return the one-line summary shown under the controls."""
+        """Draw ``model`` on ``self.axes`` (cleared already); return the one-line summary under the controls."""
         raise NotImplementedError
 
     def advance(self, model: Any) -> None:
         """What the Step button does; by default the model's own ``step()``."""
         model.step()
+
+    def on_change(self, name: str) -> None:
+        """The learner changed control ``name``; set other controls to follow it here (a preset fills
+        its figures). They change without a rebuild of their own; the view rebuilds once afterwards."""
 
     # -- behaviour -----------------------------------------------------------------------------
     @property
@@ -184,12 +144,14 @@ class SimulatorView:
 
     def reset(self) -> None:
         """Put every control back to its starting value and rebuild."""
-        with self._hold():
+        with self.hold():
             for name, value in self._defaults.items():
                 self.controls[name].value = value
         self.update()
 
     def _redraw(self) -> None:
+        for ax in self.axes:
+            ax.clear()
         summary = self.draw(self.model)
         self._error = None
         self.message.value = f"<span style='color:#1b5e20'>{summary}</span>"
@@ -205,13 +167,17 @@ class SimulatorView:
         self._error = text
         self.message.value = f"<span style='color:#b71c1c'><b>Check the input:</b> {text}</span>"
 
-    def _on_control_change(self, _change: dict) -> None:
-        if not self._holding:
-            self.update()
+    def _on_control_change(self, change: dict) -> None:
+        if self._holding:
+            return
+        name = next(name for name, control in self.controls.items() if control is change["owner"])
+        with self.hold():
+            self.on_change(name)
+        self.update()
 
     @contextmanager
-    def _hold(self) -> Iterator[None]:
-        """Set several controls without one rebuild per change."""
+    def hold(self) -> Iterator[None]:
+        """Set several controls without one rebuild per change (``on_change`` and ``advance`` use it)."""
         self._holding = True
         try:
             yield
@@ -222,18 +188,6 @@ class SimulatorView:
         from IPython.display import display
 
         display(self.widget)
-
-
-def int_control(description: str, value: int, width: str = "210px") -> widgets.IntText:
-    """A typed integer box: learners may type anything, the model decides what is valid."""
-    return widgets.IntText(value=value, description=description, style={"description_width": "initial"},
-                           layout=widgets.Layout(width=width))
-
-
-def float_control(description: str, value: float, width: str = "230px") -> widgets.FloatText:
-    """A typed number box; out-of-range values become a message, not a traceback."""
-    return widgets.FloatText(value=value, description=description, style={"description_width": "initial"},
-                             layout=widgets.Layout(width=width))
 
 
 MAX_BARS = 400  # beyond this many steps a bar chart is slow to draw and unreadable: draw a line
@@ -249,20 +203,3 @@ def draw_per_step(ax: Any, values: list[int], num_done: int, colour: str) -> Non
         ax.plot(steps, values, color="0.75", lw=2)
         ax.plot(steps[:num_done], values[:num_done], color=colour, lw=2)
     ax.set_xlim(0.5, len(values) + 0.5)
-
-
-def format_bytes(num_bytes: float) -> str:
-    """Bytes in the largest unit that keeps the number >= 1 (decimal units: 1 GB = 1e9 bytes)."""
-    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if abs(num_bytes) >= size:
-            return f"{num_bytes / size:,.2f} {unit}"
-    return f"{num_bytes:,.0f} B"
-
-
-def format_count(value: float) -> str:
-    """A large count with a word-free SI suffix (k, M, G, T)."""
-    for unit, size in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(value) >= size:
-            return f"{value / size:,.2f} {unit}"
-    return f"{value:,.0f}"
-

@@ -6,7 +6,7 @@ the engine's own ``BlockPool``, front first: a sequence's prompt blocks when it 
 (sequences in order), then one more whenever its last block is full and its next token needs a
 slot. ``shuffle`` calls ``BlockPool.shuffle_free_blocks(seed)``, so a seed here gives the engine's
 tables there;
-tests/test_sim_block_table.py drives ``KVCacheManager`` and ``LLMEngine`` beside this model.
+tests/simulators/test_sim_block_table.py drives ``KVCacheManager`` and ``LLMEngine`` beside this model.
 
 ``draw_tables`` draws any set of tables (the simulator's or a real engine's, via
 ``engine_tables``); ``source_side_by_side`` shows two pieces of source next to each other.
@@ -23,7 +23,11 @@ import ipywidgets as widgets
 from matplotlib.patches import ConnectionPatch, Rectangle
 
 from kvcourse.kernels import BlockPool
-from kvcourse.simulators.base import InvalidInput, SimulatorView, check_int, int_control
+from kvcourse.kernels.checks import ceil_div
+from kvcourse.simulators.base import SimulatorView
+from kvcourse.simulators.checks import InvalidInput, check_int
+from kvcourse.simulators.controls import int_control
+from kvcourse.simulators.labels import plural
 
 MAX_BLOCK_SIZE = 256
 MAX_BLOCKS = 512
@@ -33,11 +37,6 @@ MAX_START_STEPS = 100_000
 MAX_ARROWS = 64  # beyond this many table entries only the followed sequence's arrows are drawn
 WIDTH_RATIOS = (1.0, 2.6)  # the logical column is narrow, the pool wide
 MAX_LABELLED = 48  # logical blocks that still get a label (physical: four times as many)
-
-
-def num_blocks_for(num_tokens: int, block_size: int) -> int:
-    """Blocks that hold ``num_tokens`` tokens: the last one may be partly empty."""
-    return -(-num_tokens // block_size)
 
 
 def num_adjacent(table: list[int]) -> int:
@@ -83,12 +82,12 @@ class BlockTableConfig:
         check_int("Shuffle seed", self.seed, 0, 2**31 - 1)
         check_int("Follow sequence", self.follow, 0, len(self.prompt_lens) - 1)
         check_int("Start after (steps)", self.start_steps, 0, MAX_START_STEPS)
-        needed = sum(num_blocks_for(n, self.block_size) for n in self.prompt_lens)
+        needed = sum(ceil_div(n, self.block_size) for n in self.prompt_lens)
         if needed > self.num_blocks:
             raise InvalidInput(f"the prompts alone need {needed} blocks of {self.block_size} tokens, but the pool "
                                f"has {self.num_blocks} physical blocks. Add physical blocks, use bigger blocks, "
                                "or shorten the prompts.")
-        later = sum(num_blocks_for(n + self.start_steps, self.block_size) for n in self.prompt_lens)
+        later = sum(ceil_div(n + self.start_steps, self.block_size) for n in self.prompt_lens)
         if later > self.num_blocks:
             raise InvalidInput(f"Start after (steps): after {self.start_steps} steps the sequences would need "
                                f"{later} blocks, but the pool has {self.num_blocks}. Start earlier or add "
@@ -117,7 +116,7 @@ class BlockTables:
 
     def _grow(self, seq: int, num_tokens: int) -> None:
         self.lengths[seq] = num_tokens
-        while len(self.tables[seq]) < num_blocks_for(num_tokens, self.config.block_size):
+        while len(self.tables[seq]) < ceil_div(num_tokens, self.config.block_size):
             self.tables[seq].append(self.pool.allocate(seq))
 
     @property
@@ -200,7 +199,7 @@ def draw_tables(ax_logical: Any, ax_physical: Any, tables: list[list[int]], leng
     for ax in (ax_logical, ax_physical):
         ax.clear()
     cols = _grid_columns(num_blocks)
-    rows = num_blocks_for(num_blocks, cols)
+    rows = ceil_div(num_blocks, cols)
     where = {b: (b % cols, -(b // cols)) for b in range(num_blocks)}  # physical block -> (x, y) on the right
     used = {b for table in tables for b in table}
     label_physical = num_blocks <= 4 * MAX_LABELLED
@@ -278,10 +277,6 @@ def source_side_by_side(left: tuple[str, str], right: tuple[str, str]) -> Any:
     return HTML(f"<div style='display:flex;gap:16px'>{column(*left)}{column(*right)}</div>")
 
 
-def _count(n: int, noun: str) -> str:
-    return f"{n:,} {noun}{'' if n == 1 else 's'}"
-
-
 # -- the view ----------------------------------------------------------------------------------------
 
 
@@ -318,16 +313,14 @@ class BlockTableView(SimulatorView):
         if self._panels_ready:
             super().update()
 
-    def _on_control_change(self, change: dict) -> None:
-        # More or fewer sequences: trim the prompt lengths, or repeat the last one, then rebuild once.
-        if change.get("owner") is self.controls["num_seqs"] and not self._holding:
+    def on_change(self, name: str) -> None:
+        # More or fewer sequences: trim the prompt lengths, or repeat the last one.
+        if name == "num_seqs":
             lens = [p.strip() for p in str(self.controls["prompt_lens"].value).replace(";", ",").split(",") if p.strip()]
-            num_seqs = change["new"]
+            num_seqs = self.controls["num_seqs"].value
             if lens and isinstance(num_seqs, int) and 1 <= num_seqs <= MAX_SEQS and len(lens) > 1:
                 lens = (lens + [lens[-1]] * num_seqs)[:num_seqs]
-                with self._hold():
-                    self.controls["prompt_lens"].value = ", ".join(lens)
-        super()._on_control_change(change)
+                self.controls["prompt_lens"].value = ", ".join(lens)
 
     def step(self) -> None:
         """Add a token to each sequence; a full pool is reported in the message line, the figure stays."""
@@ -370,6 +363,6 @@ class BlockTableView(SimulatorView):
         ahead = (f" The next step needs {len(needy)} new block{'s' if len(needy) != 1 else ''} "
                  f"(sequence{'s' if len(needy) != 1 else ''} {', '.join(map(str, needy))})." if needy else
                  " The next step fits in the blocks already held.")
-        return (f"Step {m.num_steps_done}: {_count(m.num_used, 'block')} in use, {m.num_free} free; "
-                f"{_count(m.num_empty_slots, 'slot')} held but not yet written. Sequence {f}: "
-                f"{_count(n, 'token')} in {_count(len(table), 'block')}, table [{shown}]; {where} {nxt}{ahead}")
+        return (f"Step {m.num_steps_done}: {plural(m.num_used, 'block')} in use, {m.num_free} free; "
+                f"{plural(m.num_empty_slots, 'slot')} held but not yet written. Sequence {f}: "
+                f"{plural(n, 'token')} in {plural(len(table), 'block')}, table [{shown}]; {where} {nxt}{ahead}")

@@ -3,7 +3,7 @@
 A request's cache has two phases: the prefill step writes every prompt token's keys and values
 at once (a burst), then each decode step appends exactly one token's worth (a steady climb).
 It never shrinks while the reply is written; when the request ends, all of it is freed. The
-bytes come from the cost model (``costs.kv_bytes_per_token``); tests/test_sim_cache_growth.py
+bytes come from the cost model (``costs.kv_bytes_per_token``); tests/simulators/test_sim_cache_growth.py
 checks them against the engine's own tensors.
 """
 
@@ -12,23 +12,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import ipywidgets as widgets
 import numpy as np
 from matplotlib.ticker import MaxNLocator
 
 from kvcourse.kernels import MODEL_CONFIGS, costs
-from kvcourse.simulators.base import (
-    InvalidInput,
-    SimulatorView,
-    check_choice,
-    check_int,
-    format_bytes,
-    int_control,
-)
+from kvcourse.simulators.base import SimulatorView
+from kvcourse.simulators.checks import InvalidInput, check_choice, check_int
+from kvcourse.simulators.controls import bytes_per_value_dropdown, int_control
 from kvcourse.simulators.kv_cache import tokens_processed_with_cache
+from kvcourse.simulators.labels import bytes_per_value_choices, format_bytes
 
 DEFAULT_MODEL = MODEL_CONFIGS["smollm2-135m"]
-BYTES_PER_VALUE_CHOICES = (("4 (float32)", 4), ("2 (bfloat16)", 2), ("1 (int8, scales not counted)", 1))
+BYTES_PER_VALUE_CHOICES = bytes_per_value_choices(4, 2, 1)
 PREFILL, DECODE, ENDED = "prefill", "decode", "request ended"
 
 _UNITS = (("GB", 1e9), ("MB", 1e6), ("kB", 1e3), ("B", 1.0))
@@ -174,9 +169,7 @@ class CacheGrowthView(SimulatorView):
         controls = {
             "prompt_len": int_control("Prompt length (tokens)", prompt_len),
             "num_new_tokens": int_control("Answer length (tokens)", num_new_tokens),
-            "bytes_per_value": widgets.Dropdown(options=BYTES_PER_VALUE_CHOICES, value=bytes_per_value,
-                                                description="Bytes per number",
-                                                style={"description_width": "initial"}),
+            "bytes_per_value": bytes_per_value_dropdown(bytes_per_value, (4, 2, 1), "Bytes per number", width=None),
         }
         super().__init__(controls, num_axes=2, figsize=(11, 4.0), step_label="Next step")
 
@@ -188,8 +181,6 @@ class CacheGrowthView(SimulatorView):
 
     def draw(self, model: CacheGrowth) -> str:
         total_ax, layer_ax = self.axes
-        total_ax.clear()
-        layer_ax.clear()
         n, k = model.config.num_new_tokens, model.num_steps_done
         unit, size = _unit_for(model.peak_bytes)
         steps = np.arange(1, n + 1)

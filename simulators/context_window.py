@@ -7,7 +7,7 @@ prefix caching stores it (lesson 13); every user's own tokens take blocks of the
 (``costs.kv_blocks_needed``). The shared part is given as a share of each conversation, so a
 longer window shares more tokens too: ``window_for`` finds the longest whole number of blocks
 that fits. The model's trained length (``max_position_embeddings``) is a second ceiling; the
-status line says which of the two sets the window. tests/test_sim_context_window.py checks the
+status line says which of the two sets the window. tests/simulators/test_sim_context_window.py checks the
 numbers against the cost model and against the engine's admissions.
 """
 
@@ -17,30 +17,16 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-import ipywidgets as widgets
 import numpy as np
-from matplotlib.ticker import FuncFormatter
 
-from kvcourse.kernels import MODEL_CONFIGS, MemoryBudget, ModelConfig, costs, num_blocks_for_budget
-from kvcourse.simulators.base import (
-    InvalidInput,
-    SimulatorView,
-    check_choice,
-    check_float,
-    check_int,
-    float_control,
-    format_bytes,
-    int_control,
-    model_shape,
-)
-from kvcourse.simulators.memory_wall import CUSTOM, GPU_PRESETS
+from kvcourse.kernels import costs
+from kvcourse.simulators.checks import InvalidInput, check_float, check_int
+from kvcourse.simulators.controls import bytes_per_value_dropdown, float_control, int_control, model_dropdown
+from kvcourse.simulators.hardware import CardConfig, CardPool, CardView, card_unit, draw_card_top
+from kvcourse.simulators.labels import ModelFact, format_bytes, log_axes, plural
 
-GB = 1e9  # decimal gigabytes, as the course counts them everywhere
 DEFAULT_GPU = "H100 80GB"
 DEFAULT_MODEL = "llama-3-8b"
-# One number width for the weights and the cache; int8 is counted without its scales (the course's convention).
-BYTES_PER_VALUE_CHOICES = (("16-bit (2 bytes)", 2), ("32-bit (4 bytes)", 4), ("8-bit (int8, scales not counted)", 1))
-MAX_CARD_GB = 10_000.0
 MAX_USERS = 100_000
 MAX_BLOCK_SIZE = 1024
 MEMORY, MODEL = "memory", "the model's trained length"  # the two ceilings on the window
@@ -83,56 +69,26 @@ def window_for(num_blocks: int, block_size: int, num_users: int, shared_percent:
 
 
 @dataclass(frozen=True)
-class ContextWindowConfig:
+class ContextWindowConfig(CardConfig):
     """A card, a model, the users sharing it, the shared share of each conversation, the block size (lesson 15)."""
 
-    card_gb: float
     model: str = DEFAULT_MODEL
-    bytes_per_value: int = 2
     num_users: int = 1
     shared_percent: float = 0.0
     block_size: int = 16
-    model_config: ModelConfig | None = None  # a shape of one's own (SmolLM2 as loaded); None: the preset's
 
     def __post_init__(self) -> None:
-        check_float("Card memory (GB)", self.card_gb, 1e-6, MAX_CARD_GB)
-        model_shape(self.model, self.model_config)  # an unknown preset name is an input error
-        check_choice("Bytes per value", self.bytes_per_value, BYTES_PER_VALUE_CHOICES)
+        super().__post_init__()  # the card, the model, the bytes per value (one width for weights and cache)
         check_int("Users", self.num_users, 1, MAX_USERS)
         check_float("Shared prefix (% of each conversation)", self.shared_percent, 0.0, 100.0)
         check_int("Block size (tokens)", self.block_size, 1, MAX_BLOCK_SIZE)
-        weights = costs.weight_bytes(self.shape, self.bytes_per_value)
-        left = self.total_bytes - weights
-        if left <= 0:
-            raise InvalidInput(
-                f"the weights of {self.model} ({format_bytes(weights)} at {self.bytes_per_value} bytes per value) "
-                f"fill the {format_bytes(self.total_bytes)} card: nothing is left for a cache. Pick a bigger card, "
-                "a smaller model or fewer bytes per value.")
-        if left < costs.kv_bytes_per_token(self.shape, self.bytes_per_value) * self.block_size:
-            raise InvalidInput(f"after the weights only {format_bytes(left)} is left: not one block of "
-                               f"{self.block_size} tokens fits. Pick a bigger card or a smaller model.")
-
-    @property
-    def shape(self) -> ModelConfig:
-        return model_shape(self.model, self.model_config)
-
-    @property
-    def total_bytes(self) -> int:
-        return round(self.card_gb * GB)
-
-    @property
-    def budget(self) -> MemoryBudget:
-        """The split the engine takes (``EngineConfig(memory_budget=...)``): weights, then the KV pool."""
-        return MemoryBudget.for_model(self.shape, self.total_bytes, self.bytes_per_value)
+        self.check_fits(self.block_size)
 
 
-class ContextWindow:
+class ContextWindow(CardPool):
     """The window each user can have, and what sets it; step() doubles the users (lesson 15)."""
 
-    def __init__(self, config: ContextWindowConfig) -> None:
-        self.config = config
-        self.budget = config.budget
-        self.num_users = config.num_users
+    config: ContextWindowConfig
 
     def step(self) -> None:
         """Twice as many users share the card."""
@@ -140,31 +96,10 @@ class ContextWindow:
             raise InvalidInput(f"{MAX_USERS:,} users is the most this simulator counts; press Reset.")
         self.num_users *= 2
 
-    def reset(self) -> None:
-        self.num_users = self.config.num_users
-
     # -- the pool -------------------------------------------------------------------------------------
     @property
     def bytes_per_token(self) -> int:
         return costs.kv_bytes_per_token(self.config.shape, self.config.bytes_per_value)
-
-    @property
-    def block_bytes(self) -> int:
-        return self.bytes_per_token * self.config.block_size
-
-    @property
-    def num_blocks(self) -> int:
-        c = self.config
-        return num_blocks_for_budget(c.shape, self.budget, c.block_size, c.bytes_per_value)
-
-    @property
-    def pool_tokens(self) -> int:
-        return self.num_blocks * self.config.block_size
-
-    @property
-    def max_context(self) -> int:
-        """The longest sequence the model was trained to read (its max_position_embeddings)."""
-        return self.config.shape.max_position_embeddings
 
     # -- the window -----------------------------------------------------------------------------------
     def memory_window_at(self, num_users: int, shared_percent: float | None = None) -> int:
@@ -214,78 +149,38 @@ class ContextWindow:
         return terms
 
 
-def _users(num_users: int) -> str:
-    return f"{num_users:,} user{'s' if num_users != 1 else ''}"
-
-
-def _model_label(name: str) -> str:
-    cfg = MODEL_CONFIGS[name]
-    return f"{name} (reads {cfg.max_position_embeddings:,} tokens)"
-
-
 _COLOURS = {WEIGHTS: "C0", SHARED: "C2", OWN: "C1", LEFT: "0.85"}
 
 
-class ContextWindowView(SimulatorView):
+class ContextWindowView(CardView):
     """The window a card affords each user, and which ceiling sets it (lesson 15)."""
 
     def __init__(self, gpu: str | None = None, *, card_gb: float | None = None, model: str = DEFAULT_MODEL,
                  bytes_per_value: int = 2, num_users: int = 1, shared_percent: float = 0.0, block_size: int = 16,
                  ) -> None:
-        if gpu is None:
-            gpu = CUSTOM if card_gb is not None else DEFAULT_GPU
-        if gpu != CUSTOM and gpu not in GPU_PRESETS:
-            raise ValueError(f"unknown GPU {gpu!r}; choose one of {sorted(GPU_PRESETS)} or {CUSTOM!r}")
-        if card_gb is None:
-            card_gb = GPU_PRESETS.get(gpu, GPU_PRESETS[DEFAULT_GPU])
-        if model not in MODEL_CONFIGS:
-            raise ValueError(f"unknown model {model!r}; choose one of {sorted(MODEL_CONFIGS)}")
-        wide = dict(style={"description_width": "initial"}, layout=widgets.Layout(width="280px"))
         controls = {
-            "gpu": widgets.Dropdown(options=[(f"{n} ({gb:g} GB)", n) for n, gb in GPU_PRESETS.items()]
-                                    + [("custom: type the size", CUSTOM)], value=gpu, description="GPU preset", **wide),
-            "card_gb": float_control("Card memory (GB)", card_gb),
-            "model": widgets.Dropdown(options=[(_model_label(n), n) for n in sorted(MODEL_CONFIGS)], value=model,
-                                      description="Model", **wide),
-            "bytes_per_value": widgets.Dropdown(options=BYTES_PER_VALUE_CHOICES, value=bytes_per_value,
-                                                description="Weights and cache in", **wide),
+            **self.card_controls(gpu, card_gb, DEFAULT_GPU, "280px"),
+            "model": model_dropdown(model, ModelFact.CONTEXT, width="280px"),
+            "bytes_per_value": bytes_per_value_dropdown(bytes_per_value, description="Weights and cache in",
+                                                        width="280px"),
             "num_users": int_control("Users at once", num_users),
             "shared_percent": float_control("Shared prefix (% of each conversation)", shared_percent, width="330px"),
             "block_size": int_control("Block size (tokens)", block_size),
         }
-        super().__init__(controls, num_axes=2, figsize=(11.5, 4.4), step_label="Double the users")
-
-    def _on_control_change(self, change: dict) -> None:
-        gpu, card = self.controls["gpu"], self.controls["card_gb"]
-        if not self._holding and change.get("owner") is gpu and change["new"] in GPU_PRESETS:
-            with self._hold():  # a preset puts its memory into the card box, then rebuilds once
-                card.value = GPU_PRESETS[change["new"]]
-        elif (not self._holding and change.get("owner") is card and gpu.value in GPU_PRESETS
-              and change["new"] != GPU_PRESETS[gpu.value]):
-            with self._hold():  # a typed size is no longer the preset's
-                gpu.value = CUSTOM
-        super()._on_control_change(change)
+        super().__init__(controls, step_label="Double the users")
 
     def build(self, values: dict[str, Any]) -> ContextWindow:
-        return ContextWindow(ContextWindowConfig(
-            values["card_gb"], values["model"], values["bytes_per_value"], values["num_users"],
-            values["shared_percent"], values["block_size"]))
-
-    def advance(self, model: ContextWindow) -> None:
-        model.step()
+        return ContextWindow(ContextWindowConfig(**self.config_fields(values)))
 
     def draw(self, model: ContextWindow) -> str:
         card_ax, curve_ax = self.axes
-        card_ax.clear()
-        curve_ax.clear()
         self._draw_card(card_ax, model)
         self._draw_curve(curve_ax, model)
         return self._summary(model)
 
     @staticmethod
     def _draw_card(ax: Any, m: ContextWindow) -> None:
-        total = m.config.total_bytes
-        unit, label = (GB, "GB") if total >= GB else (1e6, "MB")
+        unit, _ = card_unit(m.config.total_bytes)
         base = 0.0
         names = {LEFT: "unused: the model reads no further" if m.limit == MODEL else "left over (whole blocks)"}
         for name, size in m.budget_terms().items():
@@ -293,19 +188,12 @@ class ContextWindowView(SimulatorView):
                 ax.bar(0, size / unit, bottom=base, width=0.6, color=_COLOURS[name],
                        label=f"{names.get(name, name)}: {format_bytes(size)}")
                 base += size / unit
-        top, weights = total / unit, m.budget.weight_bytes / unit
-        ax.axhline(top, color="k", lw=2.5, label=f"the card: {format_bytes(total)}")
-        bottom = max(0.0, top - 2.5 * (top - weights)) if m.budget.kv_bytes < 0.25 * total else 0.0
-        ax.set_ylim(bottom, top + 0.45 * (top - bottom))
-        ax.set_xlim(-0.4, 2.0)
-        ax.set_xticks([])
-        ax.set_ylabel(f"card memory ({label})" + (", zoomed to the top" if bottom else ""))
-        ax.legend(loc="center right", fontsize=8)
+        draw_card_top(ax, m.budget, "the card", headroom=0.45)
         if m.window == 0:
-            ax.set_title(f"{_users(m.num_users)}: not one block each")
+            ax.set_title(f"{plural(m.num_users, 'user')}: not one block each")
         else:
             each = " each" if m.num_users > 1 else ""
-            ax.set_title(f"{_users(m.num_users)} at {m.window:,} tokens{each}: {m.limit} sets it")
+            ax.set_title(f"{plural(m.num_users, 'user')} at {m.window:,} tokens{each}: {m.limit} sets it")
 
     @staticmethod
     def _draw_curve(ax: Any, m: ContextWindow) -> None:
@@ -321,11 +209,8 @@ class ContextWindowView(SimulatorView):
             ax.plot(users[keep], windows[keep], color="C1" if i == 0 else "C2", lw=2, label=f"memory: {name}")
         ax.axhline(m.max_context, color="0.4", ls=":", lw=1.5, label=f"the model reads {m.max_context:,}")
         if m.window:
-            ax.plot([m.num_users], [m.window], "o", color="C3", ms=7, label=f"{_users(m.num_users)}: {m.window:,}")
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log", base=2)
-        for axis in (ax.xaxis, ax.yaxis):
-            axis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:,.0f}"))
+            ax.plot([m.num_users], [m.window], "o", color="C3", ms=7, label=f"{plural(m.num_users, 'user')}: {m.window:,}")
+        log_axes(ax)
         ax.set_xlabel("users at once (log scale)")
         ax.set_ylabel("window per user (tokens, log scale)")
         ax.set_title("twice the users, half the window each")
@@ -338,7 +223,7 @@ class ContextWindowView(SimulatorView):
         head = (f"{format_bytes(c.total_bytes)} card: {format_bytes(m.budget.weight_bytes)} of weights leave "
                 f"{format_bytes(m.budget.kv_bytes)} = {m.num_blocks:,} blocks of {c.block_size} tokens "
                 f"({m.bytes_per_token:,} bytes per token). ")
-        who = f"{_users(m.num_users)}, {c.shared_percent:g} % of each conversation shared: "
+        who = f"{plural(m.num_users, 'user')}, {c.shared_percent:g} % of each conversation shared: "
         if m.window == 0:
             return head + who + (f"<b>no window</b>: the pool cannot give each user even one block "
                                  f"({m.num_blocks:,} blocks for {m.num_users:,} users).")

@@ -10,7 +10,7 @@ a step where the next request is turned away although enough is free in total.
 
 ``memory_map_over_time`` and ``sweep`` give the lesson its two measurements (a slot x step map of
 a whole run, and the share of real tokens as one setting of the trace changes); the ``draw_*``
-functions keep the lesson's plotting cells short. tests/test_sim_fragmentation.py checks the
+functions keep the lesson's plotting cells short. tests/simulators/test_sim_fragmentation.py checks the
 model against ``simulate_reservation`` on the same trace.
 """
 
@@ -25,18 +25,14 @@ from typing import Any
 import numpy as np
 from matplotlib.colors import ListedColormap
 from matplotlib.patches import Patch, Rectangle
-from matplotlib.ticker import FuncFormatter
 
 from kvcourse.kernels import MemoryReport, ReservationReplay, simulate_reservation, workload
 from kvcourse.kernels.baselines.fragmentation import CATEGORIES, Segment, StepRecord, TurnedAway
-from kvcourse.simulators.base import (
-    InvalidInput,
-    SimulatorView,
-    check_float,
-    check_int,
-    float_control,
-    int_control,
-)
+from kvcourse.kernels.checks import ceil_div
+from kvcourse.simulators.base import SimulatorView
+from kvcourse.simulators.checks import InvalidInput, check_float, check_int
+from kvcourse.simulators.controls import float_control, int_control
+from kvcourse.simulators.labels import plain_ticks
 
 LITERATURE_RANGE = (0.204, 0.382)  # share of KV memory holding token states before paging (vLLM paper, Fig. 2)
 MAX_POOL_SLOTS = 4_194_304
@@ -57,10 +53,6 @@ STYLE: dict[str, tuple[str, str, str]] = {
 CODES = {category: code for code, category in enumerate(CATEGORIES)}
 COLOURS = ListedColormap([STYLE[c][0] for c in CATEGORIES])
 WASTE = ("reserved_future", "internal", "external", "stranded")
-
-
-def _count(value: float) -> str:
-    return f"{value:,.0f}"
 
 
 # ---------------------------------------------------------------- the model
@@ -253,10 +245,6 @@ def category_legend(ax: Any, categories: Sequence[str] = CATEGORIES, **kwargs: A
     ax.legend(handles=handles, **{"fontsize": 8, **kwargs})
 
 
-def _slots_axis(axis: Any) -> None:
-    axis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:,.0f}"))
-
-
 def draw_map(ax: Any, image: MapOverTime, title: str) -> None:
     """The slot x step map: each column is the memory strip at one step, turned upright."""
     steps, rows = image.steps, image.codes.shape[0]
@@ -266,8 +254,7 @@ def draw_map(ax: Any, image: MapOverTime, title: str) -> None:
               extent=(steps[0] - half, steps[-1] + half, 0, rows * image.slot_bin))
     ax.set_xlabel("engine step")
     ax.set_ylabel("slot (address in the pool)")
-    _slots_axis(ax.xaxis)
-    _slots_axis(ax.yaxis)
+    plain_ticks(ax.xaxis, ax.yaxis)
     ax.set_title(title)
 
 
@@ -275,7 +262,7 @@ def draw_history(ax: Any, history: Sequence[StepRecord], num_slots: int, title: 
     """Token slots per category at every step, stacked (real tokens at the bottom)."""
     ax.clear()
     if history:
-        stride = max(1, -(-len(history) // MAX_HISTORY_POINTS))
+        stride = max(1, ceil_div(len(history), MAX_HISTORY_POINTS))
         shown = list(history[::stride])
         if shown[-1] is not history[-1]:
             shown.append(history[-1])
@@ -286,8 +273,7 @@ def draw_history(ax: Any, history: Sequence[StepRecord], num_slots: int, title: 
     ax.set_ylim(0, num_slots)
     ax.set_xlabel("engine step")
     ax.set_ylabel("token slots")
-    _slots_axis(ax.xaxis)
-    _slots_axis(ax.yaxis)
+    plain_ticks(ax.xaxis, ax.yaxis)
     ax.set_title(title)
     if legend:
         category_legend(ax, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncols=3)
@@ -319,7 +305,7 @@ def draw_strip(ax: Any, segments: Sequence[Segment], num_slots: int, *, blocked:
     ax.set_ylim(-0.05, 1.9)
     ax.set_yticks([])
     ax.set_xlabel("slot (address in the pool, token slots)")
-    _slots_axis(ax.xaxis)
+    plain_ticks(ax.xaxis)
     if title:
         ax.set_title(title)
     if legend:

@@ -9,14 +9,9 @@ import ipywidgets as widgets
 import numpy as np
 from matplotlib.ticker import MaxNLocator
 
-from kvcourse.simulators.base import (
-    GenerationSteps,
-    InvalidInput,
-    SimulatorView,
-    check_int,
-    draw_per_step,
-    int_control,
-)
+from kvcourse.simulators.base import GenerationSteps, SimulatorView, draw_per_step
+from kvcourse.simulators.checks import InvalidInput, check_int
+from kvcourse.simulators.controls import int_control
 from kvcourse.simulators.rereading import tokens_processed_without_cache
 
 MAX_TOKENS = 100_000
@@ -91,8 +86,6 @@ class KVCacheView(SimulatorView):
 
     def draw(self, model: KVCacheSim) -> str:
         bar_ax, total_ax = self.axes
-        bar_ax.clear()
-        total_ax.clear()
         c, k = model.config, model.num_steps_done
         steps = np.arange(1, c.num_new_tokens + 1)
         colour = "C2" if c.use_cache else "C3"

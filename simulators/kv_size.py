@@ -18,22 +18,22 @@ import ipywidgets as widgets
 import numpy as np
 
 from kvcourse.kernels import MODEL_CONFIGS, ModelConfig, costs
-from kvcourse.simulators.base import (
-    InvalidInput,
-    SimulatorView,
-    check_int,
-    format_bytes,
-    int_control,
-    model_shape,
-)
+from kvcourse.simulators.base import SimulatorView
+from kvcourse.simulators.checks import InvalidInput, check_int, model_shape
+from kvcourse.simulators.controls import Preset, int_control, model_dropdown
+from kvcourse.simulators.labels import GB, ModelFact, bytes_per_value_choices, format_bytes
 
 MAX_LAYERS = 200
 MAX_KV_HEADS = 128
 MAX_HEAD_DIM = 1024
 MAX_TOKENS = 10_000_000
 MAX_USERS = 100_000
-BYTES_PER_VALUE_CHOICES = (1, 2, 4)
+BYTES_PER_VALUE_CHOICES = bytes_per_value_choices(1, 2, 4)  # a slider: smallest first
 DEFAULT_MODEL = "smollm2-135m"
+# Picking a preset puts its own shape into the shape controls; changing the shape keeps the preset's name.
+SHAPE_PRESET = Preset("model", {
+    name: {"num_layers": c.num_layers, "num_kv_heads": c.num_kv_heads, "head_dim": c.head_dim}
+    for name, c in MODEL_CONFIGS.items()}, custom=None)
 
 
 @dataclass(frozen=True)
@@ -147,56 +147,41 @@ def _ratio(ratio: float) -> str:
     return f"{ratio:.2f}×" if ratio >= 0.1 else f"{ratio:.2%} of them"
 
 
-def _preset_label(name: str) -> str:
-    c = MODEL_CONFIGS[name]
-    attention = "MHA" if c.num_kv_heads == c.num_heads else f"GQA {c.num_heads}:{c.num_kv_heads}"
-    return f"{name} ({attention})"
-
-
 class KVSizeView(SimulatorView):
     """A preset menu of real models, the formula's factors as controls, cache against weights (lesson 07)."""
 
     def __init__(self, model: str = DEFAULT_MODEL, *, bytes_per_value: int = 2, num_tokens: int = 4000,
                  num_users: int = 1, num_layers: int | None = None, num_kv_heads: int | None = None,
                  head_dim: int | None = None) -> None:
-        if model not in MODEL_CONFIGS:
-            raise ValueError(f"unknown model {model!r}; choose one of {sorted(MODEL_CONFIGS)}")
-        if bytes_per_value not in BYTES_PER_VALUE_CHOICES:
-            raise ValueError(f"bytes_per_value must be one of {BYTES_PER_VALUE_CHOICES}, got {bytes_per_value!r}")
+        model_control = model_dropdown(model, ModelFact.ATTENTION, width="300px")
+        widths = [width for _, width in BYTES_PER_VALUE_CHOICES]
+        if bytes_per_value not in widths:
+            raise ValueError(f"bytes_per_value must be one of {tuple(widths)}, got {bytes_per_value!r}")
         preset = MODEL_CONFIGS[model]
         slider = dict(style={"description_width": "initial"}, layout=widgets.Layout(width="300px"),
                       continuous_update=False)
         controls = {
-            "model": widgets.Dropdown(options=[(_preset_label(n), n) for n in sorted(MODEL_CONFIGS)], value=model,
-                                      description="Model", layout=widgets.Layout(width="300px")),
+            "model": model_control,
             "num_layers": widgets.IntSlider(num_layers or preset.num_layers, min=1, max=MAX_LAYERS,
                                             description="Layers", **slider),
             "num_kv_heads": widgets.IntSlider(num_kv_heads or preset.num_kv_heads, min=1, max=MAX_KV_HEADS,
                                               description="KV heads", **slider),
             "head_dim": widgets.IntSlider(head_dim or preset.head_dim, min=8, max=512, step=8,
                                           description="Head dim (numbers)", **slider),
-            "bytes_per_value": widgets.SelectionSlider(
-                options=[("1 (int8, scales not counted)", 1), ("2 (16-bit)", 2), ("4 (fp32)", 4)], value=bytes_per_value,
-                description="Bytes per value", **slider),
+            "bytes_per_value": widgets.SelectionSlider(options=BYTES_PER_VALUE_CHOICES, value=bytes_per_value,
+                                                       description="Bytes per value", **slider),
             "num_tokens": int_control("Tokens per user", num_tokens),
             "num_users": int_control("Users", num_users),
         }
         super().__init__(controls, num_axes=2, figsize=(11.5, 4.0), step_label="Double the tokens")
 
-    def _on_control_change(self, change: dict) -> None:
-        # Picking a preset puts its own shape into the shape controls, then rebuilds once.
-        if change.get("owner") is self.controls["model"] and not self._holding:
-            preset = MODEL_CONFIGS[change["new"]]
-            with self._hold():
-                self.controls["num_layers"].value = preset.num_layers
-                self.controls["num_kv_heads"].value = preset.num_kv_heads
-                self.controls["head_dim"].value = preset.head_dim
-        super()._on_control_change(change)
+    def on_change(self, name: str) -> None:
+        SHAPE_PRESET.sync(self.controls, name)
 
     def advance(self, model: KVSize) -> None:
         # The doubled length goes into the Tokens box too, so the next slider move keeps it.
         model.step()
-        with self._hold():
+        with self.hold():
             self.controls["num_tokens"].value = model.num_tokens
 
     def build(self, values: dict[str, Any]) -> KVSize:
@@ -205,11 +190,8 @@ class KVSizeView(SimulatorView):
 
     def draw(self, model: KVSize) -> str:
         bar_ax, curve_ax = self.axes
-        bar_ax.clear()
-        curve_ax.clear()
         c = model.config
-        gb = 1e9
-        weights, cache = model.weight_bytes / gb, model.cache_bytes / gb
+        weights, cache = model.weight_bytes / GB, model.cache_bytes / GB
         # One bar: the weights, then the cache stacked after them; the tick marks where the cache would equal them.
         bar_ax.barh([0], [weights], height=0.5, color="C0", label="weights")
         bar_ax.barh([0], [cache], height=0.5, left=[weights], color="C3", label="KV cache")
@@ -227,7 +209,7 @@ class KVSizeView(SimulatorView):
         top = max(model.num_tokens, crossover, model.max_context, 2) * 2
         tokens = np.unique(np.geomspace(1, top, 200).round())
         users = f"{c.num_users:,} user" + ("s" if c.num_users > 1 else "")
-        curve_ax.plot(tokens, model.bytes_per_token * tokens * c.num_users / gb, color="C3", label=f"KV cache, {users}")
+        curve_ax.plot(tokens, model.bytes_per_token * tokens * c.num_users / GB, color="C3", label=f"KV cache, {users}")
         curve_ax.axhline(weights, color="C0", label="weights")
         curve_ax.axvline(crossover, color="0.2", ls="--", lw=1.2, label=f"crossover: {crossover:,} tokens")
         curve_ax.axvline(model.max_context, color="0.5", ls=":", lw=1.5, label=f"max context: {model.max_context:,}")

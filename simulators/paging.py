@@ -3,7 +3,7 @@
 The model drives the engine's own allocators, so it is not a second implementation: a
 ``ReservationReplay`` (max-length contiguous reservations, first fit, lesson 09) and a
 ``PagingReplay`` (LLMEngine's own scheduler and KV-cache manager with dummy tokens, blocks on
-demand, step for step as LLMEngine would serve the trace; tests/test_sim_paging.py checks both
+demand, step for step as LLMEngine would serve the trace; tests/simulators/test_sim_paging.py checks both
 against the engine). Both see the same requests arrive at the same steps, in a pool of the same size;
 Step plays ``steps_per_click`` engine steps on both, and the figure shows their utilisation so
 far and the two pools slot by slot at the latest step.
@@ -28,14 +28,10 @@ from matplotlib.patches import Patch
 
 from kvcourse.kernels import MemoryReport, PagingReplay, ReservationReplay, workload
 from kvcourse.kernels.baselines.fragmentation import CATEGORIES
-from kvcourse.simulators.base import (
-    InvalidInput,
-    SimulatorView,
-    check_float,
-    check_int,
-    float_control,
-    int_control,
-)
+from kvcourse.kernels.checks import ceil_div
+from kvcourse.simulators.base import SimulatorView
+from kvcourse.simulators.checks import InvalidInput, check_float, check_int
+from kvcourse.simulators.controls import float_control, int_control
 
 MAX_BLOCK_SIZE = 4096
 MAX_POOL_SLOTS = 262_144
@@ -233,7 +229,7 @@ def decode_attention_inputs(context_lens: list[int], block_size: int, num_heads:
     blocks the sequences need, and each row of block_tables is padded with block 0.
     """
     generator = torch.Generator().manual_seed(seed)
-    per_seq = [-(-n // block_size) for n in context_lens]
+    per_seq = [ceil_div(n, block_size) for n in context_lens]
     num_blocks = sum(per_seq)
     shape = (num_blocks, block_size, num_kv_heads, head_dim)
     k_cache = torch.randn(shape, generator=generator).to(dtype)
@@ -287,8 +283,6 @@ class PagingView(SimulatorView):
 
     def draw(self, model: PagingSim) -> str:
         curve_ax, map_ax = self.axes
-        curve_ax.clear()
-        map_ax.clear()
         self._draw_curves(curve_ax, model)
         self._draw_pools(map_ax, model)
         return self._summary(model)
@@ -314,7 +308,7 @@ class PagingView(SimulatorView):
         c = sim.config
         # whole blocks per row, about twice as wide as tall
         width = c.block_size * 2 ** math.ceil(math.log2(max(1.0, math.sqrt(2 * c.num_blocks))))
-        rows = -(-c.pool_slots // width)
+        rows = ceil_div(c.pool_slots, width)
         gap = max(1, rows // 6)
         image = np.full((2 * rows + gap, width), -1, dtype=np.int8)  # -1: no slot (padding, the gap)
         for i, replay in enumerate(sim.replays):

@@ -11,7 +11,7 @@ Requests are served to their first token, one after another (the engine with
 ``max_new_tokens=1``). The pool is the engine's ``BlockPool``: a finished request's blocks go
 back to it, the full ones still holding their keys, values and names; when a request needs more
 blocks than hold nothing, the pool reclaims cached blocks, least recently used first.
-tests/test_sim_prefix_cache.py checks the hits and the evictions against ``LLMEngine``.
+tests/simulators/test_sim_prefix_cache.py checks the hits and the evictions against ``LLMEngine``.
 """
 
 from __future__ import annotations
@@ -24,7 +24,10 @@ import ipywidgets as widgets
 from matplotlib.patches import Patch, Rectangle
 
 from kvcourse.kernels import BlockPool, block_hash
-from kvcourse.simulators.base import InvalidInput, SimulatorView, check_int, int_control
+from kvcourse.kernels.checks import ceil_div
+from kvcourse.simulators.base import SimulatorView
+from kvcourse.simulators.checks import InvalidInput, check_int
+from kvcourse.simulators.controls import int_control
 
 MAX_REQUESTS = 8
 MAX_PROMPT_TOKENS = 8192
@@ -34,27 +37,6 @@ MAX_LABELLED_BLOCKS = 40  # more blocks per request than this: no hash labels (t
 MAX_DRAWN_POOL = 1024  # more pool blocks than this: the pool panel shows a summary instead of cells
 HIT_COLOUR, MISS_COLOUR, WAITING_COLOUR = "#2e7d32", "#ef6c00", "0.88"
 REQUEST_COLOURS = ("C0", "C4", "C9", "C6", "C8", "C5", "C2", "C7")
-
-# Lesson 13's system prompt: a library's help desk, several hundred tokens once SmolLM2's chat
-# template wraps it. The lesson serves requests that open with it; the tests rebuild them from here.
-LIBRARY_SYSTEM_PROMPT = """You are Juniper, the help-desk assistant of the Riverside Public Library. Follow these rules in every reply.
-1. Be brief: answer in at most three sentences unless the reader asks for more detail.
-2. Opening hours: Monday to Friday 9:00 to 20:00, Saturday 10:00 to 17:00, closed on Sunday and public holidays.
-3. Borrowing: a library card is free for residents. Books may be borrowed for three weeks, films and games for one week. Up to twenty items at a time.
-4. Renewals: items may be renewed twice online, by phone or at the desk, unless another reader has reserved them.
-5. Late returns: there are no fines for children's items. Adult items cost 20 cents per day, capped at 5 euros per item.
-6. Lost or damaged items: the reader pays the replacement price shown in the catalogue plus a 3 euro handling fee.
-7. Rooms: the two study rooms can be booked for up to three hours per day, at most one week ahead.
-8. Printing and copying cost 10 cents per black-and-white page and 50 cents per colour page. Scanning is free.
-9. Wi-Fi is free; the network is called Riverside-Guest and needs no password.
-10. Never guess: if you do not know the answer, say so and suggest asking a librarian at the front desk.
-11. Never ask for or repeat a reader's card number, address or other personal details.
-12. Events: story time for children every Wednesday at 16:00, a book club on the first Thursday of each month at 19:00.
-13. Accessibility: the building has step-free access, a lift to every floor and large-print books on the ground floor.
-14. Donations: we accept books in good condition published in the last ten years, at the front desk only.
-Reply in the language the reader writes in, and stay friendly and calm."""
-LIBRARY_QUESTIONS = ("Can I renew a book twice?", "How much does colour printing cost?",
-                     "Are you open on Sunday?", "Is there story time for kids?")
 
 # The simulator's own example, in words (one word = one token): two requests share an opening,
 # a third puts one word in front of it, a fourth changes its last word.
@@ -184,7 +166,7 @@ class PrefixCache:
         if self.done:
             raise InvalidInput("every request has been served; press Reset to start again.")
         number, ids, bs = self.num_served, self.config.prompts[self.num_served], self.config.block_size
-        needed = -(-(len(ids) + 1) // bs)  # the prompt and its first answer token, as the engine checks
+        needed = ceil_div(len(ids) + 1, bs)  # the prompt and its first answer token, as the engine checks
         if needed > self.config.num_blocks:
             result = RequestResult(number, len(ids), refusal=(
                 f"{len(ids):,} prompt tokens and the first answer token need {needed:,} blocks of {bs}, "
@@ -208,7 +190,7 @@ class PrefixCache:
         for block_id in hits:
             self.pool.hold(block_id)
         eviction_order = [b for b in self.pool.free_block_ids if b in self._origin]
-        table = hits + [self.pool.allocate(number) for _ in range(-(-len(ids) // bs) - len(hits))]
+        table = hits + [self.pool.allocate(number) for _ in range(ceil_div(len(ids), bs) - len(hits))]
         evicted = []
         for block_id in eviction_order:
             if not self.pool.is_cached(block_id):  # allocate reclaimed it: its name is forgotten
@@ -312,8 +294,6 @@ class PrefixCacheView(SimulatorView):
             req_ax.set_subplotspec(grid[0])
             pool_ax.set_subplotspec(grid[1])
             self._laid_out = True
-        req_ax.clear()
-        pool_ax.clear()
         self._draw_requests(req_ax, model)
         self._draw_pool(pool_ax, model)
         return self._summary(model)
@@ -321,12 +301,12 @@ class PrefixCacheView(SimulatorView):
     def _draw_requests(self, ax: Any, m: PrefixCache) -> None:
         c = m.config
         num_rows = len(c.prompts)
-        widest = max(-(-len(p) // c.block_size) for p in c.prompts)
+        widest = max(ceil_div(len(p), c.block_size) for p in c.prompts)
         labelled = widest <= MAX_LABELLED_BLOCKS
         for row, prompt in enumerate(c.prompts):
             y = num_rows - 1 - row
             result = m.results[row] if row < m.num_served else None
-            num_blocks = -(-len(prompt) // c.block_size)
+            num_blocks = ceil_div(len(prompt), c.block_size)
             for i in range(num_blocks):
                 width = 0.78 * min(1.0, (len(prompt) - i * c.block_size) / c.block_size)
                 block = result.blocks[i] if result is not None and result.blocks else None
@@ -375,7 +355,7 @@ class PrefixCacheView(SimulatorView):
                     ha="center", va="center", transform=ax.transAxes)
             return
         cols = max(4, min(16, round(len(blocks) ** 0.5)))
-        rows = -(-len(blocks) // cols)
+        rows = ceil_div(len(blocks), cols)
         for b in blocks:
             x, y = b.block_id % cols, rows - 1 - b.block_id // cols
             colour = "white" if b.origin is None else REQUEST_COLOURS[b.origin[0] % len(REQUEST_COLOURS)]

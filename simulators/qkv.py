@@ -11,7 +11,8 @@ import torch
 
 from kvcourse.kernels.engine.generate import as_transformer
 from kvcourse.kernels.memory.caches import NoCacheBackend
-from kvcourse.simulators.base import InvalidInput, SimulatorView, check_int
+from kvcourse.simulators.base import SimulatorView
+from kvcourse.simulators.checks import InvalidInput, check_int
 
 
 @dataclass(frozen=True)
@@ -160,8 +161,6 @@ class QKVView(SimulatorView):
 
     def draw(self, model: QKVExplorer) -> str:
         score_ax, weight_ax = self.axes
-        score_ax.clear()
-        weight_ax.clear()
         look = model.lookup()
         n, p = self.data.num_tokens, model.position
         labels = [f"{i}:{t}" for i, t in enumerate(self.data.tokens)]

@@ -9,13 +9,9 @@ import numpy as np
 from matplotlib.ticker import MaxNLocator
 
 from kvcourse.kernels import costs
-from kvcourse.simulators.base import (
-    GenerationSteps,
-    SimulatorView,
-    check_int,
-    draw_per_step,
-    int_control,
-)
+from kvcourse.simulators.base import GenerationSteps, SimulatorView, draw_per_step
+from kvcourse.simulators.checks import check_int
+from kvcourse.simulators.controls import int_control
 
 MAX_TOKENS = 100_000
 MAX_DRAWN_TOKENS = 400  # beyond this the staircase picture would be too fine to see: say so instead
@@ -87,8 +83,6 @@ class RereadingView(SimulatorView):
 
     def draw(self, model: Rereading) -> str:
         grid_ax, bar_ax = self.axes
-        grid_ax.clear()
-        bar_ax.clear()
         p, n, k = model.config.prompt_len, model.config.num_new_tokens, model.num_steps_done
         width = p + n - 1
         if width <= MAX_DRAWN_TOKENS and n <= MAX_DRAWN_TOKENS:

@@ -8,15 +8,10 @@ from typing import Any
 import numpy as np
 from matplotlib.ticker import MaxNLocator
 
-from kvcourse.simulators.base import (
-    InvalidInput,
-    SimulatorView,
-    check_float,
-    check_int,
-    format_bytes,
-    format_count,
-    int_control,
-)
+from kvcourse.simulators.base import SimulatorView
+from kvcourse.simulators.checks import InvalidInput, check_float, check_int
+from kvcourse.simulators.controls import int_control
+from kvcourse.simulators.labels import format_bytes, format_count
 
 MAX_TOKENS = 10_000_000
 MAX_DRAWN_CELLS_SIDE = 48  # the grid picture shows every cell up to this length
@@ -120,8 +115,6 @@ class ScoreGridView(SimulatorView):
 
     def draw(self, model: ScoreGrid) -> str:
         grid_ax, curve_ax = self.axes
-        grid_ax.clear()
-        curve_ax.clear()
         t = model.num_tokens
         if t <= MAX_DRAWN_CELLS_SIDE:
             # Plain attention fills every cell, then masks the future (upper) half with -inf.

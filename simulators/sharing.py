@@ -7,7 +7,7 @@ reference count per physical block, blocks handed out front first by its ``Block
 into a block held by more than one table first copies it (copy on write), and a sample whose
 tokens outgrow its last block gets a new one. Full blocks are never written again, so only the
 prompt's partly filled last block is ever copied. A step that needs more blocks than are free is
-refused with a message. tests/test_sim_sharing.py checks every table and count against the
+refused with a message. tests/simulators/test_sim_sharing.py checks every table and count against the
 engine's manager and a real ``LLMEngine`` run.
 """
 
@@ -23,7 +23,10 @@ from matplotlib.colors import to_rgba
 from matplotlib.patches import Patch, Rectangle
 
 from kvcourse.kernels import KVCacheManager, Sequence
-from kvcourse.simulators.base import InvalidInput, SimulatorView, check_int, int_control
+from kvcourse.kernels.checks import ceil_div
+from kvcourse.simulators.base import SimulatorView
+from kvcourse.simulators.checks import InvalidInput, check_int
+from kvcourse.simulators.controls import int_control
 
 MAX_PROMPT = 100_000
 MAX_BLOCK_SIZE = 1024
@@ -35,11 +38,6 @@ MAX_DRAWN_ROWS = 16  # samples drawn; the summary line counts all of them
 MAX_DRAWN_POOL = 512  # physical blocks drawn; the summary line counts all of them
 POOL_COLUMNS = 16
 FREE, PRIVATE, COPIED = "0.9", "C1", "C3"
-
-
-def blocks_for(num_tokens: int, block_size: int) -> int:
-    """Blocks that hold ``num_tokens`` tokens, the last one possibly part full."""
-    return -(-num_tokens // block_size)
 
 
 @dataclass(frozen=True)
@@ -65,7 +63,7 @@ class SharingConfig:
 
     @property
     def prompt_blocks(self) -> int:
-        return blocks_for(self.prompt_len, self.block_size)
+        return ceil_div(self.prompt_len, self.block_size)
 
     @property
     def full_prompt_blocks(self) -> int:
@@ -143,7 +141,7 @@ class Sharing:
         counts = dict(enumerate(self.ref_counts))
         needed = 0
         first = self.num_tokens // self.config.block_size
-        target = blocks_for(self.num_tokens + num_new_tokens, self.config.block_size)
+        target = ceil_div(self.num_tokens + num_new_tokens, self.config.block_size)
         for table in self.tables:
             for block in table[first:]:
                 if counts[block] > 1:  # this sample copies; the block keeps one holder fewer
@@ -237,8 +235,6 @@ class SharingView(SimulatorView):
 
     def draw(self, model: Sharing) -> str:
         tables_ax, pool_ax = self.axes
-        tables_ax.clear()
-        pool_ax.clear()
         copied = {c.target for c in model.last_copies}
         self._draw_tables(tables_ax, model, copied)
         self._draw_pool(pool_ax, model, copied)
@@ -292,7 +288,7 @@ class SharingView(SimulatorView):
     def _draw_pool(ax: Any, m: Sharing, copied: set[int]) -> None:
         c = m.config
         drawn = min(c.num_blocks, MAX_DRAWN_POOL)
-        rows = -(-drawn // POOL_COLUMNS)
+        rows = ceil_div(drawn, POOL_COLUMNS)
         patches, colours, edges = [], [], []
         for block in range(drawn):
             x, y = block % POOL_COLUMNS, rows - 1 - block // POOL_COLUMNS

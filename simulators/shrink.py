@@ -20,124 +20,54 @@ Every technique changes one factor of what a user's cache costs:
 The three numbers the lesson compares come out side by side: bytes per token, the users whose
 caches fit at once at one context length, and the longest context one user can keep (lesson 15's
 window: the memory ÷ bytes per token; unlimited with a sliding window, which forgets instead).
-tests/test_sim_shrink.py checks the bytes per token against the engine's int8, sliding-window and
+tests/simulators/test_sim_shrink.py checks the bytes per token against the engine's int8, sliding-window and
 regrouped caches, and the users that fit with paging against LLMEngine's admissions.
 
-``next_token_agreement`` and ``first_difference`` are the lesson's two measures of what a change
-to the model costs in answers.
+What a change to the model costs in answers, the lesson measures on the model itself with
+``kvcourse.kernels.next_token_agreement`` and ``first_difference`` (kernels/measure/agreement.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 import ipywidgets as widgets
 import numpy as np
-import torch
-from matplotlib.ticker import FuncFormatter
 
-from kvcourse.kernels import MODEL_CONFIGS, ModelConfig, Transformer, costs
-from kvcourse.kernels.attention.backend import StepMetadata
-from kvcourse.kernels.memory.cache_int8 import Int8KVBackend
-from kvcourse.kernels.memory.caches import NoCacheBackend
-from kvcourse.simulators.base import (
-    InvalidInput,
-    SimulatorView,
-    check_choice,
-    check_float,
-    check_int,
+from kvcourse.kernels import ModelConfig, costs
+from kvcourse.simulators.base import SimulatorView
+from kvcourse.simulators.checks import InvalidInput, check_choice, check_float, check_int, model_shape
+from kvcourse.simulators.controls import (
+    bytes_per_value_dropdown,
+    dropdown_control,
     float_control,
-    format_bytes,
     int_control,
-    model_shape,
+    model_dropdown,
 )
+from kvcourse.simulators.labels import GB, ModelFact, bytes_per_value_choices, format_bytes, log_axes
 
-GB = 1e9  # decimal gigabytes, as the course counts them everywhere
-MHA, SHIPPED, MQA = "mha", "shipped", "mqa"
-KV_HEAD_CHOICES = (("MHA: one per query head", MHA), ("as the model ships", SHIPPED), ("MQA: just one", MQA))
-BYTES_PER_VALUE_CHOICES = (("32-bit (4 bytes)", 4), ("16-bit (2 bytes)", 2))
+
+class KVHeads(StrEnum):
+    """How many key/value heads the cache keeps per layer (lesson 16)."""
+
+    MHA = "mha"  # one per query head: multi-head attention
+    SHIPPED = "shipped"  # as the model ships (grouped-query attention for most)
+    MQA = "mqa"  # just one: multi-query attention
+
+
+KV_HEAD_CHOICES = (("MHA: one per query head", KVHeads.MHA), ("as the model ships", KVHeads.SHIPPED),
+                   ("MQA: just one", KVHeads.MQA))
+BYTES_PER_VALUE_CHOICES = bytes_per_value_choices(4, 2)  # int8 is a switch of its own, its scales counted
 LESSON_09_FILLED = 0.311  # share of a reserving pool that held real tokens on LESSON_TRACE (lesson 09)
 SCALE_BYTES = 4  # one float32 scale per token, per KV head, for K and for V (kernels/memory/cache_int8.py)
 MAX_GB = 1e5
 MAX_TOKENS = 10_000_000
 MAX_USERS_DRAWN = 10**9
 TECHNIQUES = ("gqa", "mqa", "int8", "paging", "prefix", "window")  # the order Step switches them on
-
-# Lesson 16's texts for comparing a changed model's next-token predictions with the original's.
-MERGE_TEXTS = (
-    "The KV cache stores the keys and values of every token the model has read, so each new token "
-    "needs only one forward pass instead of a pass over the whole text.",
-    "Once upon a time, in a small village by the sea, there lived an old fisherman who told stories "
-    "to the children every evening.",
-    "Water boils at 100 degrees Celsius at sea level. Higher up, the air pressure is lower, so water "
-    "boils at a lower temperature.",
-    "def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + fibonacci(n - 2)\n",
-)
-
-
-@dataclass(frozen=True)
-class Agreement:
-    """How often a changed model predicts the original's next token, and how far apart their distributions are."""
-
-    num_positions: int
-    num_same_top1: int
-    mean_kl: float  # KL(original || changed) in nats, averaged over positions
-
-    @property
-    def top1(self) -> float:
-        return self.num_same_top1 / self.num_positions
-
-
-def all_logits(model: Transformer, ids: Sequence[int], cache: str = "none") -> torch.Tensor:
-    """The logits (T, vocab) after every prefix of ids, in float32, from one forward pass.
-
-    cache "none" attends to the keys and values as computed; "int8" stores them in the engine's int8
-    cache first (Int8KVBackend) and attends to what it gives back, as every later step would.
-    """
-    tokens = torch.tensor(list(ids), device=model.device)
-    positions = torch.arange(len(tokens), device=model.device)
-    if cache == "int8":
-        backend = Int8KVBackend(model.config, len(tokens), model.dtype, model.device, measure_error=False)
-        backend.begin_step(StepMetadata(0, len(tokens)))
-    elif cache == "none":
-        backend = NoCacheBackend()
-    else:
-        raise ValueError(f"cache must be 'none' or 'int8', got {cache!r}")
-    with torch.inference_mode():
-        return model(tokens, positions, backend).float()
-
-
-def next_token_agreement(reference: Transformer | Sequence[torch.Tensor], changed: Transformer,
-                         texts: Sequence[Sequence[int]], cache: str = "none") -> Agreement:
-    """At every position of every text: does ``changed`` (its K/V kept as ``cache`` says) rank first
-    the token that ``reference`` ranks first? And the mean KL divergence between their predictions.
-
-    ``reference`` is a model, or its ``all_logits`` for each text, computed once and reused.
-    """
-    positions = same = 0
-    kl = 0.0
-    for i, ids in enumerate(texts):
-        ref = all_logits(reference, ids) if isinstance(reference, Transformer) else reference[i]  # (T, vocab)
-        new = all_logits(changed, ids, cache)  # (T, vocab)
-        if ref.shape != new.shape:
-            raise ValueError(f"reference logits {tuple(ref.shape)} do not match text {i} ({len(ids)} tokens)")
-        positions += len(ids)
-        same += int((ref.argmax(-1) == new.argmax(-1)).sum())
-        log_p, log_q = ref.log_softmax(-1), new.log_softmax(-1)
-        kl += float((log_p.exp() * (log_p - log_q)).sum())
-    return Agreement(positions, same, kl / positions)
-
-
-def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
-    """The first index where two token lists differ (one ending early counts), or None if equal."""
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return i
-    return None if len(a) == len(b) else min(len(a), len(b))
 
 
 @dataclass(frozen=True)
@@ -148,7 +78,7 @@ class ShrinkConfig:
     kv_budget_gb: float = 1.0
     context_tokens: int = 512
     bytes_per_value: int = 2
-    kv_heads: str = SHIPPED
+    kv_heads: KVHeads = KVHeads.SHIPPED
     int8: bool = False
     paging: bool = False
     prefix: bool = False
@@ -165,6 +95,7 @@ class ShrinkConfig:
         check_int("Context per user (tokens)", self.context_tokens, 1, MAX_TOKENS)
         check_choice("Values in (bytes)", self.bytes_per_value, BYTES_PER_VALUE_CHOICES)
         check_choice("Key/value heads", self.kv_heads, KV_HEAD_CHOICES)
+        object.__setattr__(self, "kv_heads", KVHeads(self.kv_heads))  # a typed "mqa" becomes KVHeads.MQA
         check_int("Shared prefix (tokens)", self.prefix_tokens, 0, self.context_tokens)
         check_int("Window (tokens)", self.window_tokens, 1, MAX_TOKENS)
         check_int("block_size", self.block_size, 1, 1024)
@@ -180,12 +111,12 @@ class ShrinkConfig:
     def shape(self) -> ModelConfig:
         """The model with the chosen number of key/value heads."""
         base = self.base_shape
-        heads = {MHA: base.num_heads, SHIPPED: base.num_kv_heads, MQA: 1}[self.kv_heads]
+        heads = {KVHeads.MHA: base.num_heads, KVHeads.SHIPPED: base.num_kv_heads, KVHeads.MQA: 1}[self.kv_heads]
         return dataclasses.replace(base, num_kv_heads=heads)
 
     def with_technique(self, name: str) -> ShrinkConfig:
         """This config with one more technique on (the order of TECHNIQUES)."""
-        changes = {"gqa": {"kv_heads": SHIPPED}, "mqa": {"kv_heads": MQA}, "int8": {"int8": True},
+        changes = {"gqa": {"kv_heads": KVHeads.SHIPPED}, "mqa": {"kv_heads": KVHeads.MQA}, "int8": {"int8": True},
                    "paging": {"paging": True}, "prefix": {"prefix": True}, "window": {"window": True}}[name]
         return dataclasses.replace(self, **changes)
 
@@ -193,15 +124,15 @@ class ShrinkConfig:
         """Whether a technique is on and changes something for this model."""
         base = self.base_shape
         if name == "gqa":
-            return self.kv_heads != MHA and base.num_kv_heads < base.num_heads
+            return self.kv_heads is not KVHeads.MHA and base.num_kv_heads < base.num_heads
         if name == "mqa":
-            return self.kv_heads == MQA and base.num_kv_heads > 1
+            return self.kv_heads is KVHeads.MQA and base.num_kv_heads > 1
         return bool(getattr(self, name))
 
     @property
     def nothing_on(self) -> ShrinkConfig:
         """The same budget and context with every technique off: multi-head attention, reserved regions."""
-        return dataclasses.replace(self, kv_heads=MHA, int8=False, paging=False, prefix=False, window=False)
+        return dataclasses.replace(self, kv_heads=KVHeads.MHA, int8=False, paging=False, prefix=False, window=False)
 
 
 class Shrink:
@@ -218,7 +149,7 @@ class Shrink:
     def next_technique(self) -> str | None:
         c = self.config
         for name in TECHNIQUES:
-            if c.is_on(name) or (name == "gqa" and c.kv_heads != MHA):
+            if c.is_on(name) or (name == "gqa" and c.kv_heads is not KVHeads.MHA):
                 continue
             if name == "mqa" and c.base_shape.num_kv_heads == 1:
                 continue  # the model already ships with one KV head
@@ -328,32 +259,21 @@ class Shrink:
                 "window": f"+ sliding window ({c.window_tokens:,})"}[name]
 
 
-def _model_label(name: str) -> str:
-    shape = MODEL_CONFIGS[name]
-    return f"{name} ({shape.num_heads} query, {shape.num_kv_heads} KV heads)"
-
-
 class ShrinkView(SimulatorView):
     """Chapter 003's techniques as switches: bytes per token, users that fit, the longest context (lesson 16)."""
 
     def __init__(self, model: str = "smollm2-135m", *, kv_budget_gb: float = 1.0, context_tokens: int = 512,
-                 bytes_per_value: int = 2, kv_heads: str = MHA, int8: bool = False, paging: bool = False,
+                 bytes_per_value: int = 2, kv_heads: KVHeads = KVHeads.MHA, int8: bool = False, paging: bool = False,
                  prefix: bool = False, prefix_tokens: int = 0, window: bool = False, window_tokens: int = 4096,
                  reservation_filled: float = LESSON_09_FILLED) -> None:
-        if model not in MODEL_CONFIGS:
-            raise ValueError(f"unknown model {model!r}; choose one of {sorted(MODEL_CONFIGS)}")
         self.reservation_filled = reservation_filled
-        wide = dict(style={"description_width": "initial"}, layout=widgets.Layout(width="300px"))
         tick = dict(indent=False, layout=widgets.Layout(width="auto", margin="2px 6px 2px 12px"))
         controls = {
-            "model": widgets.Dropdown(options=[(_model_label(n), n) for n in sorted(MODEL_CONFIGS)], value=model,
-                                      description="Model", **wide),
-            "bytes_per_value": widgets.Dropdown(options=BYTES_PER_VALUE_CHOICES, value=bytes_per_value,
-                                                description="Values in", **wide),
+            "model": model_dropdown(model, ModelFact.KV_HEADS, width="300px"),
+            "bytes_per_value": bytes_per_value_dropdown(bytes_per_value, (4, 2), "Values in", width="300px"),
             "kv_budget_gb": float_control("KV memory (GB)", kv_budget_gb),
             "context_tokens": int_control("Context per user (tokens)", context_tokens, width="250px"),
-            "kv_heads": widgets.Dropdown(options=KV_HEAD_CHOICES, value=kv_heads, description="Key/value heads",
-                                         style={"description_width": "initial"}, layout=widgets.Layout(width="330px")),
+            "kv_heads": dropdown_control("Key/value heads", KV_HEAD_CHOICES, KVHeads(kv_heads), width="330px"),
             "int8": widgets.Checkbox(value=int8, description="int8 keys and values (scales counted)", **tick),
             "paging": widgets.Checkbox(value=paging, description="paging", **tick),
             "prefix": widgets.Checkbox(value=prefix, description="prefix caching", **tick),
@@ -368,13 +288,11 @@ class ShrinkView(SimulatorView):
 
     def advance(self, model: Shrink) -> None:
         model.step()
-        with self._hold():  # the controls follow the model: one redraw, by step()
+        with self.hold():  # the controls follow the model: one redraw, by step()
             for name in ("kv_heads", "int8", "paging", "prefix", "window"):
                 self.controls[name].value = getattr(model.config, name)
 
     def draw(self, model: Shrink) -> str:
-        for ax in self.axes:
-            ax.clear()
         self._draw_stages(self.axes[0], model)
         self._draw_curve(self.axes[1], model)
         return self._summary(model)
@@ -420,11 +338,8 @@ class ShrinkView(SimulatorView):
             ax.axvline(m.longest_context, color="C3", ls=":", label=f"one user at most: {m.longest_context:,} tokens")
         if c.window:
             ax.axvline(c.window_tokens, color="C2", ls="--", label=f"window: {c.window_tokens:,} tokens kept")
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log", base=2)
+        log_axes(ax)
         ax.set_xlim(0.7, top * 1.6)
-        for axis in (ax.xaxis, ax.yaxis):
-            axis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:,.0f}"))
         ax.set_xlabel("context per user (tokens, log scale)")
         ax.set_ylabel("users that fit at once (log scale)")
         ax.set_title("a window flattens the curve; the rest lift it" if c.window else "each technique lifts the curve")

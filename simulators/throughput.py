@@ -10,68 +10,35 @@ batch / step time; each user gets one token per step, so the step time is each u
 per token.
 
 The KV pool caps the batch: ``max_batch`` sequences of the context fit, in whole blocks, as the
-engine's pool holds them (tests/test_sim_throughput.py checks that the engine admits exactly
-that many). ``serve_trace`` drives the real engine through a request trace, so lesson 14 can
-measure paging against reservation-style admission on the same pool in a few lines, stepping the
-two in turn (``serve_interleaved``) so that a busy shared machine slows both alike.
+engine's pool holds them (tests/simulators/test_sim_throughput.py checks that the engine admits exactly
+that many). The cards are ``hardware.HARDWARE``. Serving a trace on the real engine, to measure
+paging against reservation-style admission, is ``kvcourse.kernels.serve_trace`` and
+``serve_interleaved`` (kernels/measure/serving.py).
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any
 
-import ipywidgets as widgets
 import numpy as np
-from matplotlib.ticker import FuncFormatter, LogLocator
+from matplotlib.ticker import LogLocator
 
-from kvcourse.kernels import (
-    MODEL_CONFIGS,
-    LLMEngine,
-    MemoryBudget,
-    ModelConfig,
-    ReservationReplay,
-    SamplingParams,
-    costs,
-    num_blocks_for_budget,
-    workload,
+from kvcourse.kernels import MODEL_CONFIGS, MemoryBudget, ModelConfig, costs, num_blocks_for_budget
+from kvcourse.kernels.checks import ceil_div
+from kvcourse.simulators.base import SimulatorView
+from kvcourse.simulators.checks import InvalidInput, check_choice, check_float, check_int, model_shape
+from kvcourse.simulators.controls import bytes_per_value_dropdown, float_control, int_control, model_dropdown
+from kvcourse.simulators.hardware import (
+    BYTES_PER_VALUE_CHOICES,
+    HARDWARE,
+    ROOFLINE_PRESET,
+    hardware_dropdown,
+    kv_budget_on_card,
 )
-from kvcourse.simulators.base import (
-    InvalidInput,
-    SimulatorView,
-    check_choice,
-    check_float,
-    check_int,
-    float_control,
-    format_bytes,
-    int_control,
-    model_shape,
-)
+from kvcourse.simulators.labels import GB, ModelFact, format_bytes, log_axes, plain_ticks, plural
 
-GB = 1e9  # decimal gigabytes, as the course counts them everywhere
-
-
-@dataclass(frozen=True)
-class Hardware:
-    """A card's memory, memory bandwidth and dense 16-bit matrix throughput."""
-
-    memory_gb: float
-    bandwidth_gbs: float
-    tflops: float
-
-
-# Spec-sheet figures from NVIDIA's data sheets (SXM versions): memory, memory bandwidth, and dense
-# BF16 Tensor Core throughput. The sheets print twice these TFLOP/s "with sparsity"; decode does not
-# use structured sparsity, so the dense figure is the one that applies.
-HARDWARE: dict[str, Hardware] = {
-    "A100 80GB SXM": Hardware(80.0, 2039.0, 312.0),
-    "H100 SXM": Hardware(80.0, 3350.0, 989.0),
-    "H200 SXM": Hardware(141.0, 4800.0, 989.0),
-}
-CUSTOM = "custom"
 DEFAULT_HARDWARE = "H100 SXM"
-BYTES_PER_VALUE_CHOICES = (("2 (16-bit)", 2), ("4 (float32)", 4), ("1 (int8, scales not counted)", 1))
 MAX_BATCH = 1_000_000
 MAX_TOKENS = 10_000_000
 MAX_BLOCK_SIZE = 1024
@@ -81,19 +48,9 @@ MAX_GB = 1e5
 MAX_OVERHEAD_MS = 1e5
 
 
-def blocks_per_sequence(context_tokens: int, block_size: int) -> int:
-    """Whole blocks that hold one sequence of context_tokens tokens (the last one partly empty)."""
-    return -(-context_tokens // block_size)
-
-
 def max_batch(num_blocks: int, context_tokens: int, block_size: int = 16) -> int:
     """Sequences of context_tokens that a pool of num_blocks blocks holds at once (lesson 14)."""
-    return num_blocks // blocks_per_sequence(context_tokens, block_size)
-
-
-def kv_budget_on_card(hardware: Hardware, config: Any, bytes_per_value: int = 2) -> float:
-    """GB a card leaves for KV caches once the weights are in (no reserve), never below zero."""
-    return max(0.0, hardware.memory_gb - costs.weight_bytes(config, bytes_per_value) / GB)
+    return num_blocks // ceil_div(context_tokens, block_size)
 
 
 @dataclass(frozen=True)
@@ -202,7 +159,7 @@ class Throughput:
 
     @property
     def blocks_per_sequence(self) -> int:
-        return blocks_per_sequence(self.config.context_tokens, self.config.block_size)
+        return ceil_div(self.config.context_tokens, self.config.block_size)
 
     @property
     def max_batch(self) -> int:
@@ -219,144 +176,16 @@ class Throughput:
         return self.tokens_per_second(self.max_batch) if self.max_batch else 0.0
 
 
-# -- the real engine through a trace (lesson 14) ----------------------------------------------------
-@dataclass(frozen=True)
-class ServedTrace:
-    """A trace served on the real engine: the batch of every step, the answer tokens and the seconds."""
-
-    batch_per_step: list[int]
-    num_tokens: int
-    seconds: float
-
-    @property
-    def num_steps(self) -> int:
-        return len(self.batch_per_step)
-
-    @property
-    def mean_batch(self) -> float:
-        return sum(self.batch_per_step) / max(1, self.num_steps)
-
-    @property
-    def max_batch(self) -> int:
-        return max(self.batch_per_step, default=0)
-
-    @property
-    def tokens_per_second(self) -> float:
-        return self.num_tokens / self.seconds if self.seconds > 0 else 0.0
-
-
-def trace_prompts(trace: list[workload.TraceRequest], token_ids: list[int]) -> list[list[int]]:
-    """A prompt of the right length for every request, cut from token_ids (each from its own offset)."""
-    if not token_ids:
-        raise ValueError("token_ids is empty")
-    n = len(token_ids)
-    return [[token_ids[(i + j) % n] for j in range(r.num_prompt_tokens)] for i, r in enumerate(trace)]
-
-
-def reservation_start_steps(trace: list[workload.TraceRequest], num_slots: int) -> list[int]:
-    """The step at which a server reserving prompt + answer limit starts each request (lesson 09's replay)."""
-    replay = ReservationReplay(trace, num_slots)
-    started: list[int | None] = [None] * len(trace)
-    while not replay.done:
-        step = replay.step_index
-        replay.step()
-        queued = set(replay.waiting)
-        for rid, request in enumerate(trace):
-            if started[rid] is None and request.arrival_step <= step and rid not in queued:
-                started[rid] = step  # arrived, and no longer waiting: it started in this step
-    return [s for s in started if s is not None]
-
-
-class TraceServer:
-    """Feeds a trace to an engine one step at a time: each request at its start step (lesson 14).
-
-    A request starts at its arrival unless ``start_steps`` says otherwise (a reserving server's
-    admissions, from ``reservation_start_steps``). Every answer is exactly the trace's length (the
-    stop token is ignored). The batch of a step is the number of sequences that got a token in
-    it; only the engine's steps are timed.
-    """
-
-    def __init__(self, engine: LLMEngine, trace: list[workload.TraceRequest], prompts: list[list[int]],
-                 start_steps: list[int] | None = None) -> None:
-        starts = start_steps if start_steps is not None else [r.arrival_step for r in trace]
-        if len(starts) != len(trace) or len(prompts) != len(trace):
-            raise ValueError("one prompt and one start step per request")
-        self.engine, self.trace, self.prompts, self.starts = engine, trace, prompts, starts
-        self._order = sorted(range(len(trace)), key=lambda i: starts[i])
-        self._next = 0
-        self.request_ids: list[int] = []
-        self.batch_per_step: list[int] = []
-        self.seconds = 0.0
-
-    @property
-    def done(self) -> bool:
-        return self._next == len(self._order) and not self.engine.has_unfinished_requests
-
-    def step(self) -> None:
-        """Hand over the requests due by this step, then run and time one engine step."""
-        engine = self.engine
-        while self._next < len(self._order) and self.starts[self._order[self._next]] <= engine.num_steps:
-            i = self._order[self._next]
-            params = SamplingParams(max_new_tokens=self.trace[i].num_output_tokens, stop_on_eos=False)
-            self.request_ids.append(engine.add_request(self.prompts[i], params))
-            self._next += 1
-        start = time.perf_counter()
-        outputs = engine.step()
-        self.seconds += time.perf_counter() - start
-        self.batch_per_step.append(len(outputs))
-
-    def result(self) -> ServedTrace:
-        results = [self.engine.requests[i].output() for i in self.request_ids]
-        refused = [r.refusal for r in results if r.refusal]
-        if refused:
-            raise ValueError(f"the engine refused {len(refused)} requests: {refused[0]}")
-        return ServedTrace(list(self.batch_per_step), sum(len(r.tokens) for r in results), self.seconds)
-
-
-def serve_trace(engine: LLMEngine, trace: list[workload.TraceRequest], prompts: list[list[int]],
-                start_steps: list[int] | None = None) -> ServedTrace:
-    """Serve the whole trace on one engine (see TraceServer)."""
-    server = TraceServer(engine, trace, prompts, start_steps)
-    while not server.done:
-        server.step()
-    return server.result()
-
-
-def serve_interleaved(servers: list[TraceServer]) -> list[ServedTrace]:
-    """Step several servers in turn, one engine step each, so a busy moment of the machine slows them alike."""
-    while not all(server.done for server in servers):
-        for server in servers:
-            if not server.done:
-                server.step()
-    return [server.result() for server in servers]
-
-
 # -- the view -------------------------------------------------------------------------------------
-def _model_label(name: str) -> str:
-    return f"{name} ({costs.num_parameters(MODEL_CONFIGS[name]) / 1e9:.2g}B parameters)"
-
-
 def _rate(tokens_per_second: float) -> str:
     return f"{tokens_per_second:,.0f}" if tokens_per_second >= 10 else f"{tokens_per_second:,.2f}"
 
 
-def _plain(value: float, _pos: int | None = None) -> str:
-    """A log axis's tick as a plain number: 200, 0.5, 1,000 (never 2x10^2)."""
-    return f"{value:,.0f}" if value >= 1 else f"{value:.2g}"
-
-
 def _log_axes(ax: Any) -> None:
     """Batch on a log2 axis, the other quantity on a log10 axis, every label a plain number."""
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.xaxis.set_major_formatter(FuncFormatter(_plain))
-    ax.yaxis.set_major_formatter(FuncFormatter(_plain))
+    log_axes(ax, ybase=10)
     ax.yaxis.set_minor_locator(LogLocator(subs=(2.0, 5.0)))
-    ax.yaxis.set_minor_formatter(FuncFormatter(_plain))
-
-
-def _blocks(count: int) -> str:
-    return f"{count:,} block{'' if count == 1 else 's'}"
+    plain_ticks(ax.yaxis, minor=True)
 
 
 def _ms(seconds: float) -> str:
@@ -371,32 +200,22 @@ class ThroughputView(SimulatorView):
                  bandwidth_gbs: float | None = None, tflops: float | None = None, kv_budget_gb: float | None = None,
                  context_tokens: int = 4096, batch_size: int = 1, overhead_ms: float = 0.0,
                  measured: dict[int, float] | None = None, measured_label: str = "measured") -> None:
-        if hardware is None:
-            hardware = CUSTOM if bandwidth_gbs is not None or tflops is not None else DEFAULT_HARDWARE
-        if hardware != CUSTOM and hardware not in HARDWARE:
-            raise ValueError(f"unknown hardware {hardware!r}; choose one of {sorted(HARDWARE)} or {CUSTOM!r}")
-        if model not in MODEL_CONFIGS:
-            raise ValueError(f"unknown model {model!r}; choose one of {sorted(MODEL_CONFIGS)}")
+        figures = {"bandwidth_gbs": bandwidth_gbs, "tflops": tflops}
+        hardware, figures = ROOFLINE_PRESET.start(hardware, figures, DEFAULT_HARDWARE, "hardware")
+        bandwidth_gbs, tflops = figures["bandwidth_gbs"], figures["tflops"]
         card = HARDWARE.get(hardware, HARDWARE[DEFAULT_HARDWARE])
-        bandwidth_gbs = card.bandwidth_gbs if bandwidth_gbs is None else bandwidth_gbs
-        tflops = card.tflops if tflops is None else tflops
+        model_control = model_dropdown(model, ModelFact.PARAMETERS, width="270px")
         if kv_budget_gb is None:
             kv_budget_gb = round(kv_budget_on_card(card, MODEL_CONFIGS[model], bytes_per_value), 2)
         self.measured = dict(measured or {})  # batch -> tokens/s measured on the engine, drawn as squares
         self.measured_label = measured_label
         self._measured_on = (model, bytes_per_value, bandwidth_gbs, tflops)  # shown only while these hold
-        wide = dict(style={"description_width": "initial"}, layout=widgets.Layout(width="270px"))
         controls = {
-            "hardware": widgets.Dropdown(
-                options=[(f"{n} ({h.bandwidth_gbs:,.0f} GB/s, {h.tflops:g} TFLOP/s, {h.memory_gb:g} GB)", n)
-                         for n, h in HARDWARE.items()] + [("custom: type the figures", CUSTOM)],
-                value=hardware, description="Hardware", **wide),
+            "hardware": hardware_dropdown(hardware, "270px"),
             "bandwidth_gbs": float_control("Memory bandwidth (GB/s)", bandwidth_gbs),
             "tflops": float_control("Compute (TFLOP/s)", tflops),
-            "model": widgets.Dropdown(options=[(_model_label(n), n) for n in sorted(MODEL_CONFIGS)], value=model,
-                                      description="Model", **wide),
-            "bytes_per_value": widgets.Dropdown(options=BYTES_PER_VALUE_CHOICES, value=bytes_per_value,
-                                                description="Bytes per value", **wide),
+            "model": model_control,
+            "bytes_per_value": bytes_per_value_dropdown(bytes_per_value, width="270px"),
             "kv_budget_gb": float_control("KV budget (GB)", kv_budget_gb),
             "context_tokens": int_control("Context per sequence (tokens)", context_tokens, width="270px"),
             "batch_size": int_control("Batch (sequences)", batch_size),
@@ -404,32 +223,15 @@ class ThroughputView(SimulatorView):
         }
         super().__init__(controls, num_axes=2, figsize=(11.5, 4.4), step_label="Double the batch")
 
-    def _on_control_change(self, change: dict) -> None:
+    def on_change(self, name: str) -> None:
         # A card fills in its bandwidth, its compute and what its memory leaves for caches after the
         # weights (again when the weights change); typing a figure makes the hardware "custom".
-        owner = change.get("owner")
-        if not self._holding:
-            card = self.controls["hardware"].value
-            if owner is self.controls["hardware"] and card in HARDWARE:
-                with self._hold():
-                    self.controls["bandwidth_gbs"].value = HARDWARE[card].bandwidth_gbs
-                    self.controls["tflops"].value = HARDWARE[card].tflops
-                    self._fill_kv_budget(card)
-            elif owner in (self.controls["model"], self.controls["bytes_per_value"]) and card in HARDWARE:
-                with self._hold():
-                    self._fill_kv_budget(card)
-            elif owner in (self.controls["bandwidth_gbs"], self.controls["tflops"]) and card in HARDWARE:
-                figures = HARDWARE[card]
-                if (self.controls["bandwidth_gbs"].value, self.controls["tflops"].value) != (
-                        figures.bandwidth_gbs, figures.tflops):
-                    with self._hold():
-                        self.controls["hardware"].value = CUSTOM
-        super()._on_control_change(change)
-
-    def _fill_kv_budget(self, card: str) -> None:
-        shape = MODEL_CONFIGS[self.controls["model"].value]
-        budget = kv_budget_on_card(HARDWARE[card], shape, self.controls["bytes_per_value"].value)
-        self.controls["kv_budget_gb"].value = round(budget, 2)
+        ROOFLINE_PRESET.sync(self.controls, name)
+        card = self.controls["hardware"].value
+        if name in ("hardware", "model", "bytes_per_value") and card in HARDWARE:
+            shape = MODEL_CONFIGS[self.controls["model"].value]
+            budget = kv_budget_on_card(HARDWARE[card], shape, self.controls["bytes_per_value"].value)
+            self.controls["kv_budget_gb"].value = round(budget, 2)
 
     def build(self, values: dict[str, Any]) -> Throughput:
         return Throughput(ThroughputConfig(
@@ -438,8 +240,6 @@ class ThroughputView(SimulatorView):
 
     def draw(self, model: Throughput) -> str:
         rate_ax, time_ax = self.axes
-        rate_ax.clear()
-        time_ax.clear()
         batches = self._batches(model)
         self._draw_rate(rate_ax, model, batches)
         self._draw_time(time_ax, model, batches)
@@ -514,13 +314,13 @@ class ThroughputView(SimulatorView):
         rate = (f"<b>{_rate(m.tokens_per_second(b))} tokens/s</b> in all; each user gets a token every "
                 f"{_ms(m.step_seconds(b))}. ")
         if m.max_batch < 1:
-            cap = (f"The {format_bytes(c.kv_budget_bytes)} KV budget holds {_blocks(m.num_blocks)} of "
+            cap = (f"The {format_bytes(c.kv_budget_bytes)} KV budget holds {plural(m.num_blocks, 'block')} of "
                    f"{c.block_size} tokens; one sequence of {c.context_tokens:,} tokens needs "
                    f"{m.blocks_per_sequence:,}: none fits.")
         else:
             cap = (f"Memory cap: {m.max_batch:,} sequence{'s' if m.max_batch > 1 else ''} of "
                    f"{c.context_tokens:,} tokens fit{'' if m.max_batch > 1 else 's'} in {format_bytes(c.kv_budget_bytes)} "
-                   f"({_blocks(m.num_blocks)} of {c.block_size} tokens), "
+                   f"({plural(m.num_blocks, 'block')} of {c.block_size} tokens), "
                    f"{_rate(m.best_tokens_per_second)} tokens/s at most.")
             if not m.fits:
                 cap += f" <b>Batch {b:,} does not fit</b>: it would need {b - m.max_batch:,} more sequences' room."

@@ -1,6 +1,6 @@
 """Lesson 17's simulator: the timing lab's two-number time model, with the KV cache on and off.
 
-The lab (kvcourse.timing_lab_predict) predicts the time of a greedy generation as
+The lab (kvcourse.timing_lab.predict) predicts the time of a greedy generation as
 
     seconds = seconds_per_pass x passes + seconds_per_flop x FLOPs,
 
@@ -19,14 +19,9 @@ from typing import Any
 import numpy as np
 
 from kvcourse.kernels import MODEL_CONFIGS, costs
-from kvcourse.simulators.base import (
-    InvalidInput,
-    SimulatorView,
-    check_float,
-    check_int,
-    float_control,
-    int_control,
-)
+from kvcourse.simulators.base import SimulatorView
+from kvcourse.simulators.checks import InvalidInput, check_float, check_int
+from kvcourse.simulators.controls import float_control, int_control
 
 MAX_PROMPT_TOKENS = 100_000
 MAX_NEW_TOKENS = 8_192  # the per-step sums below take about 0.2 s at this length
@@ -182,7 +177,7 @@ class TimingView(SimulatorView):
     @classmethod
     def from_cost_model(cls, cost_model: Any, model_config: Any = None, *, prompt_len: int = 8,
                         num_new_tokens: int = 64) -> TimingView:
-        """Start from the lab's fitted PassCostModel (kvcourse.timing_lab_predict.calibrate)."""
+        """Start from the lab's fitted PassCostModel (kvcourse.timing_lab.predict.calibrate)."""
         return cls(model_config, prompt_len=prompt_len, num_new_tokens=num_new_tokens,
                    ms_per_pass=cost_model.seconds_per_pass * 1e3, ms_per_gflop=cost_model.seconds_per_flop * 1e12)
 
@@ -192,8 +187,6 @@ class TimingView(SimulatorView):
 
     def draw(self, model: TimingModel) -> str:
         time_ax, ratio_ax = self.axes
-        time_ax.clear()
-        ratio_ax.clear()
         n = model.num_new_tokens
         lengths = np.arange(1, n + 1)
         with_cache, without = model.seconds_curve(True), model.seconds_curve(False)

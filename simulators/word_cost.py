@@ -6,16 +6,10 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from kvcourse.simulators.base import (
-    InvalidInput,
-    SimulatorView,
-    check_float,
-    check_int,
-    float_control,
-    format_bytes,
-    format_count,
-    int_control,
-)
+from kvcourse.simulators.base import SimulatorView
+from kvcourse.simulators.checks import InvalidInput, check_float, check_int
+from kvcourse.simulators.controls import float_control, int_control
+from kvcourse.simulators.labels import format_bytes, format_count
 
 MAX_WORDS = 1_000_000
 
@@ -115,7 +109,6 @@ class WordCostView(SimulatorView):
 
     def draw(self, model: WordCost) -> str:
         (ax,) = self.axes
-        ax.clear()
         num_passes = model.config.num_passes
         gb = model.config.weight_bytes_per_pass / 1e9
         ax.plot([0, num_passes], [0, num_passes * gb], ls="--", color="0.6", label="whole answer (planned)")

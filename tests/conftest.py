@@ -1,4 +1,10 @@
-"""Shared fixtures: offline, two threads, the real model loaded once per session."""
+"""Shared fixtures: offline, two threads; the tiny model, the real model and SmolLM2 converted, each made once.
+
+Every test module can ask for these by name (no import): `tiny_hf`, `tiny_model`, `tiny_model_each_path`
+(the module's tests run on the fast paths and on the textbook model), `real_model`, `smol_model`,
+`one_cpu_thread` (with `pytestmark = pytest.mark.usefixtures("one_cpu_thread")`) and `fast_paths_on`.
+Tiny models of other shapes come from `factories.make_tiny_model(**overrides)`.
+"""
 
 from __future__ import annotations
 
@@ -40,3 +46,55 @@ def real_model():
     from kvcourse.models import load_model
 
     return load_model("smollm2-135m", dtype=torch.float32, device="cpu")
+
+
+@pytest.fixture(scope="session")
+def smol_model(real_model):
+    """SmolLM2 converted to our Transformer once per session, fast paths chosen as the lessons choose them."""
+    from kvcourse.kernels import Transformer
+
+    return Transformer.from_hf(real_model[0]).accelerate()
+
+
+@pytest.fixture(scope="module")
+def tiny_hf():
+    """The tiny random Hugging Face Llama of factories.make_tiny_hf_llama() (seeded: the same weights everywhere)."""
+    from factories import make_tiny_hf_llama
+
+    return make_tiny_hf_llama()
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tiny_hf):
+    """Our Transformer converted from ``tiny_hf``: the textbook model."""
+    from kvcourse.kernels import Transformer
+
+    return Transformer.from_hf(tiny_hf)
+
+
+@pytest.fixture(scope="module", params=["auto", "off"], ids=["fast", "textbook"])
+def tiny_model_each_path(tiny_hf, request):
+    """``tiny_model`` with the fast paths on, then off: the module's tests run on both."""
+    from kvcourse.kernels import Transformer
+
+    return Transformer.from_hf(tiny_hf).accelerate(request.param)
+
+
+@pytest.fixture(scope="module")
+def one_cpu_thread():
+    """Tiny models run fastest on one thread (parallel regions cost more than they save on a busy CPU).
+
+    A module asks for it with ``pytestmark = pytest.mark.usefixtures("one_cpu_thread")``; it uses the
+    engine's thread policy and restores torch's thread count after the module.
+    """
+    from kvcourse.kernels.engine.threads import thread_policy
+
+    with thread_policy(1):
+        yield
+
+
+@pytest.fixture
+def fast_paths_on(monkeypatch):
+    """For the tests of the fast paths themselves: a KVCOURSE_FAST_PATHS=0 run of the suite must not
+    turn off what they test (every other test then runs the textbook model)."""
+    monkeypatch.delenv("KVCOURSE_FAST_PATHS", raising=False)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
 import torch
 
+from kvcourse.kernels import Transformer
 from kvcourse.kernels.model.config import ModelConfig
 
 TINY_DEFAULTS: dict[str, Any] = dict(
@@ -83,21 +83,9 @@ def make_tiny_hf_llama(arch: str = "llama", seed: int = 0, dtype: torch.dtype = 
     return model.to(dtype).eval()
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_cpu_thread():
-    """Tiny models run fastest on one thread (parallel regions cost more than they save on a busy CPU).
-
-    Import it into a test module to apply it there; it uses the engine's thread policy and restores
-    torch's thread count after the module.
-    """
-    from kvcourse.kernels.engine.threads import thread_policy
-
-    with thread_policy(1):
-        yield
-
-
-@pytest.fixture
-def fast_paths_on(monkeypatch):
-    """For the tests of the fast paths themselves: a KVCOURSE_FAST_PATHS=0 run of the suite must not
-    turn off what they test (every other test then runs the textbook model)."""
-    monkeypatch.delenv("KVCOURSE_FAST_PATHS", raising=False)
+def make_tiny_model(fast_paths: str | None = None, arch: str = "llama", dtype: torch.dtype = torch.float32,
+                    **overrides: Any) -> Transformer:
+    """Our Transformer converted from make_tiny_hf_llama(arch, dtype=dtype, **overrides); the textbook model,
+    or accelerated with ``fast_paths`` ("auto" or "off") where a test compares the two."""
+    model = Transformer.from_hf(make_tiny_hf_llama(arch, dtype=dtype, **overrides))
+    return model if fast_paths is None else model.accelerate(fast_paths)

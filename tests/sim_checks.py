@@ -25,3 +25,8 @@ def assert_each_control_redraws(view: SimulatorView, changes: dict[str, Any]) ->
         view.controls[name].value = value
         assert view.error is None, (name, view.message.value)
         assert view.num_renders == renders + 1 and view.message.value != before, name
+
+
+def shows_png(view: SimulatorView) -> bool:
+    """Whether the view's image holds a rendered PNG (its first bytes are the PNG signature)."""
+    return bytes(view.image.value).startswith(b"\x89PNG")

@@ -118,7 +118,7 @@ class PagingReplay(_Replay):
     none is free, first come first served. Each step is the engine's: ``schedule``, then
     ``update`` with one dummy token per sampled sequence. The scheduler gets no per-step token
     budget or sequence limit that could bind (the pool runs out first), so block for block the
-    replay equals an engine with such roomy limits (tests/test_sim_paging.py checks it on a tiny
+    replay equals an engine with such roomy limits (tests/simulators/test_sim_paging.py checks it on a tiny
     model). A sampled token gets its slot in the next step, when its K/V is computed.
     """
 

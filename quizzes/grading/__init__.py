@@ -1,0 +1,8 @@
+"""The instructor's grading pipeline: an nbgrader course from the bank, graded safely (quizzes/INSTRUCTORS.md).
+
+nbgrader_export.py writes the course (`kvcourse grade init`, with student_helpers.py in each
+notebook's set-up cell); autograde.py grades a submission: recovery.py finds its answers,
+notebook.py builds the grading notebook (with collector.py), sandbox.py runs it with
+sandbox_runner.py, decide.py gives the points and gradebook.py records and exports them. cli.py
+registers `kvcourse grade`. What a learner uses (bank, widget, progress) stays in quizzes/.
+"""

@@ -1,0 +1,182 @@
+"""`kvcourse grade autograde`: each submission graded in a sandbox, its points decided outside it.
+
+For every student (or one, with --student), from submitted/<student>/<assignment>/:
+1. read the notebook, damaged or not, and find its answer cells (recovery.py);
+2. build a grading notebook: the locked set-up cell, the collector (collector.py), the student's own
+   code cells in their order, and after each answer a call that hands the answer over as plain JSON;
+3. run it in a throw-away copy inside a bubblewrap sandbox, with a time limit per cell and a cap on
+   each cell's output (sandbox.py, sandbox_runner.py);
+4. read the plain values back and decide the points here, with the instructor's own code and the
+   right answers computed here (decide.py);
+5. write autograded/<student>/<assignment>/<assignment>.ipynb (verdicts, never hidden cases or right
+   values), the scores into nbgrader's gradebook, and the outcome into instructor/status/.
+A submission that cannot be read at all is reported in one line and marked "not graded", never 0.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+
+from ..bank import load_quiz
+from .decide import Course, decide, decide_free
+from .gradebook import check_assignment, read_timestamp, save_status, write_gradebook
+from .nbgrader_export import answer_name, lesson_of
+from .notebook import graded_notebook, grading_notebook, read_outputs, read_records
+from .recovery import NotGradable, match_cells, read_cells, template_cells
+from .sandbox import INSIDE, Limits, preflight, run_submission
+
+
+@dataclass
+class Result:
+    """One student's outcome, as printed, exported and kept in instructor/status/."""
+
+    student: str
+    status: str                      # "graded" or "not graded"
+    reason: str = ""
+    score: float = 0.0               # automatic points
+    max_score: float = 0.0           # all points, the hand-graded ones included
+    auto_max: float = 0.0            # the points decided automatically
+    manual_points: float = 0.0       # points waiting for a human (free responses)
+    seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+    verdicts: dict[str, str] = field(default_factory=dict)
+
+    def line(self) -> str:
+        if self.status != "graded":
+            return f"could not grade {self.student}: {self.reason}"
+        manual = f", {self.manual_points:g} to grade by hand" if self.manual_points else ""
+        return (f"graded {self.student}: {self.score:g} of {self.auto_max:g} automatic points"
+                f"{manual} ({self.seconds:.1f} s)")
+
+
+# -- one student, and the whole command ------------------------------------------------------------
+
+
+def grade_student(course: Course, assignment: str, student: str, limits: Limits, *, sandbox: bool = True) -> Result:
+    """Grade one submission (see the module docstring); never raises for anything in the submission."""
+    start = time.monotonic()
+    quiz = load_quiz(lesson_of(assignment))
+    source = course.directory / "source" / assignment / f"{assignment}.ipynb"
+    template = template_cells(source)
+    folder = course.directory / "submitted" / student / assignment
+    graded_dir = course.directory / "autograded" / student / assignment
+    result = Result(student, "graded", max_score=float(quiz.total_points),
+                    auto_max=float(sum(q.points for q in quiz.questions if q.auto_graded)))
+    timestamp = read_timestamp(folder, result.notes)
+    grade_cells = {f"test_{q.id}": q for q in quiz.questions if q.auto_graded}
+    grade_cells |= {f"free_{q.id}": q for q in quiz.questions if not q.auto_graded}
+
+    def not_graded(reason: str) -> Result:  # scores left empty for a human, never a 0
+        result.status, result.reason = "not graded", reason
+        shutil.rmtree(graded_dir, ignore_errors=True)
+        write_gradebook(course, assignment, student, timestamp, dict.fromkeys(grade_cells), {})
+        result.seconds = time.monotonic() - start
+        save_status(course, assignment, result)
+        return result
+
+    try:
+        raw_cells, notes = read_cells(folder / f"{assignment}.ipynb")
+    except NotGradable as err:
+        return not_graded(str(err))
+    names = {q.id: answer_name(q) for q in quiz.questions if q.auto_graded}
+    sub = match_cells(raw_cells, template, names)
+    result.notes += notes + sub.notes
+    with tempfile.TemporaryDirectory(prefix="kvgrade-") as scratch:
+        copy = Path(scratch) / "copy"
+        copy.mkdir()
+        results_file = (INSIDE if sandbox else copy) / "results.jsonl"
+        nb, origin = grading_notebook(sub, template, quiz, course, student, results_file)
+        nbformat.write(nb, copy / "grading.ipynb")
+        hidden = [course.directory, Path(course.exchange)]
+        run = run_submission(copy, student, limits, hidden, sandbox=sandbox)
+        started = (copy / "out.ipynb").exists()
+        records = read_records(copy / "results.jsonl")
+        executed = read_outputs(copy / "out.ipynb", len(nb.cells), limits.output_cap_bytes)
+    if not started:  # the machine passed the preflight, so this is the submission's doing (it deleted it?)
+        result.notes.append("the run left no outputs; graded on the answers it handed over")
+    if run.returncode is None:
+        result.notes.append(f"stopped at the time limit of {limits.submission_timeout_s:g} s per submission")
+    outputs = {index: executed[i] for i, index in enumerate(origin) if index is not None}
+    decisions = {q.id: decide(q, records.get(q.id), course, student) for q in quiz.questions if q.auto_graded}
+    stub = next((c.source for c in template if c.role == "free"), "")
+    for q in quiz.questions:
+        if not q.auto_graded:
+            decisions[q.id] = decide_free(q, sub.free.get(q.id), stub)
+    graded = graded_notebook(source, sub, outputs, decisions, quiz, course, student)
+    shutil.rmtree(graded_dir, ignore_errors=True)
+    graded_dir.mkdir(parents=True)
+    nbformat.write(graded, graded_dir / f"{assignment}.ipynb")
+    if (folder / "timestamp.txt").is_file() and not (folder / "timestamp.txt").is_symlink():
+        shutil.copyfile(folder / "timestamp.txt", graded_dir / "timestamp.txt")
+    scores = {grade_id: decisions[q.id].points for grade_id, q in grade_cells.items()}
+    answered = {f"answer_{q}": q in sub.answers for q in names} | \
+               {f"free_{q.id}": decisions[q.id].points is None for q in quiz.questions if not q.auto_graded}
+    write_gradebook(course, assignment, student, timestamp, scores, answered)
+    result.score = sum(d.points or 0.0 for d in decisions.values())
+    result.manual_points = sum(d.max_points for d in decisions.values() if d.points is None)
+    result.verdicts = {qid: d.verdict for qid, d in decisions.items()}
+    result.seconds = time.monotonic() - start
+    save_status(course, assignment, result)
+    return result
+
+
+def submitted_students(course: Course, assignment: str) -> list[str]:
+    """The students with a folder for this assignment under submitted/."""
+    root = course.directory / "submitted"
+    if not root.is_dir():
+        return []
+    return sorted(p.name for p in root.iterdir() if (p / assignment).is_dir() and not p.is_symlink())
+
+
+def autograde(course_dir: Path, assignment: str, students: list[str] | None = None, limits: Limits | None = None,
+              *, sandbox: bool = True, log=print) -> list[Result]:
+    """Grade every submission of an assignment (or the named students'); one line per student to `log`."""
+    course = Course.load(course_dir)
+    limits = limits or Limits()
+    lesson_of(assignment)
+    if not (course.directory / "source" / assignment / f"{assignment}.ipynb").is_file():
+        raise ValueError(f"no source/{assignment}/{assignment}.ipynb in {course.directory}")
+    if sandbox:
+        from .sandbox import MISSING_BWRAP, bwrap_path
+
+        if bwrap_path() is None:
+            raise RuntimeError(MISSING_BWRAP)
+    check_assignment(course, assignment)
+    preflight(limits, sandbox=sandbox)  # a machine that cannot run a notebook must not hand out zeros
+    everyone = submitted_students(course, assignment)
+    if students:
+        unknown = [s for s in students if s not in everyone]
+        if unknown:
+            raise ValueError(f"no submission of {assignment} from {', '.join(unknown)} under submitted/ "
+                             "(run `nbgrader collect` first?)")
+    results = []
+    for student in students or everyone:
+        result = grade_student(course, assignment, student, limits, sandbox=sandbox)
+        log(result.line())
+        for note in result.notes:
+            log(f"  {student}: {note}")
+        results.append(result)
+    if not results:
+        log(f"no submissions of {assignment} under {course.directory / 'submitted'} (run `nbgrader collect` first?)")
+    return results
+
+
+try:  # the refusal nbgrader_config.py installs; nbgrader is a dependency, but keep this module importable without
+    from nbgrader.converters.base import NbGraderException
+    from nbgrader.preprocessors import NbGraderPreprocessor
+
+    class RefuseNbgraderAutograde(NbGraderPreprocessor):
+        """Stops `nbgrader autograde` on a course written by `kvcourse grade init` (it would grade nothing)."""
+
+        def preprocess(self, nb, resources):
+            raise NbGraderException(
+                "this course is graded by `kvcourse grade autograde ASSIGNMENT` (sandboxed; see "
+                "quizzes/INSTRUCTORS.md): its notebooks hold no tests for nbgrader's own autograde.")
+except ImportError:  # pragma: no cover
+    pass

@@ -1,0 +1,206 @@
+"""The instructor's side of grading: right answers and points, decided outside the student's kernel.
+
+A graded notebook only hands over plain values (collector.py); here they are compared with the
+right answers, which are computed in the instructor's process from the bank and the course's
+instructor/course.json, and never sent into a student's sandbox:
+- choice and numeric questions: the bank's answer (sealed in the public bank: see INSTRUCTORS.md,
+  "What stays secret");
+- parameterised questions: the formula on the values drawn for this student from the course salt;
+- code questions: the reference solution on the bank's public cases and on three hidden cases
+  drawn for this student from the course secret (HMAC), so a function that only knows the public
+  examples fails.
+Feedback says right or wrong and why, never a hidden case or a right value the student got wrong.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import hmac
+import itertools
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..checking import choice_key, compile_function, same_value, time_limit
+from ..formulas import compute_answer, draw_params
+from ..model import Kind, Question
+from ..units import AnswerFormatError, format_quantity, parse_quantity, shown, within_tolerance
+from .nbgrader_export import COURSE_FILE, INSTRUCTOR_DIR
+
+NUM_HIDDEN_CASES = 3
+
+
+@dataclass(frozen=True)
+class Course:
+    """An nbgrader course written by `kvcourse grade init`, with its instructor-only settings."""
+
+    directory: Path
+    course_id: str
+    salt: str
+    secret: str = field(repr=False)
+    exchange: str
+
+    @classmethod
+    def load(cls, directory: Path) -> Course:
+        path = Path(directory) / INSTRUCTOR_DIR / COURSE_FILE
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as err:
+            raise ValueError(f"{directory} has no readable {INSTRUCTOR_DIR}/{COURSE_FILE} ({err}): is it a course "
+                             "written by `kvcourse grade init`?") from None
+        return cls(Path(directory).resolve(), data["course_id"], data["salt"], data["secret"], data["exchange"])
+
+    def seed(self, student: str) -> str:
+        """The seed of a student's parameterised values (the same draw as the notebook's set-up cell)."""
+        return f"{self.salt}/{student}"
+
+    def draw(self, *parts: str) -> int:
+        """A number only the course's secret can predict (hidden test cases)."""
+        digest = hmac.new(bytes.fromhex(self.secret), "|".join(parts).encode(), hashlib.sha256).digest()
+        return int.from_bytes(digest[:8], "big")
+
+
+def _plain(value: Any) -> Any:
+    """A reference result as the collector hands values over (tuples become lists)."""
+    return json.loads(json.dumps(value))
+
+
+def reference_calls(question: Question, cases: list[tuple]) -> list[Any]:
+    """What the bank's reference solution returns for each case, as plain values."""
+    reference = compile_function(question.solution, question.function)
+    results = []
+    for args in cases:
+        with time_limit(5.0):
+            results.append(_plain(reference(*args)))
+    return results
+
+
+def code_cases(question: Question, course: Course, student: str) -> list[tuple]:
+    """The bank's public cases, then NUM_HIDDEN_CASES more drawn for this student from the course secret.
+
+    A hidden case mixes, position by position, argument values seen in the public cases, and is
+    kept only if the reference solution accepts it and it is not a public case already.
+    """
+    public = [tuple(case) for case in question.cases]
+    columns = []
+    for i in range(len(public[0])):
+        seen = {repr(case[i]): case[i] for case in public}
+        columns.append([seen[key] for key in sorted(seen)])
+    hidden: list[tuple] = []
+    reference = compile_function(question.solution, question.function)
+    for attempt in itertools.count():
+        if len(hidden) == NUM_HIDDEN_CASES or attempt > 200:
+            break
+        pick = course.draw(question.lesson, question.id, student, str(attempt))
+        case = []
+        for column in columns:
+            case.append(copy.deepcopy(column[pick % len(column)]))
+            pick //= len(column)
+        case = tuple(case)
+        if case in public or case in hidden:
+            continue
+        try:
+            with time_limit(1.0):
+                reference(*case)
+        except Exception:  # noqa: BLE001 - a mix the reference refuses (an index out of range) is no case
+            continue
+        hidden.append(case)
+    return public + hidden
+
+
+def expected_answer(question: Question, course: Course, student: str) -> Any:
+    """The right answer for this student: an option key, a number, the reference results, or the model answer."""
+    if question.kind is Kind.CHOICE:
+        return question.correct
+    if question.kind is Kind.NUMERIC:
+        return float(question.answer)
+    if question.kind is Kind.PARAMETERISED:
+        return compute_answer(question, draw_params(question, course.seed(student)))
+    if question.kind is Kind.CODE:
+        cases = code_cases(question, course, student)
+        return list(zip(cases, reference_calls(question, cases)))
+    return question.model_answer
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The points one question earns, and what the student is told (no right value, no hidden case)."""
+
+    points: float | None   # None: to be graded by hand
+    max_points: float
+    verdict: str           # one line: right, wrong, unreadable, no answer
+    feedback: str = ""     # the bank's explanation, where it gives nothing away
+
+    @property
+    def right(self) -> bool:
+        return self.points is not None and self.points == self.max_points
+
+
+def decide(question: Question, record: dict | None, course: Course, student: str) -> Decision:
+    """Points for one auto-graded question from the collector's record (plain JSON values, or None)."""
+    points = float(question.points)
+    if record is None or "missing" in record:
+        name = question.function if question.kind is Kind.CODE else f"answer_{question.id}"
+        return Decision(0.0, points, f"No answer: {name} was not defined when the notebook ran.")
+    if question.kind is Kind.CODE:
+        return _decide_code(question, record.get("calls"), course, student)
+    value = record.get("value")
+    if isinstance(value, dict) or "value" not in record:
+        why = value.get("unreadable", "not a plain value") if isinstance(value, dict) else "nothing"
+        return Decision(0.0, points, f"Unreadable answer: {shown(str(why), 80)}.")
+    if question.kind is Kind.CHOICE:
+        key = choice_key(question, value)
+        if key is None:
+            return Decision(0.0, points, f"Unreadable answer: {shown(value)} names none of the options "
+                                         f"{list(question.option_keys)}.")
+        if key == question.correct:
+            return Decision(points, points, f"Right: ({key}).", question.explanations[key])
+        return Decision(0.0, points, f"Not ({key}).", question.explanations[key])
+    try:
+        number = parse_quantity(value, question.unit)
+    except AnswerFormatError as err:
+        return Decision(0.0, points, f"Unreadable answer: {err}.")
+    expected = expected_answer(question, course, student)
+    if within_tolerance(number, expected, question.rel_tol, question.abs_tol):
+        explanation = question.explanation
+        if question.kind is Kind.PARAMETERISED:
+            from ..formulas import render
+
+            values = draw_params(question, course.seed(student))
+            explanation = render(question.explanation, {**values, "answer": expected})
+        return Decision(points, points, f"Right: {format_quantity(number, question.unit)}.", explanation)
+    return Decision(0.0, points, f"Not within the tolerance of the right answer: you gave "
+                                 f"{format_quantity(number, question.unit)}.")
+
+
+def _decide_code(question: Question, calls: Any, course: Course, student: str) -> Decision:
+    points = float(question.points)
+    expected = expected_answer(question, course, student)
+    if not isinstance(calls, list) or len(calls) != len(expected):
+        return Decision(0.0, points, "Unreadable answer: the function's results could not be collected.")
+    public = len(question.cases)
+    passed = 0
+    first_failure = ""
+    for index, ((args, want), got) in enumerate(zip(expected, calls)):
+        ok = isinstance(got, dict) and "ok" in got and not isinstance(got["ok"], dict) and same_value(got["ok"], want)
+        passed += ok
+        if not ok and not first_failure:
+            call = f"{question.function}({', '.join(map(repr, args))})" if index < public else "a hidden test case"
+            if isinstance(got, dict) and "error" in got:
+                first_failure = f"{call} raised {shown(str(got['error']), 120)}"
+            elif isinstance(got, dict) and "ok" in got:
+                first_failure = f"{call} returned {shown(got['ok'])}, which is not right"
+            else:
+                first_failure = f"{call}: no result"
+    if passed == len(expected):
+        return Decision(points, points, f"Right: all {len(expected)} test cases pass.", question.explanation)
+    return Decision(0.0, points, f"{passed} of {len(expected)} test cases pass; {first_failure}.")
+
+
+def decide_free(question: Question, text: str | None, stub: str) -> Decision:
+    """A free response is graded by hand; an empty or untouched one scores 0 at once."""
+    if text is None or not text.strip() or text.strip() == stub.strip():
+        return Decision(0.0, float(question.points), "No response.")
+    return Decision(None, float(question.points), "Written: graded by hand.")

@@ -1,0 +1,213 @@
+"""The notebook a sandbox runs for one submission, and the graded notebook built from what came back.
+
+`grading_notebook` lays out what the sandbox executes: the locked set-up cell, the collector
+(collector.py), the student's own code cells in their order, and after each answer a call that
+hands it over as plain JSON. `read_records` and `read_outputs` read what the sandbox wrote,
+which is the student's to forge: sizes are capped, JSON is parsed defensively, and only text,
+PNG/JPEG images and errors survive as outputs. `graded_notebook` is what formgrader and nbgrader's
+feedback show: the released notebook with the student's answers, their outputs and a verdict under
+each question, never a hidden test case or a right value the student did not give.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import nbformat
+
+from ..checking import prompt_for
+from ..model import Kind, Quiz
+from .decide import Course, Decision, code_cases
+from .nbgrader_export import answer_name
+from .recovery import NotGradable, Submission, TemplateCell, read_bytes
+
+MAX_RESULTS_BYTES = 4_000_000
+MAX_EXECUTED_BYTES = 64_000_000
+_KEEP_MIME = ("text/plain", "image/png", "image/jpeg")  # no HTML or JavaScript from a student reaches a grader's page
+
+
+def _module_code(name: str) -> str:
+    text = (Path(__file__).parent / name).read_text(encoding="utf-8")
+    return text.split('"""', 2)[2].strip()  # without the module docstring
+
+
+def grading_notebook(sub: Submission, template: list[TemplateCell], quiz: Quiz, course: Course, student: str,
+                     results: Path) -> tuple[nbformat.NotebookNode, list[int | None]]:
+    """(notebook, origin): the cells the sandbox runs, and for each the submission cell it came from."""
+    setup = next(cell.source for cell in template if cell.role == "setup")
+    collector = _module_code("collector.py").replace('RESULTS = "results.jsonl"', f"RESULTS = {str(results)!r}")
+    cells = [nbformat.v4.new_code_cell(setup), nbformat.v4.new_code_cell(collector)]
+    origin: list[int | None] = [None, None]
+    last_answer = {indices[-1]: [] for indices in sub.answers.values()}
+    for question, indices in sub.answers.items():
+        last_answer[indices[-1]].append(question)
+    roles = {cell.grade_id: cell.role for cell in template}
+    calls = {q.id: _record_call(q, course, student) for q in quiz.questions if q.auto_graded}
+    for index, cell in enumerate(sub.cells):
+        if cell.cell_type != "code" or roles.get(cell.grade_id) in ("setup", "show", "test"):
+            continue  # locked cells: the set-up ran first; show and test cells are the grader's own
+        cells.append(nbformat.v4.new_code_cell(cell.source))
+        origin.append(index)
+        for question in last_answer.get(index, []):
+            if question in calls:
+                cells.append(nbformat.v4.new_code_cell(calls[question]))
+                origin.append(None)
+    pending = [(q.id, answer_name(q), code_cases(q, course, student) if q.kind is Kind.CODE else None)
+               for q in quiz.questions if q.auto_graded]
+    cells.append(nbformat.v4.new_code_cell(f"record_missing({pending!r})"))
+    origin.append(None)
+    nb = nbformat.v4.new_notebook(cells=cells)
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    return nb, origin
+
+
+def _record_call(question, course: Course, student: str) -> str:
+    if question.kind is Kind.CODE:
+        return f"record_calls({question.id!r}, {question.function!r}, {code_cases(question, course, student)!r})"
+    return f"record({question.id!r}, {answer_name(question)!r})"
+
+
+# -- reading what came back (written by code we do not trust) --------------------------------------
+
+
+def read_records(path: Path) -> dict[str, dict]:
+    """The collector's records per question: the last one with a value, else the last one."""
+    try:
+        raw = read_bytes(path)[:MAX_RESULTS_BYTES]
+    except NotGradable:
+        return {}
+    records: dict[str, dict] = {}
+    for line in raw.decode("utf-8", "replace").splitlines():
+        if len(line) > 200_000:
+            continue
+        try:
+            entry = json.loads(line)
+        except (ValueError, RecursionError):
+            continue
+        if not isinstance(entry, dict) or not isinstance(entry.get("q"), str):
+            continue
+        if "missing" in entry and entry["q"] in records and "missing" not in records[entry["q"]]:
+            continue  # a later "missing" (a restarted kernel) does not undo an answer handed over before
+        records[entry["q"]] = entry
+    return records
+
+
+def read_outputs(path: Path, count: int, cap: int) -> list[list]:
+    """Each executed cell's outputs, cleaned: only text, PNG/JPEG images and errors, at most `cap` bytes."""
+    empty: list[list] = [[] for _ in range(count)]
+    try:
+        raw = read_bytes(path)
+        if len(raw) > MAX_EXECUTED_BYTES:
+            return empty
+        nb = json.loads(raw.decode("utf-8"))
+        cells = nb["cells"]
+    except (NotGradable, ValueError, RecursionError, KeyError, TypeError):
+        return empty
+    if not isinstance(cells, list) or len(cells) != count:
+        return empty
+    return [_clean_outputs(cell.get("outputs", []) if isinstance(cell, dict) else [], cap) for cell in cells]
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, list):
+        value = "".join(item for item in value if isinstance(item, str))
+    return value if isinstance(value, str) else ""
+
+
+def _clean_outputs(outputs: Any, cap: int) -> list:
+    kept, used = [], 0
+    for out in outputs if isinstance(outputs, list) else []:
+        if not isinstance(out, dict):
+            continue
+        kind = out.get("output_type")
+        if kind == "stream":
+            name = out.get("name") if out.get("name") in ("stdout", "stderr") else "stdout"
+            item = nbformat.v4.new_output("stream", name=name, text=_text(out.get("text"))[:cap])
+        elif kind in ("display_data", "execute_result") and isinstance(out.get("data"), dict):
+            data = {mime: _text(out["data"][mime])[:cap] for mime in _KEEP_MIME if mime in out["data"]}
+            if not data:
+                continue
+            item = nbformat.v4.new_output("display_data", data=data)
+        elif kind == "error":
+            trace = out.get("traceback") if isinstance(out.get("traceback"), list) else []
+            item = nbformat.v4.new_output("error", ename=_text(out.get("ename"))[:200],
+                                          evalue=_text(out.get("evalue"))[:2000],
+                                          traceback=[_text(line)[:2000] for line in trace[:100]])
+        else:
+            continue
+        used += len(json.dumps(item))
+        if used > cap:
+            kept.append(nbformat.v4.new_output("stream", name="stdout",
+                                               text=f"[... output cut at {cap:,} bytes by the grader ...]\n"))
+            break
+        kept.append(item)
+    return kept
+
+
+# -- the graded notebook, for formgrader and feedback ----------------------------------------------
+
+
+def _escape_markdown(text: str) -> str:
+    """A student's Markdown with raw HTML and script links made inert (formgrader shows it in your browser)."""
+    text = html.escape(text, quote=False)
+    return re.sub(r"(?i)\]\(\s*(javascript|vbscript|data)\s*:", r"](unsafe-\1:", text)
+
+
+def _verdict_output(decision: Decision) -> nbformat.NotebookNode:
+    text = decision.verdict + (f"\n{decision.feedback}" if decision.feedback else "")
+    if decision.right:
+        return nbformat.v4.new_output("stream", name="stdout", text=text + "\n")
+    return nbformat.v4.new_output("error", ename="Not right", evalue=decision.verdict, traceback=text.splitlines())
+
+
+def graded_notebook(source: Path, sub: Submission, outputs: dict[int, list], decisions: dict[str, Decision],
+                    quiz: Quiz, course: Course, student: str) -> nbformat.NotebookNode:
+    """The released notebook with this student's answers, outputs and verdicts, for formgrader and feedback."""
+    from nbgrader.preprocessors import ClearSolutions
+
+    nb, _ = ClearSolutions().preprocess(nbformat.read(source, as_version=4), {})
+    chosen = {indices[-1]: q for q, indices in sub.answers.items()}
+    by_question = {q: i for i, q in chosen.items()}
+    extras: dict[str, list[int]] = {}
+    anchor = "setup"
+    for index, cell in enumerate(sub.cells):
+        if index in chosen:
+            anchor = f"answer_{chosen[index]}"
+        elif cell.grade_id:
+            anchor = cell.grade_id
+        else:
+            extras.setdefault(anchor, []).append(index)
+    cells = []
+    for cell in nb.cells:
+        meta = cell.metadata.get("kvcourse", {})
+        role, qid = meta.get("role"), meta.get("question", "")
+        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id", "")
+        if role == "answer" and qid in by_question:
+            cell.source = sub.cells[by_question[qid]].source
+            cell.outputs = outputs.get(by_question[qid], [])
+        elif role == "free" and qid in sub.free:
+            cell.source = _escape_markdown(sub.free[qid])
+        elif role == "show":
+            text = prompt_for(quiz.question(qid), course.seed(student))
+            cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=text + "\n")]
+        elif role == "test" and qid in decisions:
+            cell.outputs = [_verdict_output(decisions[qid])]
+        cells.append(cell)
+        for index in extras.get(grade_id, []):
+            cells.append(_student_cell(sub, index, outputs))
+    nb.cells = cells
+    return nb
+
+
+def _student_cell(sub: Submission, index: int, outputs: dict[int, list]) -> nbformat.NotebookNode:
+    cell = sub.cells[index]
+    meta = {"kvcourse": {"role": "student"}}
+    if cell.cell_type == "code":
+        made = nbformat.v4.new_code_cell(cell.source, metadata=meta)
+        made.outputs = outputs.get(index, [])
+        return made
+    return nbformat.v4.new_markdown_cell(_escape_markdown(cell.source), metadata=meta)

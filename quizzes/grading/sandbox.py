@@ -1,0 +1,189 @@
+"""A throw-away sandbox for one submission: Debian's bubblewrap (`bwrap`), no network, one writable folder.
+
+What the student's code can see: the system's /usr, a few files of /etc, the Python installation
+and the course's own code, all read-only, minus the quizzes package (no bank, no unsealing);
+a private /tmp; and one writable folder, /grading, holding only this submission's grading
+notebook. It cannot see the course folder (source/, gradebook.db, instructor/, other students),
+the exchange or anyone's home; it has no network, its own process, IPC and UTS namespaces, no
+capabilities, and dies with the grader. Every file it writes is capped at FILE_SIZE_LIMIT.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+INSIDE = Path("/grading")                     # where the throw-away copy appears in the sandbox
+RUNNER_INSIDE = Path("/kvgrade/sandbox_runner.py")
+FILE_SIZE_LIMIT = 256 * 2**20                 # bytes, per file written inside the sandbox
+_ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "passwd", "group", "nsswitch.conf",
+        "hosts", "ssl", "ca-certificates", "alternatives", "mime.types", "fonts", "os-release", "matplotlibrc")
+
+MISSING_BWRAP = ("autograde runs every submission in a bubblewrap sandbox, and `bwrap` is not installed. "
+                 "Install it (Debian/Ubuntu: sudo apt-get install bubblewrap; Fedora: sudo dnf install "
+                 "bubblewrap), or, for a trial on your own machine with submissions you trust, pass "
+                 "--unsafe-no-sandbox.")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Time and output limits of one submission's run."""
+
+    cell_timeout_s: float = 30.0
+    output_cap_bytes: int = 1_000_000
+    submission_timeout_s: float = 300.0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.cell_timeout_s <= 3600:
+            raise ValueError(f"the time limit per cell must be between 0 and 3600 s, got {self.cell_timeout_s}")
+        if not 1000 <= self.output_cap_bytes <= 10**9:
+            raise ValueError(f"the output cap must be between 1 kB and 1 GB, got {self.output_cap_bytes}")
+        if self.submission_timeout_s < self.cell_timeout_s:
+            raise ValueError("the time limit per submission must be at least the limit per cell")
+
+
+@dataclass(frozen=True)
+class Run:
+    """How one sandboxed run ended."""
+
+    seconds: float
+    returncode: int | None   # None: killed at the submission's time limit
+    log: str                 # the runner's own stderr, cut to its end
+
+
+def bwrap_path() -> str | None:
+    """The bwrap binary, or None when bubblewrap is not installed."""
+    return shutil.which("bwrap")
+
+
+def _exposed_roots() -> list[Path]:
+    """The Python installation and the course's code: what the kernel needs to start and import."""
+    import importlib.util
+
+    roots = {Path(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)}
+    roots |= {Path(p) for p in sys.path if p and Path(p).is_dir() and Path(p).resolve() != Path.cwd().resolve()}
+    roots.add(Path(os.path.realpath(sys.executable)).parent.parent)
+    spec = importlib.util.find_spec("kvcourse")
+    if spec and spec.submodule_search_locations:
+        roots.add(Path(next(iter(spec.submodule_search_locations))).parent)  # the repository, for an editable install
+    # Never a whole shared folder: /tmp or / would expose other students and the gradebook.
+    roots = {root.resolve() for root in roots if root.exists()} - {Path("/"), Path("/tmp"), Path.home()}
+    return sorted(root for root in roots if not any(other != root and other in root.parents for other in roots))
+
+
+def quizzes_dir() -> Path:
+    """The folder of the quizzes package (hidden in the sandbox: the bank and the unsealing code live here)."""
+    return Path(__file__).resolve().parent.parent  # quizzes/, not this grading/ folder inside it
+
+
+def runner_path() -> Path:
+    """sandbox_runner.py, beside this file (bound into the sandbox on its own, at RUNNER_INSIDE)."""
+    return Path(__file__).resolve().with_name("sandbox_runner.py")
+
+
+def bwrap_command(copy: Path, hidden: list[Path], command: list[str], env: dict[str, str]) -> list[str]:
+    """The bwrap command line that runs `command` (in the sandbox's terms) on the copy (see the module docstring)."""
+    cmd = [bwrap_path() or "bwrap", "--die-with-parent", "--new-session", "--unshare-all", "--cap-drop", "ALL",
+           "--clearenv", "--ro-bind", "/usr", "/usr"]
+    for name in ("bin", "lib", "lib32", "lib64", "libx32", "sbin"):
+        path = Path("/") / name
+        if path.is_symlink():
+            cmd += ["--symlink", os.readlink(path), str(path)]
+        elif path.is_dir():
+            cmd += ["--ro-bind", str(path), str(path)]
+    for name in _ETC:
+        cmd += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+    # The private /tmp first: a course or virtual environment that itself lives under /tmp is bound on top.
+    cmd += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--dir", "/tmp/home", "--dir", "/tmp/runtime"]
+    roots = _exposed_roots()
+    for root in roots:
+        cmd += ["--ro-bind", str(root), str(root)]
+    for path in [quizzes_dir(), *hidden]:
+        path = path.resolve()
+        if any(path == root or root in path.parents for root in roots) and path.exists():
+            cmd += ["--tmpfs", str(path), "--remount-ro", str(path)]  # an empty, read-only folder instead
+    cmd += ["--ro-bind", str(runner_path()), str(RUNNER_INSIDE),
+            "--bind", str(copy), str(INSIDE), "--chdir", str(INSIDE)]
+    for key, value in env.items():
+        cmd += ["--setenv", key, value]
+    return cmd + ["--", *command]
+
+
+def environment(student: str, home: str, runtime: str) -> dict[str, str]:
+    """The only variables the student's code sees (bwrap starts from an empty environment)."""
+    return {"PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin", "HOME": home,
+            "IPYTHONDIR": f"{home}/.ipython", "JUPYTER_RUNTIME_DIR": runtime, "JUPYTER_CONFIG_DIR": f"{home}/.jupyter",
+            "JUPYTER_PLATFORM_DIRS": "1", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1", "MPLBACKEND": "Agg",
+            "KVCOURSE_STUDENT_ID": student, "NBGRADER_EXECUTION": "autograde", "HF_HUB_OFFLINE": "1",
+            "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
+def _limit_resources() -> None:
+    resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_SIZE_LIMIT, FILE_SIZE_LIMIT))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def run_submission(copy: Path, student: str, limits: Limits, hidden: list[Path], *, sandbox: bool = True) -> Run:
+    """Run copy/grading.ipynb to copy/out.ipynb, in the sandbox (or, with sandbox=False, as a plain subprocess)."""
+    runner_args = ["grading.ipynb", "out.ipynb", "--timeout", f"{limits.cell_timeout_s:g}",
+                   "--output-cap", str(limits.output_cap_bytes)]
+    if sandbox:
+        if bwrap_path() is None:
+            raise RuntimeError(MISSING_BWRAP)
+        cmd = bwrap_command(copy, hidden, [sys.executable, str(RUNNER_INSIDE), *runner_args],
+                            environment(student, "/tmp/home", "/tmp/runtime"))
+        cwd = None
+    else:  # --unsafe-no-sandbox: the student's code runs with the grader's own rights
+        (copy / ".home").mkdir(exist_ok=True)
+        env = {**environment(student, str(copy / ".home"), str(copy / ".home" / "runtime"))}
+        cmd = [sys.executable, str(runner_path()), *runner_args]
+        cwd = copy
+    start = time.monotonic()
+    # stderr goes to a file, not a pipe: a student writing gigabytes to fd 2 fills a capped file, not our memory
+    with tempfile.TemporaryFile() as log:
+        process = subprocess.Popen(cmd, cwd=cwd, env=None if sandbox else env, stdin=subprocess.DEVNULL,
+                                   stdout=subprocess.DEVNULL, stderr=log, start_new_session=True,
+                                   preexec_fn=_limit_resources)
+        try:
+            code: int | None = process.wait(timeout=limits.submission_timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)  # the whole sandbox: bwrap, the runner, the kernel
+            process.wait()
+            code = None
+        seconds = time.monotonic() - start
+        size = log.seek(0, os.SEEK_END)
+        log.seek(max(0, size - 4000))
+        tail = log.read().decode("utf-8", "replace")
+    return Run(seconds, code, tail)
+
+
+_PREFLIGHT_PASSED: set[bool] = set()
+
+
+def preflight(limits: Limits, *, sandbox: bool = True) -> None:
+    """RuntimeError unless a one-cell notebook runs here (once per process): failures are then the submission's."""
+    if sandbox in _PREFLIGHT_PASSED:
+        return
+    import nbformat
+
+    with tempfile.TemporaryDirectory(prefix="kvgrade-preflight-") as scratch:
+        copy = Path(scratch)
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print('kvgrade ' + 'ready')")])
+        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+        nbformat.write(nb, copy / "grading.ipynb")
+        run = run_submission(copy, "preflight", Limits(max(limits.cell_timeout_s, 60.0), 10_000, 300.0), [],
+                             sandbox=sandbox)
+        out = copy / "out.ipynb"
+        if not out.is_file() or "kvgrade ready" not in out.read_text(encoding="utf-8", errors="replace"):
+            tail = " | ".join(run.log.strip().splitlines()[-3:]) or "no message"
+            raise RuntimeError(f"the grading sandbox cannot run a notebook on this machine ({tail[:500]}); "
+                               "nothing was graded")
+    _PREFLIGHT_PASSED.add(sandbox)

@@ -1,0 +1,105 @@
+"""Every benchmark's measuring code runs on a tiny model: the figures are not checked, only that they come out.
+
+Tests never time anything; `make bench` measures on the real model.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from factories import make_tiny_hf_llama
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # benchmarks/ sits beside tests/, not in the package
+
+from benchmarks import bench_batch_throughput, bench_decode, bench_vs_hf_cb  # noqa: E402
+from benchmarks.common import cpu_facts, interleaved, paired_ratio, summary  # noqa: E402
+from benchmarks.eager_bound import eager_decode  # noqa: E402
+from benchmarks.floor import engine_linears, hf_linears, linears_seconds  # noqa: E402
+from benchmarks.workloads import Workload  # noqa: E402
+from kvcourse.kernels import Transformer  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    """The tiny model with its fast paths, whatever KVCOURSE_FAST_PATHS says: the eager bound reads them."""
+    hf = make_tiny_hf_llama()
+    with pytest.MonkeyPatch.context() as env:
+        env.delenv("KVCOURSE_FAST_PATHS", raising=False)
+        return Transformer.from_hf(hf).accelerate(), hf
+
+
+def test_machine_facts_name_the_cpu_and_bf16():
+    facts = cpu_facts()
+    assert facts["cpu_model"] and facts["bf16_native"] in (True, False, None)
+
+
+def test_interleaved_rounds_rotate_and_summaries_hold():
+    calls = []
+    samples = interleaved({"a": lambda: calls.append("a") or 2.0, "b": lambda: calls.append("b") or 1.0},
+                          rounds=2, warmup=1, log=None)
+    assert calls == ["a", "b", "a", "b", "b", "a"]  # warm-ups, then round 2 starts with the other side
+    assert summary([1.0, 2.0, 3.0])["median"] == 2.0 and summary([1.0, 3.0])["spread"] == 1.0
+    assert paired_ratio(samples["a"], samples["b"])["ratio_of_medians"] == 2.0
+
+
+def test_floor_runs_every_linear(tiny):
+    ours, hf = tiny
+    assert len(engine_linears(ours)) == 4 * ours.config.num_layers + 1  # qkv, o, gate_up, down + lm_head
+    assert len(hf_linears(hf)) == 7 * ours.config.num_layers + 1
+    assert linears_seconds(engine_linears(ours), rows=3, repeats=1) > 0
+
+
+def test_decode_comparison_runs(tiny):
+    ours, hf = tiny
+    textbook = Transformer.from_hf(hf).accelerate("off")
+    row = bench_decode.compare(ours, hf, torch.arange(3, 11), num_new=4, rounds=1, textbook=textbook)
+    assert row["tokens_identical_to_hf"] and set(row["ms_per_token"]) == {"ours", "floor", "hf_eager_generate",
+                                                                          "hf_linears", "eager_bound", "textbook"}
+    assert row["eager_bound_tokens_identical"] and row["textbook_tokens_identical"]
+    assert bench_decode.grade({"fp32": row, "bf16": row}, bf16_native=False).keys() == {"fp32_eager_bound",
+                                                                                        "fp32_vs_hf_eager"}
+    assert bench_decode.grade({"fp32": row, "bf16": row}, bf16_native=True).keys() == {
+        "fp32_eager_bound", "fp32_vs_hf_eager", "bf16_vs_hf_eager"}
+
+
+def test_eager_bound_does_all_the_work(tiny):
+    """The flat loop is a bound only if it computes what the engine does: the same greedy tokens, step for step."""
+    from kvcourse.kernels import generate
+
+    ours, _ = tiny
+    prompt = list(range(3, 20))
+    _, tokens = eager_decode(ours, prompt, 24)
+    assert tokens == generate(ours, prompt, 24, eos_token_id=[]).tokens
+    unpacked = Transformer(ours.config)
+    with pytest.raises(ValueError, match="accelerate"):
+        eager_decode(unpacked, prompt, 2)
+
+
+def test_batch_sweep_keeps_the_batch_full(tiny):
+    ours, _ = tiny
+    workload = Workload.make(2, prompt_tokens=(8, 12), answer_tokens=(8, 8), seed=0, vocab=(3, 90))
+    result = bench_batch_throughput.sweep(ours, workload, [1, 2], rounds=1, steps=2)
+    assert [r["batch"] for r in result["rows"]] == [1, 2] and result["meets_target"] in (True, False)
+    attention, gather = result["largest_batch_attention_ms_per_step"], result["largest_batch_gather_ms_per_step"]
+    assert attention["n"] == gather["n"] == 1 and attention["median"] > 0 and gather["median"] > 0
+
+
+def test_attention_timing_leaves_the_pool_as_it_was(tiny):
+    ours, _ = tiny
+    workload = Workload.make(3, prompt_tokens=(8, 40), answer_tokens=(8, 8), seed=0, vocab=(3, 90))
+    engine = bench_batch_throughput.prefilled_engine(ours, workload, 3)
+    k, v = engine.pool.k.clone(), engine.pool.v.clone()
+    seconds = bench_batch_throughput.attention_seconds(engine)
+    assert torch.equal(engine.pool.k, k) and torch.equal(engine.pool.v, v)
+    assert seconds["attention"] > 0 and seconds["gather"] > 0
+
+
+def test_continuous_batching_sides_agree(tiny):
+    ours, hf = tiny
+    workload = Workload.make(2, prompt_tokens=(5, 9), answer_tokens=(3, 5), seed=0, vocab=(3, 90))
+    theirs = bench_vs_hf_cb.serve_hf(hf, workload, max_num_seqs=2)
+    assert bench_vs_hf_cb.serve_ours(ours, workload, max_num_seqs=2) == theirs
+    assert [len(t) for t in theirs] == workload.answer_lens

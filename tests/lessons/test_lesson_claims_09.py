@@ -1,0 +1,159 @@
+"""The numbers lesson 09 prints, recomputed here by another route.
+
+The lesson's own cells (read from the notebook by id and run with the course's public names) give
+the figures a learner sees; each test recomputes them independently (from the simulator's memory
+strips, from hand formulas, from direct replays) and compares. The real-model claim (two answers,
+one limit, different lengths) is checked in float32 on SmolLM2; the cache claim behind it on the
+tiny model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+from factories import make_tiny_model
+
+from kvcourse.kernels import ReservationReplay, generate, simulate_reservation, workload
+from kvcourse.kernels.baselines.fragmentation import CATEGORIES
+from kvcourse.simulators.fragmentation import (
+    CODES,
+    LITERATURE_RANGE,
+    Fragmentation,
+    FragmentationConfig,
+    oracle_trace,
+    share_inside_regions,
+    sweep,
+)
+from kvcourse.syllabus import REPO_ROOT
+
+pytestmark = pytest.mark.usefixtures("one_cpu_thread")  # one thread: the lessons' setting, fastest for tiny models
+
+NOTEBOOK = REPO_ROOT / "lessons" / "09_fragmentation.ipynb"
+
+
+def run_cells(*cell_ids: str, **names) -> tuple[dict, dict]:
+    """Run the lesson's cells with these ids in one namespace; returns it and what reveal() was given."""
+    cells = {c["id"]: "".join(c["source"]) for c in json.loads(NOTEBOOK.read_text())["cells"]}
+    revealed: dict = {}
+
+    def expect(condition, sentence):
+        assert condition, sentence
+
+    namespace = dict(dataclasses=dataclasses, np=np, workload=workload, simulate_reservation=simulate_reservation,
+                     ReservationReplay=ReservationReplay, LITERATURE_RANGE=LITERATURE_RANGE, oracle_trace=oracle_trace,
+                     share_inside_regions=share_inside_regions, sweep=sweep, headless=lambda: True,
+                     predict=lambda *a, **k: None, reveal=lambda key, value: revealed.__setitem__(key, value),
+                     expect=expect, **names)
+    for cell_id in cell_ids:
+        exec(cells[cell_id], namespace)  # noqa: S102  (the lesson's own code)
+    return namespace, revealed
+
+
+TRACE_CELLS = ("09-06", "09-09", "09-10")
+
+
+@pytest.fixture(scope="module")
+def lesson():
+    return run_cells(*TRACE_CELLS, "09-14", "09-17", "09-19", "09-20", "09-21")
+
+
+def test_the_lesson_trace_is_deterministic_and_as_printed(lesson):
+    ns, _ = lesson
+    assert ns["trace"] == workload.request_trace(workload.TraceConfig()) == workload.request_trace(workload.LESSON_TRACE)
+    summary = ns["summary"]
+    assert (summary["num_requests"], summary["last_arrival_step"]) == (200, 736)
+    assert (round(summary["mean_prompt"]), round(summary["mean_answer"])) == (143, 325)
+    assert f"{summary['share_ending_early']:.1%}" == "94.5%"
+
+
+def test_the_baseline_utilisation_is_what_the_memory_strips_add_up_to(lesson):
+    ns, revealed = lesson
+    sim = Fragmentation(FragmentationConfig(steps_per_click=1))  # the lesson trace and pool
+    used = busy = 0
+    while True:
+        counts = np.bincount(sim.strip(), minlength=len(CATEGORIES))
+        used += int(counts[CODES["used"]])
+        busy += int(counts.sum() - counts[CODES["idle"]])
+        if sim.done:
+            break
+        sim.step()
+    assert revealed["09.utilisation"] == pytest.approx(100 * used / busy, rel=1e-12)
+    assert f"{used / busy:.1%}" == "31.1%"  # the figure the lesson prints
+    low, high = LITERATURE_RANGE
+    assert low <= used / busy <= high
+    assert ns["report"].mean_running == pytest.approx(10.5, abs=0.05)
+
+
+def test_the_first_refusal_is_the_first_step_the_simulator_shows_one(lesson):
+    ns, _ = lesson
+    sim = Fragmentation(FragmentationConfig(steps_per_click=1))
+    while sim.blocked is None:
+        sim.step()
+    first = ns["first"]
+    assert sim.blocked == first and (first.step, first.request, first.needed, first.free, first.largest_gap) == (
+        214, 16, 1237, 1967, 1053)
+    assert ns["holes"] == [h.num_slots for h in sim.holes] == [128, 1053, 99, 687]
+    assert len(ns["report"].turned_away) == 142
+
+
+def test_the_oracle_keeps_the_room_for_tokens_still_to_come(lesson):
+    ns, _ = lesson
+    oracle, report = ns["oracle"], ns["report"]
+    assert oracle.total("internal") == 0 and oracle.share("reserved_future") > 0.3
+    assert f"{oracle.utilisation:.1%}" == "54.1%" and oracle.mean_running > report.mean_running
+
+
+def test_the_sweep_and_the_prediction_it_answers(lesson):
+    ns, revealed = lesson
+    config, pool = workload.LESSON_TRACE, workload.LESSON_POOL_SLOTS
+    for name, values in ns["settings"].items():
+        for value, report in zip(values, ns["results"][name]):
+            trace_config = config if name == "pool_slots" else dataclasses.replace(config, **{name: value})
+            direct = simulate_reservation(workload.request_trace(trace_config), value if name == "pool_slots" else pool)
+            assert report.as_dict() == direct.as_dict(), (name, value)
+    assert revealed["09.lever"] == "halve the answer limit"
+    by_option = ns["by_option"]
+    assert by_option["halve the answer limit"] > by_option["double the pool"] > ns["report"].utilisation
+    assert by_option["make the lengths less spread out (sigma 0.5)"] < ns["report"].utilisation
+    assert [round(c, 1) for c in ns["cut"]] == [22.0, 5.5, 2.5]  # % of answers cut at 512, 1,024, 2,048
+
+
+def test_the_share_inside_the_reservations_is_the_traces_own():
+    trace = workload.request_trace(workload.LESSON_TRACE)
+    used = sum(r.num_prompt_tokens * r.num_output_tokens + r.num_output_tokens * (r.num_output_tokens + 1) // 2
+               for r in trace)
+    held = sum(r.max_len * r.num_output_tokens for r in trace)
+    assert f"{used / held:.1%}" == "37.5%"
+    for report in sweep("pool_slots", [16384, 65536]):
+        assert share_inside_regions(report) == pytest.approx(used / held, rel=1e-12)
+
+
+# -- the real engine -----------------------------------------------------------------------------
+def test_the_contiguous_cache_reserves_the_whole_answer_and_fills_what_was_fed():
+    model = make_tiny_model()
+    prompt, limit = [3, 9, 4, 7, 5], 20
+    free_run = generate(model, prompt, limit, eos_token_id=[])
+    eos = free_run.tokens[5]  # make the sixth token end the answer
+    stop_at = free_run.tokens.index(eos) + 1
+    run = generate(model, prompt, limit, cache="contiguous", eos_token_id=eos)
+    cache = run.backend
+    assert run.stopped_on_eos and len(run.tokens) == stop_at < limit
+    assert cache.capacity == len(prompt) + limit  # reserved up front for the longest answer allowed
+    assert cache.num_computed_tokens == len(prompt) + len(run.tokens) - 1  # the last token is never fed
+    per_slot = cache.reserved_bytes // cache.capacity
+    assert cache.kv_cache_bytes == per_slot * cache.num_computed_tokens
+
+
+@pytest.mark.slow
+def test_lesson_09_two_answers_one_limit_on_smollm2_in_float32(real_model, smol_model):
+    model, tokenizer = smol_model, real_model[1]
+    ns, revealed = run_cells("09-03", "09-04", tokenizer=tokenizer, model=model, generate=generate)
+    prompts, limit = ns["prompts"], ns["limit"]
+    assert ns["lengths"] == [8, 21] and all(r.stopped_on_eos for r in ns["runs"])
+    filled = sum(len(p) + n - 1 for p, n in zip(prompts, ns["lengths"]))
+    reserved = sum(len(p) + limit for p in prompts)
+    assert revealed["09.filled"] == pytest.approx(100 * filled / reserved)
+    assert f"{filled / reserved:.1%}" == "17.1%"

@@ -1,0 +1,151 @@
+"""Lesson 14's printed numbers that are not timings, recomputed independently.
+
+The lesson runs SmolLM2; who runs in which step of a trace does not depend on the model when every
+answer has a fixed length (the stop token is ignored), so the schedules are checked on the tiny
+model, and once on SmolLM2 to show they match. The figures on paper are recomputed here from the
+cost model's formulas and the spec-sheet numbers, without the simulator.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from factories import make_tiny_model
+
+from kvcourse.kernels import (
+    EXAMPLE_13B,
+    MODEL_CONFIGS,
+    EngineConfig,
+    LLMEngine,
+    PagingReplay,
+    ReservationReplay,
+    TraceServer,
+    Transformer,
+    costs,
+    reservation_start_steps,
+    serve_interleaved,
+    trace_prompts,
+    workload,
+)
+from kvcourse.simulators.hardware import HARDWARE, kv_budget_on_card
+from kvcourse.simulators.throughput import Throughput, ThroughputConfig, max_batch
+
+pytestmark = pytest.mark.usefixtures("one_cpu_thread")  # one thread: the lessons' setting, fastest for tiny models
+
+SMOL = MODEL_CONFIGS["smollm2-135m"]
+SCALE, BLOCK_SIZE = 1 / 32, 16
+
+
+def lesson_trace(num_requests: int) -> list[workload.TraceRequest]:
+    """The lesson's trace: lesson 09's, lengths scaled down 32 times, arrivals 32 times as often."""
+    return workload.request_trace(workload.LESSON_TRACE.shrunk(SCALE, num_requests))
+
+
+def test_smollm2_reads_its_weights_once_per_step():
+    # 134,515,008 parameters, the output layer tied to the embedding table: all read once per step
+    assert costs.num_parameters(SMOL) == 134_515_008
+    assert costs.weight_bytes_read_per_pass(SMOL, 4) == 538_060_032
+    assert costs.weight_bytes_read_per_pass(SMOL, 2) == 269_030_016
+    for batch in (1, 32):
+        assert costs.decode_step_bytes(SMOL, batch, 16, 4) == 538_060_032 + batch * 16 * 46_080
+    assert costs.decode_step_flops(SMOL, 32, 16) == 32 * costs.decode_step_flops(SMOL, 1, 16)
+
+
+def test_the_lessons_pool_and_its_caps():
+    pool_blocks = round(workload.LESSON_POOL_SLOTS * SCALE) // BLOCK_SIZE
+    assert pool_blocks == 32
+    caps = {ctx: max_batch(pool_blocks, ctx, BLOCK_SIZE) for ctx in (16, 32, 64, 128, 256, 512)}
+    assert caps == {16: 32, 32: 16, 64: 8, 128: 4, 256: 2, 512: 1}
+    for bpv in (4, 2):  # the simulator, given the pool in bytes, caps the batch the same way
+        pool_gb = pool_blocks * BLOCK_SIZE * costs.kv_bytes_per_token(SMOL, bpv) / 1e9
+        for ctx, cap in caps.items():
+            assert Throughput(ThroughputConfig("smollm2-135m", bpv, 8.0, 0.04, pool_gb, ctx)).max_batch == cap
+
+
+@pytest.fixture(scope="module")
+def tiny() -> Transformer:
+    return make_tiny_model(max_position_embeddings=256)
+
+
+def _serve_both(model, trace, prompts):
+    """The lesson's two servers, stepped in turn as the lesson steps them."""
+    slots = round(workload.LESSON_POOL_SLOTS * SCALE)
+    roomy = sum(-(-r.final_len // BLOCK_SIZE) for r in trace)
+    paged_engine = LLMEngine(model, EngineConfig(block_size=BLOCK_SIZE, num_blocks=slots // BLOCK_SIZE))
+    reserving_engine = LLMEngine(model, EngineConfig(block_size=BLOCK_SIZE, num_blocks=roomy))
+    return serve_interleaved([TraceServer(paged_engine, trace, prompts),
+                              TraceServer(reserving_engine, trace, prompts, reservation_start_steps(trace, slots))])
+
+
+@pytest.mark.parametrize("num_requests", [24, 40])  # the quick path and the full one
+def test_the_trace_on_the_engine_paging_against_reservation(tiny, num_requests):
+    trace = lesson_trace(num_requests)
+    summary = workload.trace_summary(trace)
+    assert summary["num_requests"] == num_requests and summary["share_ending_early"] > 0.9
+    assert max(r.max_len for r in trace) <= 512  # every reservation fits the 32-block pool
+    paged, reserved = _serve_both(tiny, trace, trace_prompts(trace, list(range(3, 90))))
+    by_reservation = ReservationReplay(trace, 512).run()
+    by_paging = PagingReplay(trace, 32, BLOCK_SIZE).run()
+    assert reserved.batch_per_step == by_reservation.running_per_step
+    assert reserved.max_batch == 13 < paged.max_batch  # 512 slots hold 13 reservations of about 38
+    assert paged.batch_per_step == by_paging.running_per_step  # the replay is the engine's scheduler
+    assert paged.num_steps == by_paging.num_steps and paged.mean_batch == by_paging.mean_running
+    # the lesson's expect: more sequences per step, fewer steps, the same tokens
+    assert paged.mean_batch > reserved.mean_batch and paged.num_steps < reserved.num_steps
+    assert paged.num_tokens == reserved.num_tokens == sum(r.num_output_tokens for r in trace)
+
+
+def _by_hand(card: str, config, context: int = 4096) -> dict:
+    hw = HARDWARE[card]
+    bandwidth, flops = hw.bandwidth_gbs * 1e9, hw.tflops * 1e12
+    weights = costs.weight_bytes_read_per_pass(config, 2)
+    per_seq_kv = 2 * config.num_layers * config.num_kv_heads * config.head_dim * 2 * context
+    kv_budget = round(hw.memory_gb * 1e9 - costs.weight_bytes(config, 2))
+    fit = (kv_budget // (per_seq_kv // context * BLOCK_SIZE)) // -(-context // BLOCK_SIZE)
+    step = (weights + fit * per_seq_kv) / bandwidth  # memory-bound: the reads set the step
+    assert fit * costs.forward_flops(config, 1, context, num_logits=1) / flops < step
+    return {"weights": weights, "batch_1_s": (weights + per_seq_kv) / bandwidth, "fit": fit,
+            "best": fit / step, "per_user": 1 / step}
+
+
+@pytest.mark.parametrize("card, name, fit, ridge", [("H100 SXM", "llama-2-13b", 16, 299),
+                                                     ("H200 SXM", "smollm2-135m", 1491, 210)])
+def test_the_cards_on_paper(card, name, fit, ridge):
+    config, hw = MODEL_CONFIGS[name], HARDWARE[card]
+    sim = Throughput(ThroughputConfig(name, 2, hw.bandwidth_gbs, hw.tflops, kv_budget_on_card(hw, config), 4096))
+    hand = _by_hand(card, config)
+    assert sim.weight_bytes_per_step == hand["weights"] and sim.max_batch == hand["fit"] == fit
+    assert sim.memory_seconds(1) == pytest.approx(hand["batch_1_s"])
+    assert sim.best_tokens_per_second == pytest.approx(hand["best"])
+    assert 1 / sim.step_seconds(sim.max_batch) == pytest.approx(hand["per_user"])
+    assert costs.compute_bound_batch(config, 1, hw.tflops * 1e12, hw.bandwidth_gbs * 1e9, 2) == ridge
+    assert sim.ridge_batch is None  # at 4,096 tokens the K/V reads keep every batch memory-bound
+    assert fit < ridge or name == "smollm2-135m"  # the 13B model's memory caps the batch far below the ridge
+
+
+def test_spec_sheet_figures():
+    # NVIDIA data sheets, SXM: memory GB, bandwidth GB/s, dense BF16 TFLOP/s (half the "with sparsity" figure)
+    assert HARDWARE["H100 SXM"] == type(HARDWARE["H100 SXM"])(80.0, 3350.0, 989.0)
+    assert HARDWARE["H200 SXM"] == type(HARDWARE["H200 SXM"])(141.0, 4800.0, 989.0)
+    assert EXAMPLE_13B is MODEL_CONFIGS["llama-2-13b"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype, bytes_per_value", [(torch.float32, 4), (torch.bfloat16, 2)])
+def test_smollm2_weight_tensors_match_the_cost_model(real_model, dtype, bytes_per_value):
+    hf_model, _ = real_model
+    model = Transformer.from_hf(copy.deepcopy(hf_model).to(dtype))
+    assert model.weight_bytes_read_per_pass() == costs.weight_bytes_read_per_pass(model.config, bytes_per_value)
+
+
+@pytest.mark.slow
+def test_on_smollm2_the_trace_runs_the_same_batches_as_on_the_tiny_model(real_model, smol_model, tiny):
+    tokenizer, model = real_model[1], smol_model
+    trace = lesson_trace(24)
+    ids = tokenizer(" ".join(["The memory a server saves becomes more users."] * 4))["input_ids"]
+    real = _serve_both(model, trace, trace_prompts(trace, ids))
+    small = _serve_both(tiny, trace, trace_prompts(trace, list(range(3, 90))))
+    for a, b in zip(real, small):
+        assert a.batch_per_step == b.batch_per_step and a.num_tokens == b.num_tokens

@@ -1,0 +1,129 @@
+"""Lesson 15's printed numbers, recomputed independently.
+
+The window the lesson prints for its tiny card must be the real engine's admission limit, in
+float32 and in bfloat16: a request of exactly that many tokens is admitted and served to the
+end, one token more is refused. The figures on paper (real models on real cards, many users with
+a shared prompt, the prefill FLOPs) are recomputed here by hand from the models' shapes and the
+cost model's formulas, without the simulator where the lesson used it.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from kvcourse.kernels import (
+    MODEL_CONFIGS,
+    EngineConfig,
+    LLMEngine,
+    MemoryBudget,
+    SamplingParams,
+    Transformer,
+    costs,
+)
+from kvcourse.simulators.context_window import (
+    MEMORY,
+    MODEL,
+    ContextWindow,
+    ContextWindowConfig,
+    ContextWindowView,
+)
+
+pytestmark = pytest.mark.usefixtures("one_cpu_thread")  # one thread: the lessons' setting, fastest for tiny models
+
+SMOL = MODEL_CONFIGS["smollm2-135m"]
+ROOM_TOKENS, BLOCK_SIZE = 200, 16  # the lesson's card: SmolLM2's weights + the bytes of 200 tokens
+
+
+def lesson_window(config, bytes_per_value: int) -> tuple[int, MemoryBudget]:
+    """The lesson's card and the window it prints, by the same public calls."""
+    per_token = costs.kv_bytes_per_token(config, bytes_per_value)
+    card_bytes = costs.weight_bytes(config, bytes_per_value) + ROOM_TOKENS * per_token
+    budget = MemoryBudget.for_model(config, card_bytes, bytes_per_value)
+    return costs.context_window(config, budget.kv_bytes, bytes_per_value, block_size=BLOCK_SIZE), budget
+
+
+def test_the_window_is_200_tokens_of_bytes_rounded_down_to_12_blocks():
+    for bpv in (4, 2):
+        window, budget = lesson_window(SMOL, bpv)
+        assert budget.kv_bytes == 200 * 2 * 30 * 3 * 64 * bpv
+        assert window == 192 == (200 // 16) * 16
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype, bytes_per_value", [(torch.float32, 4), (torch.bfloat16, 2)])
+def test_the_window_the_lesson_prints_is_the_engines_admission_limit(real_model, dtype, bytes_per_value):
+    hf_model, _ = real_model
+    model = Transformer.from_hf(copy.deepcopy(hf_model).to(dtype)).accelerate()
+    window, budget = lesson_window(model.config, bytes_per_value)
+    engine = LLMEngine(model, EngineConfig(block_size=BLOCK_SIZE, memory_budget=budget))
+    assert engine.pool.nbytes == engine.num_blocks * BLOCK_SIZE * costs.kv_bytes_per_token(model.config, bytes_per_value)
+    prompt = list(range(100, 100 + window - 3))
+    fits = SamplingParams(max_new_tokens=3, stop_on_eos=False)
+    served, refused = engine.generate([prompt, prompt], [fits, SamplingParams(max_new_tokens=4, stop_on_eos=False)])
+    assert served.refusal is None and served.finish_reasons == ("length",) and len(prompt) + len(served.tokens) == window
+    assert refused.refusal == (f"a sequence of {window + 1} tokens needs {window // BLOCK_SIZE + 1} blocks of 16, "
+                               f"but the whole KV pool holds {window // BLOCK_SIZE}: it could never fit, even alone")
+    sim = ContextWindowView(card_gb=budget.total_bytes / 1e9, model="smollm2-135m", bytes_per_value=bytes_per_value,
+                            block_size=BLOCK_SIZE)
+    assert sim.model.window == window and sim.model.budget == budget  # the preset's shape is SmolLM2's
+
+
+def test_one_user_on_real_cards_by_hand():
+    def by_hand(name, gb):
+        shape = MODEL_CONFIGS[name]
+        per_token = 2 * shape.num_layers * shape.num_kv_heads * shape.head_dim * 2
+        spare = gb * 10**9 - costs.num_parameters(shape) * 2
+        return spare // (per_token * 16) * 16 if spare > 0 else 0
+
+    for name in ("llama-2-7b", "llama-2-13b", "llama-3-8b", "mistral-7b", "qwen2.5-7b", "llama-3-70b"):
+        for gb in (24, 40, 80, 141):
+            spare = gb * 10**9 - costs.weight_bytes(MODEL_CONFIGS[name], 2)
+            lesson = costs.context_window(MODEL_CONFIGS[name], spare, 2, block_size=16) if spare > 0 else 0
+            assert lesson == by_hand(name, gb), (name, gb)
+    assert by_hand("llama-3-8b", 80) == 487_808 and by_hand("llama-2-13b", 24) == 0 and by_hand("llama-3-70b", 141) == 0
+    # every model that fits reads fewer tokens than one user's memory allows
+    assert all(by_hand(n, gb) > MODEL_CONFIGS[n].max_position_embeddings
+               for n in ("llama-2-7b", "llama-3-8b", "mistral-7b", "qwen2.5-7b") for gb in (24, 40, 80, 141))
+
+
+def test_many_users_of_qwen_with_half_of_each_conversation_shared():
+    shape = MODEL_CONFIGS["qwen2.5-7b"]
+    blocks = (80 * 10**9 - costs.weight_bytes(shape, 2)) // (57_344 * 16)
+    assert blocks == 70_592
+    assert (blocks // 64) * 16 == 17_648 and (blocks // 512) * 16 == 2_192
+    # half shared, 64 users: k blocks each need k // 2 shared blocks + 64 x the rest (k even: k / 2 own)
+    k = max(k for k in range(2, 5000, 2) if k // 2 + 64 * (k - k // 2) <= blocks)
+    assert k * 16 == 34_752
+    for users, alone, shared, limit in ((1, 131_072, 131_072, MODEL), (8, 131_072, 131_072, MODEL),
+                                        (64, 17_648, 34_752, MEMORY), (512, 2_192, 4_384, MEMORY)):
+        a = ContextWindow(ContextWindowConfig(80.0, "qwen2.5-7b", 2, users, 0.0, 16))
+        s = ContextWindow(ContextWindowConfig(80.0, "qwen2.5-7b", 2, users, 50.0, 16))
+        assert (a.window, s.window, a.limit, s.limit) == (alone, shared, limit, limit)
+    int8 = (80 * 10**9 - costs.weight_bytes(shape, 2)) // ((2 * 28 * 4 * (128 + 4)) * 16)  # scales counted
+    assert round(max(k for k in range(2, 20_000, 2) if k // 2 + 64 * (k // 2) <= int8) * 16 / 17_648, 1) == 3.8
+
+
+def test_prefill_flops_grow_faster_than_the_prompt_and_attention_with_its_square():
+    for short in (128, 256):
+        long = 4 * short
+        cells = costs.score_cells(SMOL, long, long) / costs.score_cells(SMOL, short, short)
+        assert cells == (long * (long + 1)) / (short * (short + 1)) and round(cells) == 16
+        assert costs.forward_flops(SMOL, long, long, 1) / costs.forward_flops(SMOL, short, short, 1) > 4
+    share_8k = 4 * 64 * costs.score_cells(SMOL, 8192, 8192) / costs.forward_flops(SMOL, 8192, 8192, 1)
+    assert 0.5 < share_8k < 0.6  # "more than half of the prefill" at SmolLM2's full window
+    qwen = MODEL_CONFIGS["qwen2.5-7b"]
+    ten_x = costs.forward_flops(qwen, 131_072, 131_072, 1) / costs.forward_flops(qwen, 13_107, 13_107, 1)
+    assert round(ten_x) == 25
+    assert round(costs.forward_flops(qwen, 131_072, 131_072, 1) / (0.5 * 989e12), 1) == 10.4  # exercise 3
+    assert round(costs.forward_flops(qwen, 13_107, 13_107, 1) / (0.5 * 989e12), 2) == 0.42
+
+
+def test_the_exercises_answers():
+    assert costs.context_window(SMOL, 200 * 46_080, 4, block_size=128) == 128
+    for percent, bpv, users in ((0.0, 2, 16), (50.0, 2, 32), (50.0, 1, 69)):
+        fit = [u for u in range(1, 200)
+               if ContextWindow(ContextWindowConfig(141.0, "qwen2.5-7b", bpv, u, percent, 16)).window >= 131_072]
+        assert max(fit) == users

@@ -1,0 +1,191 @@
+"""The nbgrader export: generated metadata, and the whole real pipeline in a temporary course:
+`kvcourse grade init` (its printed next step run as printed), nbgrader's release, fetch, submit and
+collect, `kvcourse grade autograde` in the sandbox, nbgrader's feedback, and `kvcourse grade export`."""
+
+from __future__ import annotations
+
+import csv
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+from guards import needs
+
+from kvcourse.cli import main
+from kvcourse.quizzes.bank import load_quiz
+from kvcourse.quizzes.grading.decide import Course, code_cases, expected_answer
+from kvcourse.quizzes.grading.nbgrader_export import build_notebook, parse_lessons
+from kvcourse.quizzes.grading.sandbox import bwrap_path
+
+NBGRADER = str(Path(sys.executable).parent / "nbgrader")
+STUB = "# YOUR CODE HERE\nraise NotImplementedError()"
+
+
+def test_parse_lessons():
+    assert parse_lessons("01-03") == ["01", "02", "03"]
+    assert parse_lessons("7,16, 3") == ["03", "07", "16"]
+    with pytest.raises(ValueError, match="backwards"):
+        parse_lessons("05-01")
+    with pytest.raises(KeyError):
+        parse_lessons("18")
+
+
+def test_source_notebooks_have_valid_nbgrader_metadata():
+    from nbgrader.nbgraderformat import MetadataValidator
+
+    for lesson in ("05", "07", "16"):
+        nb = build_notebook(load_quiz(lesson), "salt")
+        MetadataValidator().validate_nb(nb)  # raises on invalid nbgrader v3 metadata
+        meta = [c.metadata["nbgrader"] for c in nb.cells if "nbgrader" in c.metadata]
+        assert all(m["schema_version"] == 3 for m in meta)
+        graded = {m["grade_id"]: m["points"] for m in meta if m["grade"]}
+        assert sum(graded.values()) == load_quiz(lesson).total_points
+        ids = [m["grade_id"] for m in meta]
+        assert len(ids) == len(set(ids)) and [c.id for c in nb.cells] == ids  # fixed cell ids, for recovery
+
+
+# ---------------------------------------------------------------------------------------------
+# The whole pipeline, with the real nbgrader CLI.
+
+def _env(tmp: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    home = tmp / "home"
+    home.mkdir(exist_ok=True)
+    env.update(HOME=str(home), JUPYTER_CONFIG_DIR=str(home / ".jupyter"),
+               JUPYTER_DATA_DIR=str(home / ".local/share/jupyter"), JUPYTER_RUNTIME_DIR=str(home / "runtime"),
+               PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
+               KVCOURSE_PROGRESS=str(tmp / "progress"))
+    env.pop("NBGRADER_EXECUTION", None)
+    env.pop("KVCOURSE_STUDENT_ID", None)
+    # jsonschema compiles an IRI grammar at import when rfc3987_syntax is installed: seconds of CPU in every
+    # nbgrader command, for a check nbformat never makes. The tests' nbgrader goes without it.
+    stubs = tmp / "stubs"
+    stubs.mkdir(exist_ok=True)
+    (stubs / "rfc3987_syntax.py").write_text("raise ImportError('left out in the tests')\n")
+    env["PYTHONPATH"] = str(stubs)
+    return env
+
+
+def _nbgrader(env: dict, cwd: Path, *args: str, ok: bool = True) -> str:
+    done = subprocess.run([NBGRADER, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    out = done.stdout + done.stderr
+    assert (done.returncode == 0) == ok, f"nbgrader {' '.join(args)}:\n{out}"
+    return out
+
+
+def _cell(nb, grade_id: str):
+    return next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
+
+
+def _answer(nb, qid: str, code: str) -> None:
+    """Write an answer where the released stub stands, as a student would."""
+    cell = _cell(nb, f"answer_{qid}")
+    assert STUB in cell.source or STUB.replace("\n", "\n    ") in cell.source
+    if "    raise NotImplementedError()" in cell.source:  # a function body
+        cell.source = cell.source.replace("    # YOUR CODE HERE\n    raise NotImplementedError()", code)
+    else:
+        cell.source = cell.source.replace(STUB, code)
+
+
+def _alice(course: Course) -> dict[str, str]:  # everything right, with and without units
+    quiz = load_quiz("07")
+    return {
+        "main_cost": 'answer_main_cost = "B"',
+        "per_token_gqa": f'answer_per_token_gqa = "{expected_answer(quiz.question("per_token_gqa"), course, "alice") / 1e3} kB"',
+        "users_to_outweigh_13b": "answer_users_to_outweigh_13b = 8",
+        "cache_bytes_param": f"answer_cache_bytes_param = {expected_answer(quiz.question('cache_bytes_param'), course, 'alice')}",
+        "formula_code": "    return 2 * num_layers * num_kv_heads * head_dim * num_tokens * num_users * bytes_per_value",
+    }
+
+
+BOB = {  # one right, the rest wrong or malformed
+    "main_cost": 'answer_main_cost = "b"',                     # right: 1 point
+    "per_token_gqa": 'answer_per_token_gqa = "abc"',            # malformed: 0 (and bob deletes its test cell)
+    "users_to_outweigh_13b": "answer_users_to_outweigh_13b = None",  # malformed: 0 (and bob edits its test cell)
+    "cache_bytes_param": "answer_cache_bytes_param = 12345",
+    "formula_code": "    return 1 / 0",                        # raises: 0
+}
+FREE_TEXT = "Weights are stored once; the cache multiplies per-token bytes by tokens and by users."
+
+
+def _student_works(env, students: Path, name: str, answers: dict, tamper: bool, fetch: bool) -> None:
+    folder = students / name
+    folder.mkdir(parents=True)
+    (folder / "nbgrader_config.py").write_text((students / "nbgrader_config.py").read_text())
+    path = folder / "lesson07" / "lesson07.ipynb"
+    if fetch:
+        _nbgrader(env, folder, "fetch_assignment", "lesson07")
+        shutil.copy(path, students / "fetched.ipynb")
+    else:  # a classmate's fetched copy: the same released notebook, without a second nbgrader start
+        path.parent.mkdir()
+        shutil.copy(students / "fetched.ipynb", path)
+    nb = nbformat.read(path, as_version=4)
+    for qid, code in answers.items():
+        _answer(nb, qid, code)
+    _cell(nb, "free_outgrow_weights").source = FREE_TEXT
+    if tamper:
+        nb.cells.remove(_cell(nb, "test_per_token_gqa"))
+        _cell(nb, "test_users_to_outweigh_13b").source = "pass  # nothing to see here"
+    nbformat.write(nb, path)
+    _nbgrader(env, folder, "submit", "lesson07", f"--student={name}")
+
+
+@pytest.mark.slow
+@needs("needs bubblewrap (apt-get install bubblewrap)" if bwrap_path() is None else None)
+def test_full_nbgrader_pipeline(tmp_path, capsys):
+    env = _env(tmp_path)
+    course_dir, exchange, students = tmp_path / "course", tmp_path / "exchange", tmp_path / "students"
+    exchange.mkdir()
+    students.mkdir()
+    assert main(["grade", "init", str(course_dir), "--lessons", "07", "--course-id", "kvtest",
+                 "--exchange", str(exchange)]) == 0
+    hint = capsys.readouterr().out.strip().splitlines()[-1].strip()
+    assert hint.startswith("cd ") and "nbgrader generate_assignment lesson07" in hint
+    shell = {**env, "PATH": os.environ.get("PATH", "")}  # the shell `grade init` ran in
+    done = subprocess.run(["bash", "-c", hint], env=shell, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr  # the printed next step works as printed
+    (students / "nbgrader_config.py").write_text(
+        f"c = get_config()\nc.CourseDirectory.course_id = 'kvtest'\nc.Exchange.root = {str(exchange)!r}\n")
+    _nbgrader(env, course_dir, "release_assignment", "lesson07")
+    course = Course.load(course_dir)
+
+    # Released notebooks: no answer, no secret, nothing imported from the course, no gradebook.
+    shipped = [course_dir / "release" / "lesson07" / "lesson07.ipynb", *exchange.rglob("*.ipynb")]
+    assert len(shipped) == 2
+    for path in shipped:
+        text = path.read_text()
+        for secret in ("BEGIN SOLUTION", "answer_users_to_outweigh_13b = 8", "answer_main_cost = 'b'", course.secret,
+                       "expected_number", "from kvcourse", "num_tokens * num_users", "The weights are stored once"):
+            assert secret not in text, f"{secret!r} leaked into {path}"
+    assert not list(exchange.rglob("*.db")) and not list(exchange.rglob("course.json"))
+
+    _student_works(env, students, "alice", _alice(course), tamper=False, fetch=True)
+    _student_works(env, students, "bob", BOB, tamper=True, fetch=False)
+    _nbgrader(env, course_dir, "collect", "lesson07")
+    out = _nbgrader(env, course_dir, "autograde", "lesson07", "--student=bob", ok=False)  # nbgrader's own: refused, with the reason
+    assert "kvcourse grade autograde" in out
+    assert main(["grade", "autograde", "lesson07", "--course", str(course_dir)]) == 0
+    log = capsys.readouterr().out
+    assert "graded alice: 8 of 8 automatic points, 2 to grade by hand" in log
+    assert "graded bob: 1 of 8 automatic points, 2 to grade by hand" in log
+    assert "bob: 1 locked cells were missing" in log and "bob: 1 locked cells were edited" in log
+    assert "alice:" not in log.replace("graded alice:", "")  # an untouched notebook logs no warnings
+
+    _nbgrader(env, course_dir, "generate_feedback", "lesson07")
+    feedback = (course_dir / "feedback" / "bob" / "lesson07" / "lesson07.html").read_text()
+    assert "Right: (b)" in feedback and "test cases pass" in feedback
+    hidden = code_cases(load_quiz("07").question("formula_code"), course, "bob")[5:]
+    right = expected_answer(load_quiz("07").question("cache_bytes_param"), course, "bob")
+    secrets = [", ".join(map(str, case)) for case in hidden] + [f"{right:,.0f}", f"{right:.0f}", "record_calls"]
+    for secret in secrets:
+        assert secret not in feedback, secret
+
+    assert main(["grade", "export", "--course", str(course_dir), "--to", str(tmp_path / "grades.csv")]) == 0
+    with open(tmp_path / "grades.csv", newline="") as f:
+        rows = {r["student_id"]: r for r in csv.DictReader(f)}
+    assert {name: float(r["score"]) for name, r in rows.items()} == {"alice": 8.0, "bob": 1.0}
+    assert rows["alice"]["status"] == "to grade by hand" and float(rows["alice"]["max_score"]) == 10.0
