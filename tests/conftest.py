@@ -32,6 +32,9 @@ def pytest_runtest_setup(item):
 
 
 def pytest_collection_modifyitems(config, items):
+    # The site is built from the notebooks tests/lessons/test_notebooks.py has just executed (its cache):
+    # collected after them, it reuses them instead of running every lesson a second time.
+    items.sort(key=lambda item: item.path.name == "test_site.py")  # stable: the rest keep their order
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs CUDA")
