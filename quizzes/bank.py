@@ -2,7 +2,7 @@
 
 A file holds ``lesson = "NN"`` and a list of ``[[question]]`` tables. Each question's public
 fields sit in the open; its secret fields (answer, right option, explanations, solution,
-model answer) sit in one ``sealed`` string (see sealing.py). Authors may write them as a plain
+model answer, planted mistakes) sit in one ``sealed`` string (see sealing.py). Authors may write them as a plain
 ``[question.secret]`` table instead and seal the file with ``python -m kvcourse.quizzes.authoring
 seal``; the shipped bank holds only sealed questions (a test checks this).
 Every error names the file and the question.
@@ -27,8 +27,8 @@ _PUBLIC = {
 }
 _SECRET = {
     Kind.CHOICE: {"correct", "why"},
-    Kind.NUMERIC: {"answer", "explanation"},
-    Kind.PARAMETERISED: {"explanation"},
+    Kind.NUMERIC: {"answer", "explanation", "mistakes"},
+    Kind.PARAMETERISED: {"explanation", "mistakes"},
     Kind.CODE: {"solution", "explanation"},
     Kind.FREE: {"model_answer"},
 }
@@ -73,10 +73,20 @@ def _question(entry: dict, lesson: str, index: int, source: str) -> Question:
         fields["why"] = tuple(sorted(fields["why"].items()))
     if "params" in fields:
         fields["params"] = tuple(sorted((k, tuple(v)) for k, v in fields["params"].items()))
+    if "mistakes" in fields:
+        fields["mistakes"] = _mistakes(fields["mistakes"], where)
     try:
         return Question(lesson=lesson, kind=kind, where=where, **fields)
     except TypeError as err:
         raise ValueError(f"{where}: {err}") from None
+
+
+def _mistakes(entries: object, where: str) -> tuple[tuple[float | str, str], ...]:
+    """mistakes = [{ value = 249, why = "..." }, ...] as (value, why) pairs."""
+    if not isinstance(entries, list) or not all(isinstance(m, dict) and set(m) == {"value", "why"}
+                                                for m in entries):
+        raise ValueError(f"{where}: mistakes must be a list of {{ value = ..., why = \"...\" }} tables")
+    return tuple((m["value"], m["why"]) for m in entries)
 
 
 def parse_quiz(text: str, source: str, title: str = "") -> Quiz:

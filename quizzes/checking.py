@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from .formulas import compute_answer, draw_params, render
+from .formulas import compute_answer, draw_params, evaluate, facts, render
 from .model import Kind, Question
 from .units import AnswerFormatError, format_quantity, parse_quantity, shown, within_tolerance
 
@@ -41,7 +41,7 @@ def check(question: Question, answer: Any, seed: str = "") -> Verdict:
     """Check an answer; ``seed`` draws the values of a parameterised question."""
     checker = {
         Kind.CHOICE: _check_choice,
-        Kind.NUMERIC: lambda q, a, s: _check_number(q, a, q.answer, q.explanation),
+        Kind.NUMERIC: lambda q, a, s: _check_number(q, a, q.answer, q.explanation, s),
         Kind.PARAMETERISED: _check_parameterised,
         Kind.CODE: _check_code,
         Kind.FREE: _check_free,
@@ -75,13 +75,42 @@ def _check_choice(question: Question, answer: Any, seed: str) -> Verdict:
     return Verdict(False, f"Not ({key}).", why)
 
 
-def _check_number(question: Question, answer: Any, expected: float, explanation: str) -> Verdict:
+def named_mistake(question: Question, value: float, seed: str = "") -> str | None:
+    """What a wrong number means when it is one of the question's planted mistakes (the bank's words).
+
+    The widget and the graded feedback both call this. A parameterised question's mistakes are
+    computed on the values ``seed`` draws (two slips may then give the same number: both are named).
+    None when the number matches no planted mistake.
+    """
+    if not question.mistakes:
+        return None
+    names: dict[str, Any] = {}
+    if question.kind is Kind.PARAMETERISED:
+        values = draw_params(question, seed)
+        names = {**facts(values), "answer": compute_answer(question, values)}
+    meant: list[str] = []
+    for planted, why in question.mistakes:
+        try:
+            target = evaluate(planted, names) if isinstance(planted, str) else float(planted)
+        except (ValueError, ArithmeticError):
+            continue
+        if within_tolerance(value, target, question.rel_tol, question.abs_tol) and why not in meant:
+            meant.append(why)
+    if len(meant) > 1:
+        return "That number fits more than one slip. " + " Or: ".join(meant)
+    return meant[0] if meant else None
+
+
+def _check_number(question: Question, answer: Any, expected: float, explanation: str, seed: str) -> Verdict:
     try:
         value = parse_quantity(answer, question.unit)
     except AnswerFormatError as err:
         return Verdict(False, f"Could not read that answer: {err}.", malformed=True)
     if within_tolerance(value, expected, question.rel_tol, question.abs_tol):
         return Verdict(True, f"Right: {format_quantity(expected, question.unit)}.", explanation)
+    mistake = named_mistake(question, value, seed)
+    if mistake:
+        return Verdict(False, f"Not quite: you gave {format_quantity(value, question.unit)}. {mistake}")
     hint = ""
     if expected and value and math.isfinite(value / expected):
         ratio = value / expected
@@ -95,7 +124,8 @@ def _check_number(question: Question, answer: Any, expected: float, explanation:
 def _check_parameterised(question: Question, answer: Any, seed: str) -> Verdict:
     values = draw_params(question, seed)
     expected = compute_answer(question, values)
-    return _check_number(question, answer, expected, render(question.explanation, {**values, "answer": expected}))
+    return _check_number(question, answer, expected, render(question.explanation, {**values, "answer": expected}),
+                         seed)
 
 
 @contextmanager

@@ -1,7 +1,8 @@
 """The questions of a quick check, as frozen validated dataclasses (lesson 00: how checks work).
 
 A question has a public part (prompt, options, unit, tolerance, points) and a secret part
-(the right option, the explanations, the numeric answer, the model solution). In the shipped
+(the right option, the explanations, the numeric answer, the model solution, and the planted
+mistakes: wrong numbers a common slip gives, with what each means). In the shipped
 bank the secret part is sealed (see sealing.py); here it is already opened.
 """
 
@@ -12,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from enum import Enum
 
-from .units import DIMENSIONS
+from .units import DIMENSIONS, format_quantity, within_tolerance
 
 
 class Kind(Enum):
@@ -28,6 +29,12 @@ class Kind(Enum):
 DEFAULT_POINTS = {Kind.CHOICE: 1, Kind.NUMERIC: 1, Kind.PARAMETERISED: 2, Kind.CODE: 2, Kind.FREE: 2}
 OPTION_KEYS = "abcdefgh"
 _ID = re.compile(r"[a-z][a-z0-9_]{0,30}")
+_NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
+
+
+def _numbers(text: str) -> set[str]:
+    """The numbers a text names, without thousands separators."""
+    return {n.replace(",", "") for n in _NUMBER.findall(text)}
 
 
 def _fail(where: str, message: str) -> None:
@@ -55,6 +62,9 @@ class Question:
     abs_tol: float = 0.0
     formula: str | None = None                 # parameterised: a name in formulas.FORMULAS
     params: tuple[tuple[str, tuple], ...] = ()  # parameterised: (name, the values to draw from)
+    # (the wrong number, what it means) per planted mistake: a number for a numeric question, an
+    # expression of the drawn values and `answer` for a parameterised one ("answer / 2")
+    mistakes: tuple[tuple[float | str, str], ...] = ()
     # code
     function: str | None = None                # the name the learner's code must define
     starter: str = ""
@@ -108,6 +118,21 @@ class Question:
         if isinstance(self.answer, bool) or not isinstance(self.answer, (int, float)) \
                 or not math.isfinite(self.answer):
             _fail(where, f"answer must be a finite number, got {self.answer!r}")
+        right = _numbers(format_quantity(self.answer, self.unit).split(" (")[0]) | {f"{self.answer:g}"}
+        for value, why in self._check_mistakes(where):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                _fail(where, f"a numeric question's mistake is a finite number, got {value!r}")
+            if within_tolerance(value, self.answer, self.rel_tol, self.abs_tol):
+                _fail(where, f"mistake {value!r} is within the tolerance of the right answer")
+            if right & _numbers(why) - _numbers(self.prompt):
+                _fail(where, f"mistake {value!r}: its words give the right answer")
+
+    def _check_mistakes(self, where: str) -> tuple[tuple[float | str, str], ...]:
+        for value, why in self.mistakes:
+            if not isinstance(why, str) or not why.strip() or "{" in why:
+                _fail(where, f"mistake {value!r} needs a plain sentence saying what it means (no {{names}}: "
+                             "it is shown as written, never with a right value)")
+        return self.mistakes
 
     def _check_parameterised(self, where: str) -> None:
         from .formulas import FORMULAS  # formulas imports the engine; keep model.py light
@@ -124,6 +149,19 @@ class Question:
         for name, values in self.params:
             if not values:
                 _fail(where, f"param {name!r} has no values to draw from")
+        if self.mistakes:
+            from .formulas import compute_answer, evaluate, facts
+
+            first = {name: values[0] for name, values in self.params}  # one draw shows the names are right
+            names = {**facts(first), "answer": compute_answer(self, first)}
+            for value, _ in self._check_mistakes(where):
+                if not isinstance(value, str):
+                    _fail(where, f"a parameterised question's mistake is an expression of the drawn values, "
+                                 f"got {value!r}")
+                try:
+                    evaluate(value, names)
+                except (ValueError, ArithmeticError) as err:
+                    _fail(where, f"mistake {value!r}: {err}")
 
     def _check_code(self, where: str) -> None:
         if not self.function or not self.function.isidentifier():

@@ -24,11 +24,12 @@ from pathlib import Path
 import nbformat
 
 from ..bank import load_quiz
+from ..model import Kind
 from .decide import Course, decide, decide_free
 from .gradebook import check_assignment, read_timestamp, save_status, write_gradebook
 from .nbgrader_export import answer_name, lesson_of
-from .notebook import graded_notebook, grading_notebook, read_outputs, read_records
-from .recovery import NotGradable, match_cells, read_cells, template_cells
+from .notebook import graded_notebook, grading_notebook, limit_notes, read_outputs, read_records
+from .recovery import NotGradable, match_cells, read_cells, shown_student_id, template_cells
 from .sandbox import INSIDE, Limits, preflight, run_submission
 
 
@@ -53,6 +54,24 @@ class Result:
         manual = f", {self.manual_points:g} to grade by hand" if self.manual_points else ""
         return (f"graded {self.student}: {self.score:g} of {self.auto_max:g} automatic points"
                 f"{manual} ({self.seconds:.1f} s)")
+
+
+# What travels with a graded notebook, as nbgrader's own autograde copies it: above all
+# submission_secret.txt, which release_feedback needs to file the feedback where the student's
+# fetch_feedback finds it, and timestamp.txt. Links are never followed; nbgrader's ignored names stay.
+IGNORED = (".ipynb_checkpoints", "__pycache__", "feedback")
+
+
+def copy_companions(submitted: Path, graded: Path) -> None:
+    """Copy the submission's plain files other than notebooks (timestamp, secret, data) beside the graded one."""
+    for path in sorted(submitted.rglob("*")):
+        relative = path.relative_to(submitted)
+        if (any(part in IGNORED for part in relative.parts) or path.suffix in (".ipynb", ".pyc")
+                or path.is_symlink() or not path.is_file()):  # rglob itself never enters a linked folder
+            continue
+        target = graded / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, target)
 
 
 # -- one student, and the whole command ------------------------------------------------------------
@@ -87,6 +106,10 @@ def grade_student(course: Course, assignment: str, student: str, limits: Limits,
     names = {q.id: answer_name(q) for q in quiz.questions if q.auto_graded}
     sub = match_cells(raw_cells, template, names)
     result.notes += notes + sub.notes
+    shown = shown_student_id(raw_cells)
+    if shown is not None and shown != student and any(q.kind is Kind.PARAMETERISED for q in quiz.questions):
+        result.notes.append(f"check by hand: its values were drawn for student id {shown!r}, but it was "
+                            f"collected as {student!r} and is graded on {student!r}'s values")
     with tempfile.TemporaryDirectory(prefix="kvgrade-") as scratch:
         copy = Path(scratch) / "copy"
         copy.mkdir()
@@ -102,6 +125,7 @@ def grade_student(course: Course, assignment: str, student: str, limits: Limits,
         result.notes.append("the run left no outputs; graded on the answers it handed over")
     if run.returncode is None:
         result.notes.append(f"stopped at the time limit of {limits.submission_timeout_s:g} s per submission")
+    result.notes += limit_notes(executed, limits.cell_timeout_s, limits.output_cap_bytes)
     outputs = {index: executed[i] for i, index in enumerate(origin) if index is not None}
     decisions = {q.id: decide(q, records.get(q.id), course, student) for q in quiz.questions if q.auto_graded}
     stub = next((c.source for c in template if c.role == "free"), "")
@@ -112,8 +136,7 @@ def grade_student(course: Course, assignment: str, student: str, limits: Limits,
     shutil.rmtree(graded_dir, ignore_errors=True)
     graded_dir.mkdir(parents=True)
     nbformat.write(graded, graded_dir / f"{assignment}.ipynb")
-    if (folder / "timestamp.txt").is_file() and not (folder / "timestamp.txt").is_symlink():
-        shutil.copyfile(folder / "timestamp.txt", graded_dir / "timestamp.txt")
+    copy_companions(folder, graded_dir)
     scores = {grade_id: decisions[q.id].points for grade_id, q in grade_cells.items()}
     answered = {f"answer_{q}": q in sub.answers for q in names} | \
                {f"free_{q.id}": decisions[q.id].points is None for q in quiz.questions if not q.auto_graded}
@@ -167,9 +190,28 @@ def autograde(course_dir: Path, assignment: str, students: list[str] | None = No
     return results
 
 
+REFUSAL = ("nbgrader autograde is switched off for this course and changed nothing: grade with "
+           "`kvcourse grade autograde {assignment}` (sandboxed; see quizzes/INSTRUCTORS.md).")
+
 try:  # the refusal nbgrader_config.py installs; nbgrader is a dependency, but keep this module importable without
+    from nbconvert.exporters import NotebookExporter
     from nbgrader.converters.base import NbGraderException
     from nbgrader.preprocessors import NbGraderPreprocessor
+
+    class RefuseAutogradeExporter(NotebookExporter):
+        """nbgrader_config.py's `c.Autograde.exporter_class`: stops `nbgrader autograde` before it touches a folder.
+
+        nbgrader's Autograde converter makes its exporter before any submission is looked at
+        (BaseConverter.start), so `nbgrader autograde`, with or without --force, and formgrader's
+        Autograde button stop here with one line: --force would otherwise delete autograded/ first.
+        """
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            coursedir = getattr(self.parent, "coursedir", None)
+            message = REFUSAL.format(assignment=getattr(coursedir, "assignment_id", "") or "ASSIGNMENT")
+            self.log.error(message)
+            raise NbGraderException(message)
 
     class RefuseNbgraderAutograde(NbGraderPreprocessor):
         """Stops `nbgrader autograde` on a course written by `kvcourse grade init` (it would grade nothing)."""

@@ -7,14 +7,21 @@ from pathlib import Path
 
 
 def _grade_init(args: argparse.Namespace) -> int:
-    from .nbgrader_export import init_course, next_steps, parse_lessons
+    from .decide import Course
+    from .nbgrader_export import STUDENTS_DIR, ensure_exchange, init_course, next_steps, parse_lessons
 
     lessons = parse_lessons(args.lessons)
-    written = init_course(Path(args.directory), lessons, course_id=args.course_id, exchange=args.exchange)
-    print(f"nbgrader course written to {args.directory}: {len(written)} assignments ({', '.join(written)}).\n"
-          f"Its secret is in {Path(args.directory) / 'instructor'}: never release or share that folder.\n"
+    directory = Path(args.directory)
+    written = init_course(directory, lessons, course_id=args.course_id, exchange=args.exchange)
+    exchange = Course.load(directory).exchange
+    todo = ensure_exchange(exchange)
+    print(f"nbgrader course written to {directory}: {len(written)} assignments ({', '.join(written)}).\n"
+          f"Its secret is in {directory / 'instructor'}: never release or share that folder.\n"
+          f"The exchange is {exchange}" + (f"; it does not exist yet, create it:\n  {todo}\n" if todo else ".\n") +
+          f"Your students need {directory / STUDENTS_DIR / 'nbgrader_config.py'} as their "
+          "~/.jupyter/nbgrader_config.py (the course id and the exchange).\n"
           f"Next, to create the gradebook and the released notebooks:\n  "
-          f"{next_steps(Path(args.directory), written)}")
+          f"{next_steps(directory, written)}")
     return 0
 
 
@@ -64,7 +71,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--lessons", default="00-17", help='which lessons, e.g. "01-05" or "03,07,16" (default: all, 00-17)')
     p.add_argument("--course-id", default="kvcourse", help="nbgrader course id (default kvcourse)")
     p.add_argument("--exchange", default=None,
-                   help="exchange folder for release/fetch/submit (default: nbgrader's own, /srv/nbgrader/exchange)")
+                   help="exchange folder for release/fetch/submit, created if it can be (default: nbgrader's own, "
+                        "/usr/local/share/nbgrader/exchange)")
     p.set_defaults(func=_grade_init)
 
     p = grade_sub.add_parser("autograde", help="grade collected submissions, each in a sandbox")

@@ -9,7 +9,8 @@ instructor/course.json, and never sent into a student's sandbox:
 - code questions: the reference solution on the bank's public cases and on three hidden cases
   drawn for this student from the course secret (HMAC), so a function that only knows the public
   examples fails.
-Feedback says right or wrong and why, never a hidden case or a right value the student got wrong.
+Feedback says right or wrong and why (a planted mistake of the bank by name, as the quick check does),
+never a hidden case or a right value the student got wrong.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..checking import choice_key, compile_function, same_value, time_limit
+from ..checking import choice_key, compile_function, named_mistake, same_value, time_limit
 from ..formulas import compute_answer, draw_params
 from ..model import Kind, Question
 from ..units import AnswerFormatError, format_quantity, parse_quantity, shown, within_tolerance
@@ -48,8 +49,9 @@ class Course:
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as err:
-            raise ValueError(f"{directory} has no readable {INSTRUCTOR_DIR}/{COURSE_FILE} ({err}): is it a course "
-                             "written by `kvcourse grade init`?") from None
+            why = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+            raise ValueError(f"{path.resolve()} cannot be read ({why}). Is {Path(directory).resolve()} a course written "
+                             "by `kvcourse grade init`? cd into the course folder or pass --course DIR") from None
         return cls(Path(directory).resolve(), data["course_id"], data["salt"], data["secret"], data["exchange"])
 
     def seed(self, student: str) -> str:
@@ -171,8 +173,9 @@ def decide(question: Question, record: dict | None, course: Course, student: str
             values = draw_params(question, course.seed(student))
             explanation = render(question.explanation, {**values, "answer": expected})
         return Decision(points, points, f"Right: {format_quantity(number, question.unit)}.", explanation)
+    mistake = named_mistake(question, number, course.seed(student))  # the widget's words for a planted slip
     return Decision(0.0, points, f"Not within the tolerance of the right answer: you gave "
-                                 f"{format_quantity(number, question.unit)}.")
+                                 f"{format_quantity(number, question.unit)}." + (f" {mistake}" if mistake else ""))
 
 
 def _decide_code(question: Question, calls: Any, course: Course, student: str) -> Decision:

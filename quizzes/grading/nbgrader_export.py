@@ -42,7 +42,20 @@ c.CourseDirectory.course_id = {course_id!r}
 {exchange_line}
 # Grade with `kvcourse grade autograde` (sandboxed, points decided outside the student's kernel):
 # these notebooks hold no tests for nbgrader's own autograde, which is therefore switched off.
-c.Autograde.sanitize_preprocessors = ["kvcourse.quizzes.grading.autograde.RefuseNbgraderAutograde"]
+# It stops before it touches a folder (`nbgrader autograde --force` would first delete autograded/).
+c.Autograde.exporter_class = "kvcourse.quizzes.grading.autograde.RefuseAutogradeExporter"
+'''
+
+
+NBGRADER_EXCHANGE = "/usr/local/share/nbgrader/exchange"  # nbgrader 0.9's own default (a test checks it)
+STUDENTS_DIR = "for_students"
+STUDENT_CONFIG = '''\
+# For your students: their ~/.jupyter/nbgrader_config.py (written by `kvcourse grade init`).
+# It names this course and the exchange its assignments are released to and submitted through.
+c = get_config()  # noqa: F821 - provided by traitlets when nbgrader loads this file
+
+c.CourseDirectory.course_id = {course_id!r}
+{exchange_line}
 '''
 
 
@@ -179,10 +192,16 @@ def setup_source(salt: str) -> str:
             f"{body}\n\n"
             f"COURSE_SALT = {salt!r}\n"
             "# Your student id picks the values of some questions: it must be the id you submit under.\n"
-            "# If the line below prints another one, set KVCOURSE_STUDENT_ID before starting Jupyter.\n"
+            "# nbgrader submits under your login name (on a hub, your hub name), as below; if you submit\n"
+            "# with --student=ID or share a login, set KVCOURSE_STUDENT_ID=ID before starting Jupyter.\n"
             "import getpass\nimport os\n"
-            'STUDENT_ID = os.environ.get("KVCOURSE_STUDENT_ID") or getpass.getuser()\n'
-            'print("Your student id:", STUDENT_ID)')
+            "_login = getpass.getuser()\n"
+            'STUDENT_ID = (os.environ.get("KVCOURSE_STUDENT_ID")\n'
+            '              or (os.environ.get("JUPYTERHUB_USER") if _login == "jovyan" else None) or _login)\n'
+            'print("Your student id:", STUDENT_ID)\n'
+            'if STUDENT_ID in ("root", "jovyan"):\n'
+            '    print("  This looks like a shared account. If you submit under another id, set "\n'
+            '          "KVCOURSE_STUDENT_ID to it and restart: your values are drawn for the id above.")')
 
 
 def build_notebook(quiz: Quiz, salt: str = "") -> nbformat.NotebookNode:
@@ -211,14 +230,18 @@ def init_course(directory: Path, lessons: list[str], course_id: str = "kvcourse"
         raise ValueError(f"{directory} is not empty: choose a new folder for the course")
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", course_id):
         raise ValueError(f"course id {course_id!r}: use letters, digits, '_', '-' and '.' only")
-    exchange_path = str(Path(exchange).resolve()) if exchange else None
-    exchange_line = f"c.Exchange.root = {exchange_path!r}" if exchange_path else \
-        "# c.Exchange.root = '/srv/nbgrader/exchange'  # nbgrader's default exchange"
+    exchange_path = str(Path(exchange).resolve()) if exchange else NBGRADER_EXCHANGE
+    exchange_line = f"c.Exchange.root = {exchange_path!r}"  # always stated: students' configs name the same
     directory.mkdir(parents=True, exist_ok=True)
+    directory.chmod(0o700)  # the source notebooks hold the answers, instructor/ the secret: yours only
     (directory / "nbgrader_config.py").write_text(
         CONFIG_TEMPLATE.format(course_id=course_id, exchange_line=exchange_line), encoding="utf-8")
+    students = directory / STUDENTS_DIR
+    students.mkdir()
+    (students / "nbgrader_config.py").write_text(
+        STUDENT_CONFIG.format(course_id=course_id, exchange_line=exchange_line), encoding="utf-8")
     course = {"version": 1, "course_id": course_id, "salt": secrets.token_hex(6),
-              "secret": secrets.token_hex(32), "exchange": exchange_path or "/srv/nbgrader/exchange"}
+              "secret": secrets.token_hex(32), "exchange": exchange_path}
     private = directory / INSTRUCTOR_DIR
     private.mkdir(mode=0o700)
     secret_file = private / COURSE_FILE
@@ -230,8 +253,23 @@ def init_course(directory: Path, lessons: list[str], course_id: str = "kvcourse"
         folder = directory / "source" / name
         folder.mkdir(parents=True)
         nbformat.write(build_notebook(load_quiz(lesson), course["salt"]), folder / f"{name}.ipynb")
+        (folder / f"{name}.ipynb").chmod(0o600)
         names.append(name)
     return names
+
+
+def ensure_exchange(path: str) -> str | None:
+    """Create the exchange folder, writable by every student as nbgrader needs it; None when done, else
+    the command to run (a folder outside your home usually needs root)."""
+    folder = Path(path)
+    if folder.is_dir():
+        return None
+    try:
+        folder.mkdir(parents=True)
+        folder.chmod(0o1777)  # everyone may write, only an owner may remove: what /tmp is
+    except OSError:
+        return f"sudo mkdir -p {_quote(folder)} && sudo chmod 1777 {_quote(folder)}"
+    return None
 
 
 def next_steps(directory: Path, names: list[str]) -> str:

@@ -6,7 +6,8 @@ hands it over as plain JSON. `read_records` and `read_outputs` read what the san
 which is the student's to forge: sizes are capped, JSON is parsed defensively, and only text,
 PNG/JPEG images and errors survive as outputs. `graded_notebook` is what formgrader and nbgrader's
 feedback show: the released notebook with the student's answers, their outputs and a verdict under
-each question, never a hidden test case or a right value the student did not give.
+each question (the set-up cell as one line, a written answer marked as graded by hand), never a
+hidden test case or a right value the student did not give.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from .nbgrader_export import answer_name
 from .recovery import NotGradable, Submission, TemplateCell, read_bytes
 
 MAX_RESULTS_BYTES = 4_000_000
+TIMED_OUT = "Stopped: this cell ran for more than"  # sandbox_runner's TIMEOUT_NOTE (it imports nothing of ours)
+OUTPUT_CUT = "[... output cut"                       # its CUT_NOTE, and the cut _clean_outputs makes
 MAX_EXECUTED_BYTES = 64_000_000
 _KEEP_MIME = ("text/plain", "image/png", "image/jpeg")  # no HTML or JavaScript from a student reaches a grader's page
 
@@ -112,6 +115,26 @@ def read_outputs(path: Path, count: int, cap: int) -> list[list]:
     return [_clean_outputs(cell.get("outputs", []) if isinstance(cell, dict) else [], cap) for cell in cells]
 
 
+def limit_notes(executed: list[list], cell_timeout_s: float, output_cap_bytes: int) -> list[str]:
+    """Notes for the log and the export when the grader's limits cut a run: cells stopped at the time
+    limit (sandbox_runner's TIMEOUT_NOTE), killed kernels, output dropped (its CUT_NOTE, or ours)."""
+    stopped = died = cut = 0
+    for outputs in executed:
+        errors = [(out.get("ename"), _text(out.get("evalue"))) for out in outputs if out.get("output_type") == "error"]
+        streams = [_text(out.get("text")) for out in outputs if out.get("output_type") == "stream"]
+        stopped += any(name == "TimeoutError" and value.startswith(TIMED_OUT) for name, value in errors)
+        died += any(name == "DeadKernel" for name, _ in errors)
+        cut += any(OUTPUT_CUT in text for text in streams)
+    notes = []
+    if stopped:
+        notes.append(f"{stopped} cell(s) stopped at the time limit of {cell_timeout_s:g} s per cell")
+    if died:
+        notes.append(f"the kernel died in {died} cell(s) and was started again")
+    if cut:
+        notes.append(f"output cut at {output_cap_bytes:,} bytes in {cut} cell(s)")
+    return notes
+
+
 def _text(value: Any) -> str:
     if isinstance(value, list):
         value = "".join(item for item in value if isinstance(item, str))
@@ -164,6 +187,14 @@ def _verdict_output(decision: Decision) -> nbformat.NotebookNode:
     return nbformat.v4.new_output("error", ename="Not right", evalue=decision.verdict, traceback=text.splitlines())
 
 
+# The graded notebook is what feedback shows: the set-up's ~40 lines of helpers would open every
+# page, so they stand as one line (the cell and its nbgrader metadata stay, for formgrader).
+SETUP_IN_FEEDBACK = "# Set-up (locked): the course's helpers and your student id, as in your notebook (not shown here)."
+# nbgrader shows a written answer's score as 0 until it is graded by hand; this line says why.
+BY_HAND = ("*Graded by hand.* Your instructor grades written answers after the automatic grading: until this "
+           "one is graded, its score on this page reads 0.")
+
+
 def graded_notebook(source: Path, sub: Submission, outputs: dict[int, list], decisions: dict[str, Decision],
                     quiz: Quiz, course: Course, student: str) -> nbformat.NotebookNode:
     """The released notebook with this student's answers, outputs and verdicts, for formgrader and feedback."""
@@ -191,12 +222,17 @@ def graded_notebook(source: Path, sub: Submission, outputs: dict[int, list], dec
             cell.outputs = outputs.get(by_question[qid], [])
         elif role == "free" and qid in sub.free:
             cell.source = _escape_markdown(sub.free[qid])
+        elif role == "setup":
+            cell.source = SETUP_IN_FEEDBACK
         elif role == "show":
             text = prompt_for(quiz.question(qid), course.seed(student))
             cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=text + "\n")]
         elif role == "test" and qid in decisions:
             cell.outputs = [_verdict_output(decisions[qid])]
         cells.append(cell)
+        if role == "free" and qid in decisions and decisions[qid].points is None:
+            cells.append(nbformat.v4.new_markdown_cell(BY_HAND, metadata={"kvcourse": {"role": "note",
+                                                                                    "question": qid}}))
         for index in extras.get(grade_id, []):
             cells.append(_student_cell(sub, index, outputs))
     nb.cells = cells

@@ -117,8 +117,32 @@ def _cells_from_json(data: object) -> list[dict]:
         grader = meta.get("nbgrader") if isinstance(meta.get("nbgrader"), dict) else {}
         grade_id = grader.get("grade_id") if isinstance(grader.get("grade_id"), str) else ""
         cell_id = cell.get("id") if isinstance(cell.get("id"), str) else ""
-        cells.append({"cell_type": kind, "source": source, "grade_id": grade_id, "id": cell_id})
+        cells.append({"cell_type": kind, "source": source, "grade_id": grade_id, "id": cell_id,
+                      "printed": _printed(cell.get("outputs"))})
     return cells
+
+
+def _printed(outputs: object) -> str:
+    """What a cell printed when the student ran it (its stream outputs), as one text; "" for none."""
+    if not isinstance(outputs, list):
+        return ""
+    texts = [_text(out.get("text", "")) for out in outputs if isinstance(out, dict) and out.get("output_type") == "stream"]
+    return "".join(text for text in texts if text)
+
+
+_SHOWN_ID = re.compile(r"^Your student id: (.+)$", re.M)
+
+
+def shown_student_id(cells: list[dict]) -> str | None:
+    """The student id the set-up cell printed when the student ran it: the id their values were drawn for.
+
+    None when the notebook holds no such output (never run, outputs cleared, or unreadable JSON).
+    """
+    for cell in cells:
+        if cell.get("grade_id") == "setup" or cell.get("id") == "setup":
+            found = _SHOWN_ID.findall(cell.get("printed", ""))
+            return found[-1].strip() if found else None
+    return None
 
 
 _CELL = re.compile(r'"cell_type"\s*:\s*"(code|markdown|raw)"(.*?)"source"\s*:\s*(\[(?:\s*"(?:[^"\\]|\\.)*"\s*,?)*\s*\]'

@@ -6,7 +6,8 @@ API starts each user's server; the instructor's formgrader API generates and rel
 each student's server fetches it (nbgrader's assignment list), gets an answer written into the
 fetched notebook through the contents API (alice right, bob wrong) and submits it; formgrader
 collects; `kvcourse grade autograde` (bubblewrap) and `kvcourse grade export` run in the
-instructor's environment. Where Debian's chromium is installed, bob fetches in a real browser instead
+instructor's environment; formgrader generates and releases the feedback and each student fetches
+it (the assignment list's fetch_feedback). Where Debian's chromium is installed, bob fetches in a real browser instead
 (log in, lesson 00 among the lessons, Nbgrader → Assignment List → Fetch) and the instructor opens
 formgrader. Then Ctrl-C (SIGINT to the command's process group) must stop the hub and every server,
 leaving no process behind. Skipped without JupyterHub's proxy or bubblewrap.
@@ -384,8 +385,20 @@ def test_a_class_on_the_hub_end_to_end(tmp_path):
         assert {name: float(row["score"]) for name, row in rows.items()} == {"alice": 4.0, "bob": 0.0}
         assert {float(row["max_score"]) for row in rows.values()} == {6.0}
         assert {row["status"] for row in rows.values()} == {"to grade by hand"}
+
+        # 5. The feedback reaches the students: formgrader generates and releases it, each student fetches it
+        #    with the assignment list, into the assignment's folder in their home.
+        for action in ("generate_feedback", "release_feedback"):
+            status, body = hub.call("POST", f"/user/teacher/formgrader/api/assignment/{ASSIGNMENT}/{action}")
+            assert status == 200 and body["success"], f"formgrader {action}: {body}"
+        for name in ("alice", "bob"):
+            status, body = hub.call("POST", f"/user/{name}/assignments/fetch_feedback", params=which)
+            assert status == 200 and body["success"], body
+            fetched = list((state / "homes" / name / ASSIGNMENT / "feedback").glob(f"*/{ASSIGNMENT}.html"))
+            assert len(fetched) == 1, f"{name} fetched {fetched}"
+            assert ("Right" in fetched[0].read_text()) == (name == "alice"), name
     finally:
-        # 5. Ctrl-C: SIGINT to the command's process group, as a terminal sends it.
+        # 6. Ctrl-C: SIGINT to the command's process group, as a terminal sends it.
         if command.poll() is None:
             os.killpg(command.pid, signal.SIGINT)
         try:

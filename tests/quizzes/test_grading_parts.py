@@ -19,10 +19,25 @@ from nbgrader.preprocessors import ClearHiddenTests, ClearSolutions
 
 from kvcourse.quizzes.bank import load_all, load_quiz
 from kvcourse.quizzes.checking import prompt_for
+from kvcourse.quizzes.grading.autograde import copy_companions
 from kvcourse.quizzes.grading.decide import Course, code_cases, decide, decide_free, expected_answer
-from kvcourse.quizzes.grading.nbgrader_export import build_notebook, init_course, next_steps, parse_lessons
+from kvcourse.quizzes.grading.nbgrader_export import (
+    NBGRADER_EXCHANGE,
+    STUDENTS_DIR,
+    build_notebook,
+    ensure_exchange,
+    init_course,
+    next_steps,
+    parse_lessons,
+)
 from kvcourse.quizzes.grading.notebook import _clean_outputs, read_records
-from kvcourse.quizzes.grading.recovery import NotGradable, match_cells, read_cells, template_cells
+from kvcourse.quizzes.grading.recovery import (
+    NotGradable,
+    match_cells,
+    read_cells,
+    shown_student_id,
+    template_cells,
+)
 from kvcourse.quizzes.grading.sandbox import Limits, bwrap_command, bwrap_path, environment, quizzes_dir
 from kvcourse.quizzes.model import Kind
 
@@ -108,6 +123,43 @@ def test_init_keeps_the_secret_out_of_the_release_and_prints_commands_that_run(t
     assert command.startswith(f"cd {tmp_path / 'c'} && ") and command.count("nbgrader generate_assignment") == 2
     with pytest.raises(ValueError, match="not empty"):
         init_course(tmp_path / "c", ["01"])
+
+
+def test_init_states_the_exchange_writes_the_students_config_and_keeps_the_course_private(tmp_path):
+    """Regression: the exchange was left to a default the docs misnamed (/srv/... where nbgrader 0.9 uses
+    /usr/local/share/...), the students' config was described but never given, and the folder was 755."""
+    from nbgrader.exchange.default.exchange import Exchange
+    from traitlets.config import PyFileConfigLoader
+
+    assert Exchange.root.default_value == NBGRADER_EXCHANGE  # the default grade init names is nbgrader's own
+    init_course(tmp_path / "c", ["07"], course_id="kvtest")
+    for name in ("nbgrader_config.py", f"{STUDENTS_DIR}/nbgrader_config.py"):
+        config = PyFileConfigLoader(name, path=str(tmp_path / "c")).load_config()
+        assert config.CourseDirectory.course_id == "kvtest" and config.Exchange.root == NBGRADER_EXCHANGE, name
+    assert oct((tmp_path / "c").stat().st_mode & 0o777) == "0o700"
+    assert oct((tmp_path / "c" / "source" / "lesson07" / "lesson07.ipynb").stat().st_mode & 0o777) == "0o600"
+    init_course(tmp_path / "d", ["07"], exchange=str(tmp_path / "ex"))
+    assert PyFileConfigLoader("nbgrader_config.py", path=str(tmp_path / "d")).load_config().Exchange.root == \
+        str(tmp_path / "ex")
+
+
+def test_the_exchange_is_made_writable_for_every_student_or_the_command_is_given(tmp_path):
+    assert ensure_exchange(str(tmp_path / "ex")) is None
+    assert oct((tmp_path / "ex").stat().st_mode & 0o7777) == "0o1777"
+    assert ensure_exchange(str(tmp_path / "ex")) is None  # there already: left as it is
+    (tmp_path / "file").write_text("")
+    command = ensure_exchange(str(tmp_path / "file" / "ex"))  # cannot be made here
+    assert command == f"sudo mkdir -p {tmp_path / 'file' / 'ex'} && sudo chmod 1777 {tmp_path / 'file' / 'ex'}"
+
+
+def test_the_id_a_notebook_drew_its_values_for_is_read_from_its_set_up_output():
+    def cells(printed: str, grade_id: str = "setup") -> list[dict]:
+        return [{"cell_type": "markdown", "grade_id": "intro", "printed": ""},
+                {"cell_type": "code", "grade_id": grade_id, "printed": printed}]
+
+    assert shown_student_id(cells("Your student id: root\n  This looks like a shared account.\n")) == "root"
+    assert shown_student_id(cells("")) is None  # never run, or outputs cleared
+    assert shown_student_id(cells("Your student id: bob\n", grade_id="other")) is None
 
 
 # -- what the kernel hands over ------------------------------------------------------------------------
@@ -384,3 +436,23 @@ def test_a_students_markdown_cannot_run_script_in_the_graders_browser():
 
     shown = _escape_markdown("<img src=x onerror=steal()> [click](javascript:steal()) [ok](https://example.org)")
     assert "<img" not in shown and "](javascript:" not in shown and "[ok](https://example.org)" in shown
+
+
+def test_the_graded_folder_keeps_what_release_feedback_needs(tmp_path: Path):
+    """Regression: only the notebook and timestamp.txt were copied, so `nbgrader release_feedback` found no
+    submission_secret.txt and feedback never reached the students. Plain files travel; links and notebooks do not."""
+    submitted, graded = tmp_path / "submitted", tmp_path / "graded"
+    (submitted / "data").mkdir(parents=True)
+    (submitted / ".ipynb_checkpoints").mkdir()
+    for name, text in {"timestamp.txt": "2026-12-01 10:00:00", "submission_secret.txt": "s3cret",
+                       "data/table.csv": "a,b", "lesson07.ipynb": "{}", ".ipynb_checkpoints/x.txt": "old"}.items():
+        (submitted / name).write_text(text)
+    outside = tmp_path / "instructor_secret.txt"
+    outside.write_text("never copy me")
+    (submitted / "link.txt").symlink_to(outside)
+    (submitted / "linked_dir").symlink_to(tmp_path, target_is_directory=True)
+    graded.mkdir()
+    copy_companions(submitted, graded)
+    copied = sorted(str(p.relative_to(graded)) for p in graded.rglob("*") if p.is_file())
+    assert copied == ["data/table.csv", "submission_secret.txt", "timestamp.txt"]
+    assert (graded / "submission_secret.txt").read_text() == "s3cret"

@@ -8,12 +8,12 @@ import csv
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import nbformat
 import pytest
 from guards import needs
+from nbgrader_cli import NBGRADER, nbgrader_env
 
 from kvcourse.cli import main
 from kvcourse.quizzes.bank import load_quiz
@@ -21,7 +21,6 @@ from kvcourse.quizzes.grading.decide import Course, code_cases, expected_answer
 from kvcourse.quizzes.grading.nbgrader_export import build_notebook, parse_lessons
 from kvcourse.quizzes.grading.sandbox import bwrap_path
 
-NBGRADER = str(Path(sys.executable).parent / "nbgrader")
 STUB = "# YOUR CODE HERE\nraise NotImplementedError()"
 
 
@@ -50,24 +49,6 @@ def test_source_notebooks_have_valid_nbgrader_metadata():
 
 # ---------------------------------------------------------------------------------------------
 # The whole pipeline, with the real nbgrader CLI.
-
-def _env(tmp: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    home = tmp / "home"
-    home.mkdir(exist_ok=True)
-    env.update(HOME=str(home), JUPYTER_CONFIG_DIR=str(home / ".jupyter"),
-               JUPYTER_DATA_DIR=str(home / ".local/share/jupyter"), JUPYTER_RUNTIME_DIR=str(home / "runtime"),
-               PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
-               KVCOURSE_PROGRESS=str(tmp / "progress"))
-    env.pop("NBGRADER_EXECUTION", None)
-    env.pop("KVCOURSE_STUDENT_ID", None)
-    # jsonschema compiles an IRI grammar at import when rfc3987_syntax is installed: seconds of CPU in every
-    # nbgrader command, for a check nbformat never makes. The tests' nbgrader goes without it.
-    stubs = tmp / "stubs"
-    stubs.mkdir(exist_ok=True)
-    (stubs / "rfc3987_syntax.py").write_text("raise ImportError('left out in the tests')\n")
-    env["PYTHONPATH"] = str(stubs)
-    return env
 
 
 def _nbgrader(env: dict, cwd: Path, *args: str, ok: bool = True) -> str:
@@ -112,7 +93,15 @@ BOB = {  # one right, the rest wrong or malformed
 FREE_TEXT = "Weights are stored once; the cache multiplies per-token bytes by tokens and by users."
 
 
-def _student_works(env, students: Path, name: str, answers: dict, tamper: bool, fetch: bool) -> None:
+def _as_student(env: dict, students: Path, name: str) -> dict[str, str]:
+    """``env`` for one student's account: their own Jupyter data folder, so their own nbgrader cache
+    (submit keeps each submission's secret there; fetch_feedback reads it back)."""
+    return {**env, "JUPYTER_DATA_DIR": str(students / name / ".jupyter-data")}
+
+
+def _student_works(env, students: Path, name: str, answers: dict, tamper: bool, fetch: bool,
+                   shown_id: str | None = None) -> None:
+    env = _as_student(env, students, name)
     folder = students / name
     folder.mkdir(parents=True)
     (folder / "nbgrader_config.py").write_text((students / "nbgrader_config.py").read_text())
@@ -127,6 +116,8 @@ def _student_works(env, students: Path, name: str, answers: dict, tamper: bool, 
     for qid, code in answers.items():
         _answer(nb, qid, code)
     _cell(nb, "free_outgrow_weights").source = FREE_TEXT
+    if shown_id:  # the set-up cell as it printed when run under another login
+        _cell(nb, "setup").outputs = [nbformat.v4.new_output("stream", name="stdout", text=f"Your student id: {shown_id}\n")]
     if tamper:
         nb.cells.remove(_cell(nb, "test_per_token_gqa"))
         _cell(nb, "test_users_to_outweigh_13b").source = "pass  # nothing to see here"
@@ -137,7 +128,7 @@ def _student_works(env, students: Path, name: str, answers: dict, tamper: bool, 
 @pytest.mark.slow
 @needs("needs bubblewrap (apt-get install bubblewrap)" if bwrap_path() is None else None)
 def test_full_nbgrader_pipeline(tmp_path, capsys):
-    env = _env(tmp_path)
+    env = nbgrader_env(tmp_path)
     course_dir, exchange, students = tmp_path / "course", tmp_path / "exchange", tmp_path / "students"
     exchange.mkdir()
     students.mkdir()
@@ -164,7 +155,7 @@ def test_full_nbgrader_pipeline(tmp_path, capsys):
     assert not list(exchange.rglob("*.db")) and not list(exchange.rglob("course.json"))
 
     _student_works(env, students, "alice", _alice(course), tamper=False, fetch=True)
-    _student_works(env, students, "bob", BOB, tamper=True, fetch=False)
+    _student_works(env, students, "bob", BOB, tamper=True, fetch=False, shown_id="root")
     _nbgrader(env, course_dir, "collect", "lesson07")
     out = _nbgrader(env, course_dir, "autograde", "lesson07", "--student=bob", ok=False)  # nbgrader's own: refused, with the reason
     assert "kvcourse grade autograde" in out
@@ -173,6 +164,7 @@ def test_full_nbgrader_pipeline(tmp_path, capsys):
     assert "graded alice: 8 of 8 automatic points, 2 to grade by hand" in log
     assert "graded bob: 1 of 8 automatic points, 2 to grade by hand" in log
     assert "bob: 1 locked cells were missing" in log and "bob: 1 locked cells were edited" in log
+    assert "bob: check by hand: its values were drawn for student id 'root', but it was collected as 'bob'" in log
     assert "alice:" not in log.replace("graded alice:", "")  # an untouched notebook logs no warnings
 
     _nbgrader(env, course_dir, "generate_feedback", "lesson07")
@@ -183,6 +175,14 @@ def test_full_nbgrader_pipeline(tmp_path, capsys):
     secrets = [", ".join(map(str, case)) for case in hidden] + [f"{right:,.0f}", f"{right:.0f}", "record_calls"]
     for secret in secrets:
         assert secret not in feedback, secret
+
+    # The feedback reaches the students: released to the exchange, fetched by each into their own folder.
+    _nbgrader(env, course_dir, "release_feedback", "lesson07")
+    for name, verdict in (("alice", "Right"), ("bob", "Right: (b)")):
+        _nbgrader(_as_student(env, students, name), students / name, "fetch_feedback", "lesson07")
+        fetched = list((students / name / "lesson07" / "feedback").glob("*/lesson07.html"))
+        assert len(fetched) == 1, f"{name} fetched {fetched}"
+        assert verdict in fetched[0].read_text()
 
     assert main(["grade", "export", "--course", str(course_dir), "--to", str(tmp_path / "grades.csv")]) == 0
     with open(tmp_path / "grades.csv", newline="") as f:
