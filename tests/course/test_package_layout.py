@@ -29,15 +29,8 @@ def _package_of(folder: Path) -> str:
     raise AssertionError(f"{folder} is in no package root")
 
 
-def _source_folders() -> list[Path]:
-    found = set()
-    for root in ROOTS.values():
-        found |= {path.parent for path in root.rglob("*.py") if "__pycache__" not in path.parts}
-    return sorted(found)
-
-
-SOURCES = sorted(path for root in set(ROOTS.values()) for path in root.rglob("*.py")
-                 if "__pycache__" not in path.parts)
+SOURCES = sorted({path for root in ROOTS.values() for path in root.rglob("*.py") if "__pycache__" not in path.parts})
+FOLDERS = sorted({path.parent for path in SOURCES})
 
 
 def _imports(path: Path) -> set[str]:
@@ -60,11 +53,11 @@ def _imports(path: Path) -> set[str]:
 
 def test_every_folder_with_python_in_it_is_a_listed_package():
     listed = set(SETUPTOOLS["packages"])
-    for folder in _source_folders():
+    for folder in FOLDERS:
         name = _package_of(folder)
         assert (folder / "__init__.py").exists(), f"{folder.relative_to(REPO_ROOT)} has modules but no __init__.py"
         assert name in listed, f"{name} ({folder.relative_to(REPO_ROOT)}) is missing from pyproject.toml's packages"
-    assert listed == {_package_of(folder) for folder in _source_folders()}, "pyproject.toml lists a package that is gone"
+    assert listed == {_package_of(folder) for folder in FOLDERS}, "pyproject.toml lists a package that is gone"
 
 
 @pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(REPO_ROOT)))
