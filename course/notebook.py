@@ -247,10 +247,43 @@ def _paragraphs(text: str) -> str:
     return "".join(f"<p>{part}</p>" for part in parts)
 
 
+class SolutionFailed(AssertionError):
+    """A lesson's solution snippet raised when the test harness ran it."""
+
+
+def _run_solution(code: str) -> None:
+    """Run a solution snippet on a copy of the lesson's namespace, out of sight.
+
+    A copy, so the snippet's names never leak into the lesson; its printing and displays are swallowed and its figures
+    closed, so an executed notebook (the static site is built from one) shows no answer under the toggle.
+    """
+    import matplotlib.pyplot as plt
+    from IPython import get_ipython
+    from IPython.utils.capture import capture_output
+
+    shell = get_ipython()
+    namespace = dict(shell.user_ns) if shell is not None else {}
+    before = set(plt.get_fignums())
+    try:
+        with capture_output():
+            exec(compile(code, "<solution>", "exec"), namespace)  # noqa: S102 - the lesson's own published code
+    except Exception as error:
+        raise SolutionFailed(f"a solution snippet raised {type(error).__name__}: {error}\n{code}") from error
+    finally:
+        for number in set(plt.get_fignums()) - before:
+            plt.close(number)
+
+
 def solution(text: str, code: str | None = None, *, title: str = "Show a solution") -> Any:
-    """A collapsed "show a solution" toggle for an exercise: explanation, then optional Python code."""
+    """A collapsed "show a solution" toggle for an exercise: explanation, then optional Python code.
+
+    Under the test harness (``KVCOURSE_STRICT=1``) the code also runs, so every published solution is
+    tested against the lesson it belongs to (see ``_run_solution``).
+    """
     import ipywidgets as widgets
 
+    if code and strict():
+        _run_solution(code)
     content = _paragraphs(text)
     if code:
         content += f'<pre style="white-space:pre-wrap"><code>{html.escape(code.strip(chr(10)))}</code></pre>'

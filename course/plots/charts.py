@@ -1,4 +1,4 @@
-"""Plotting helpers for lessons: one call per figure, so a cell shows the idea, not matplotlib.
+"""The everyday charts: panels, lines, bars, a marker line, a chain of boxes.
 
 Every figure follows the course's rules (shared/LESSONS.md): a title that states the finding,
 labelled axes with units, at most two panels, log axes where a quantity doubles.
@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
 
-__all__ = ["bars", "chain", "lines", "mark", "panels"]
+__all__ = ["bars", "chain", "decorate", "lines", "mark", "panels"]
 
 _SIZE_ONE, _SIZE_TWO = (7.0, 3.8), (11.5, 3.8)
 
@@ -34,7 +34,7 @@ def lines(x: Sequence[float] | Mapping[str, Sequence[float]], series: Mapping[st
     for i, (name, ys) in enumerate(series.items()):
         xs = x[name] if isinstance(x, Mapping) else x
         ax.plot(list(xs), list(ys), styles.get(name, "o-"), color=f"C{i}", label=name)
-    _decorate(ax, title, xlabel, ylabel, logx, logy)
+    decorate(ax, title, xlabel, ylabel, logx, logy)
     if len(series) > 1:
         ax.legend()
     return ax
@@ -57,7 +57,7 @@ def bars(labels: Sequence[str], values: Mapping[str, Sequence[float]] | Sequence
             offset = (i - (len(named) - 1) / 2) * width
             ax.bar([p + offset for p in positions], ys, width, label=name or None, color=f"C{i}")
     ax.set_xticks(list(positions), list(labels))
-    _decorate(ax, title, "", ylabel, False, logy)
+    decorate(ax, title, "", ylabel, False, logy)
     if len(named) > 1:
         ax.legend()
     return ax
@@ -89,7 +89,8 @@ def chain(links: Sequence[tuple[str, str]], *, title: str, width: float = 9.0) -
     return ax
 
 
-def _decorate(ax: Axes, title: str, xlabel: str, ylabel: str, logx: bool, logy: bool) -> None:
+def decorate(ax: Axes, title: str, xlabel: str, ylabel: str, logx: bool = False, logy: bool = False) -> None:
+    """The course's look on any axes: title, axis labels, a light grid, log-2 x and log y when asked."""
     if logx:
         ax.set_xscale("log", base=2)
     if logy:
