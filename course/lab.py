@@ -40,7 +40,7 @@ def disabled_server_extensions(instructor: bool = False) -> list[str]:
 
 
 def settings_dir(instructor: bool = False, *, name: str | None = None, plugins: list[str] | None = None) -> Path:
-    """Write the lab's own JupyterLab settings folder (page_config.json) and return it.
+    """Write the lab's own JupyterLab settings folder (page_config.json, overrides.json) and return it.
 
     ``name`` and ``plugins`` give another variant its own folder (the hub's student lab, kvcourse.hub.singleuser).
     """
@@ -53,6 +53,12 @@ def settings_dir(instructor: bool = False, *, name: str | None = None, plugins: 
     tmp = folder / f"page_config.json.{os.getpid()}"
     tmp.write_text(json.dumps(page_config, indent=1) + "\n", encoding="utf-8")
     tmp.replace(folder / "page_config.json")  # two labs starting at once never read half a file
+    # A prediction's input box says what to type in its own prompt line; JupyterLab's grey "↑↓ for
+    # history" placeholder in the same box would read as an instruction (issue 32).
+    overrides = {"@jupyterlab/notebook-extension:tracker": {"showInputPlaceholder": False}}
+    tmp = folder / f"overrides.json.{os.getpid()}"
+    tmp.write_text(json.dumps(overrides, indent=1) + "\n", encoding="utf-8")
+    tmp.replace(folder / "overrides.json")
     return folder
 
 

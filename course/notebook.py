@@ -27,6 +27,7 @@ from typing import Any
 
 from IPython.core.error import StdinNotImplementedError
 
+from kvcourse import feedback
 from kvcourse.kernel_env import HEADLESS_ENV, STRICT_ENV
 from kvcourse.quizzes.progress import progress_dir
 from kvcourse.quizzes.units import DIMENSIONS, AnswerFormatError, parse_quantity
@@ -70,6 +71,12 @@ def expect(condition: Any, sentence: str) -> None:
 # ---------------------------------------------------------------- predict and reveal
 
 _BARE_NUMBER = re.compile(r"\s*[-+]?(\d[\d,_]*(\.\d*)?|\.\d+)([eE][-+]?\d+)?\s*")
+# "about 250", "~250", "roughly 3 GB": a guess is approximate by nature, so the marker is dropped.
+_ABOUT = re.compile(r"^\s*(?:about|around|roughly|approximately|approx\.?|circa|ca\.|~|≈)\s*", re.IGNORECASE)
+
+
+class NegativeGuess(ValueError):
+    """A guess below zero for a quantity that cannot be negative."""
 
 
 def _dimension(unit: str) -> tuple[str, float]:
@@ -81,8 +88,20 @@ def _dimension(unit: str) -> tuple[str, float]:
     return "count", 1.0  # tokens, cells, GFLOP, users...: a plain number, "4k" and "2 million" allowed
 
 
-def parse_guess(text: str, unit: str) -> float:
-    """A typed guess as a number in ``unit``; "3 GB" is accepted where the unit is MB."""
+def parse_guess(text: str, unit: str, *, allow_negative: bool = False) -> float:
+    """A typed guess as a number in ``unit``; "3 GB" is accepted where the unit is MB, "about 250" as 250.
+
+    A negative guess raises NegativeGuess unless ``allow_negative`` (sizes, counts, times, ratios and shares
+    cannot be below zero).
+    """
+    text = _ABOUT.sub("", text, count=1)
+    value = _parse_guess(text, unit)
+    if value < 0 and not allow_negative:
+        raise NegativeGuess(f"{text.strip()} is below zero, and this quantity cannot be: type 0 or more")
+    return value
+
+
+def _parse_guess(text: str, unit: str) -> float:
     dimension, factor = _dimension(unit)
     if _BARE_NUMBER.fullmatch(text):
         return parse_quantity(text.strip(), "count")  # a bare number is in the unit asked: "100" GB is 100 GB
@@ -126,6 +145,19 @@ def saved_predictions() -> dict[str, dict]:
     return _load()
 
 
+def _say(look: Callable[[str], str], text: str) -> None:
+    """One line of feedback in the course's look (kvcourse.feedback) in a notebook; plain text elsewhere."""
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    if shell is None or not hasattr(shell, "kernel"):
+        print(text)
+        return
+    from IPython.display import display
+
+    display({"text/plain": text, "text/html": look(text)}, raw=True)
+
+
 def _ask(prompt: str, read: Callable[[str], str], parse: Callable[[str], Any]) -> Any | None:
     """Ask until the answer parses (a few tries); an empty answer means no guess."""
     for _ in range(_MAX_TRIES):
@@ -134,17 +166,39 @@ def _ask(prompt: str, read: Callable[[str], str], parse: Callable[[str], Any]) -
             return None
         try:
             return parse(text)
-        except (AnswerFormatError, ValueError) as err:
-            print(f"Could not read that: {err}. Try again, or press Enter to skip.")
+        except (AnswerFormatError, ValueError) as err:  # the quick checks' words: "Could not read that answer"
+            verb = "use" if isinstance(err, NegativeGuess) else "read"
+            _say(feedback.error, f"Could not {verb} that answer: {err}. Try again, or press Enter to skip.")
     return None
 
 
+def _number_prompt(unit: str) -> str:
+    """What to type, said in words (the input box beside it is JupyterLab's and has no hint of ours)."""
+    dimension, _ = _dimension(unit)
+    if unit.strip() in ("x", "×"):
+        what = 'a number of times (for example 4 for "4x")'
+    elif unit.strip() == "%":
+        what = "a percentage (a number; the % sign may follow it)"
+    elif dimension in ("bytes", "seconds"):
+        what = f"a number in {unit} (another unit may follow it, such as {_OTHER_UNIT[dimension]})"
+    elif unit:
+        what = f"a number of {unit}"
+    else:
+        what = "a number"
+    return f"Type {what} and press Enter (Enter alone skips): "
+
+
+_OTHER_UNIT = {"bytes": "GB", "seconds": "ms"}
+
+
 def predict(key: str, question: str, *, unit: str = "", kind: str = "number",
-            options: Sequence[str] | None = None, read: Callable[[str], str] = input) -> None:
+            options: Sequence[str] | None = None, read: Callable[[str], str] = input,
+            allow_negative: bool = False) -> None:
     """Ask for a guess before a measurement; ``reveal(key, measured)`` later shows how close it was.
 
     ``kind="number"`` takes a number in ``unit`` (a unit may be typed: "3 GB" where MB is asked);
-    ``kind="choice"`` takes the letter of one of ``options``. The guess is saved with the learner's
+    ``kind="choice"`` takes the letter of one of ``options``. A negative number is refused (and asked
+    again) unless ``allow_negative``; "about 250" and "~250" are read as 250. The guess is saved with the learner's
     progress (``saved_predictions()``). In a headless run nothing waits. Returns nothing, so a
     predict cell shows only the question and the learner's answer.
     """
@@ -162,21 +216,21 @@ def predict(key: str, question: str, *, unit: str = "", kind: str = "number",
         print("(Headless run: no guess asked.)")
         return
     if kind == "choice":
-        prompt = f"Your choice ({', '.join(letters)}), or Enter to skip: "
+        prompt = f"Type one letter ({', '.join(letters)}) and press Enter (Enter alone skips): "
         parse = lambda text: _choice(text, letters, options)
     else:
-        prompt = f"Your guess{f' in {unit}' if unit else ''}, or Enter to skip: "
-        parse = lambda text: parse_guess(text, unit)
+        prompt = _number_prompt(unit)
+        parse = lambda text: parse_guess(text, unit, allow_negative=allow_negative)
     try:
         guess = _ask(prompt, read, parse)
     except (StdinNotImplementedError, EOFError):  # a front end with no input box, or stdin closed
         print("(This front end has no input box: no guess asked.)")
         return
     if guess is None:
-        print("No guess this time; the measurement comes next.")
+        _say(feedback.info, "No guess this time; the measurement comes next.")
     else:
         shown = guess if kind == "choice" else _fmt(guess, unit)
-        print(f"Locked in: {shown}. Now run the measurement.")
+        _say(feedback.info, f"Locked in: {shown}. Now run the measurement.")
         _save(key, guess=guess, unit=unit, kind=kind)
 
 
@@ -203,36 +257,44 @@ def reveal(key: str, measured: float | str, *, unit: str | None = None) -> None:
     unit = entry.get("unit", _UNITS.get(key, "")) if unit is None else unit
     guess = entry.get("guess")
     if isinstance(measured, str):
-        line = _reveal_choice(guess, measured)
+        look, line = _reveal_choice(guess, measured)
     else:
-        line = _reveal_number(guess, float(measured), unit)
+        look, line = _reveal_number(guess, float(measured), unit)
     _save(key, measured=measured, unit=unit)
-    print(line)
+    _say(look, line)
 
 
-def _reveal_choice(guess: Any, measured: str) -> str:
+def _reveal_choice(guess: Any, measured: str) -> tuple[Callable[[str], str], str]:
     if guess is None:
-        return f"Measured: {measured}. (You made no guess for this one.)"
-    verdict = "right" if guess == measured else "not this time"
-    return f"You chose: {guess}. Measured: {measured}. Your guess was {verdict}."
+        return feedback.info, f"Measured: {measured}. (You made no guess for this one.)"
+    if guess == measured:
+        return feedback.success, f"You chose: {guess}. Measured: {measured}. Right: that is what you predicted."
+    return feedback.info, (f"You chose: {guess}. Measured: {measured}. Not quite: the measurement differs "
+                           "from your guess; the next cells show why.")
 
 
-def _reveal_number(guess: Any, measured: float, unit: str) -> str:
+def _reveal_number(guess: Any, measured: float, unit: str) -> tuple[Callable[[str], str], str]:
     shown = _fmt(measured, unit)
     if not isinstance(guess, (int, float)):
-        return f"Measured: {shown}. (You made no guess for this one.)"
+        return feedback.info, f"Measured: {shown}. (You made no guess for this one.)"
+    look = feedback.info
     if guess > 0 and measured > 0:
         ratio = measured / guess
         if ratio == 1.0:
-            how = "exactly your guess"
+            look, how = feedback.success, "exactly your guess"
         elif math.isclose(ratio, 1.0, rel_tol=0.05):
-            how = "within 5 %: well predicted"
+            look, how = feedback.success, "within 5 %: well predicted"
         elif ratio > 1:
             how = f"{ratio:.3g}x your guess"
         else:
             how = f"{1 / ratio:.3g}x smaller than your guess"
-        return f"Your guess: {_fmt(guess, unit)}. Measured: {shown}. The measurement is {how}."
-    return f"Your guess: {_fmt(guess, unit)}. Measured: {shown}. Off by {_fmt(measured - guess, unit)}."
+    elif measured == guess:
+        look, how = feedback.success, "exactly your guess"
+    elif measured > guess:
+        how = f"{_fmt(measured - guess, unit)} more than your guess"
+    else:
+        how = f"{_fmt(guess - measured, unit)} less than your guess"
+    return look, f"Your guess: {_fmt(guess, unit)}. Measured: {shown}. The measurement is {how}."
 
 
 # ---------------------------------------------------------------- solution

@@ -100,6 +100,17 @@ LESSON_POOL_SLOTS = 16_384
 """The pool they replay it on, in token slots (1,024 blocks of 16): about 14 reservations' worth."""
 
 
+def lesson_stream(num_requests: int, scale: float = 1 / 32, arrivals_per_step: float = 2.0) -> TraceConfig:
+    """Lesson 09's trace for a real-model run (lesson 14): every length times ``scale``, requests in a stream.
+
+    A request holds its place for about its answer's length in steps (338 / 32, about 10.6), so at
+    two arrivals per step about 21 conversations want to run at once (Little's law): more than the
+    13 reservations a 32-block pool holds, fewer than paging fits in it. Arrivals keep coming for
+    many steps (17 for 40 requests, 32 for 64), not in a burst of one or two.
+    """
+    return replace(LESSON_TRACE.scaled(scale), num_requests=num_requests, arrivals_per_step=arrivals_per_step)
+
+
 def _lognormal(rng: random.Random, mean: float, sigma: float) -> float:
     return rng.lognormvariate(math.log(mean) - sigma**2 / 2, sigma)  # a log-normal with this mean
 

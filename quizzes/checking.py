@@ -16,7 +16,7 @@ from typing import Any
 
 from .formulas import compute_answer, draw_params, evaluate, facts, render
 from .model import Kind, Question
-from .units import AnswerFormatError, format_quantity, parse_quantity, shown, within_tolerance
+from .units import AnswerFormatError, format_quantity, is_exact, parse_quantity, shown, within_tolerance
 
 # A learner's loop that never ends must not freeze the lesson: calls are cut off after this long.
 CODE_TIME_LIMIT_S = 2.0
@@ -112,7 +112,9 @@ def _check_number(question: Question, answer: Any, expected: float, explanation:
     if mistake:
         return Verdict(False, f"Not quite: you gave {format_quantity(value, question.unit)}. {mistake}")
     hint = ""
-    if expected and value and math.isfinite(value / expected):
+    if is_exact(question.rel_tol, question.abs_tol) and not float(value).is_integer():
+        hint = " This question counts whole things: the answer is a whole number."
+    elif expected and value and math.isfinite(value / expected):
         ratio = value / expected
         if ratio > 1.5 or ratio < 1 / 1.5:
             hint = f" Your answer is about {ratio:.3g} times the right one."

@@ -58,7 +58,7 @@ class Question:
     # numeric and parameterised
     answer: float | None = None                # numeric only; parameterised answers are computed
     unit: str = ""                             # a dimension of units.DIMENSIONS ("" = a plain number)
-    rel_tol: float = 0.01
+    rel_tol: float = 0.01                      # both 0: the exact value (counts of whole things)
     abs_tol: float = 0.0
     formula: str | None = None                 # parameterised: a name in formulas.FORMULAS
     params: tuple[tuple[str, tuple], ...] = ()  # parameterised: (name, the values to draw from)
@@ -109,7 +109,11 @@ class Question:
             if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
                 _fail(where, f"{name} must be a finite number >= 0, got {value!r}")
         if self.rel_tol == 0 and self.abs_tol == 0:
-            _fail(where, "rel_tol and abs_tol are both 0: give a tolerance")
+            whole = self.kind is Kind.PARAMETERISED or (isinstance(self.answer, (int, float))
+                                                        and float(self.answer).is_integer())
+            if self.unit != "count" or not whole:
+                _fail(where, "rel_tol and abs_tol are both 0 (the exact value): only a count of whole "
+                             "things may ask for that; give a tolerance")
         if not self.explanation.strip():
             _fail(where, "a numeric question needs an explanation (the worked answer)")
 

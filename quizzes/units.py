@@ -14,8 +14,8 @@ The rule, as learners see it:
 * A unit of another kind (``"3 GB"`` for a count of tokens) is an error that names the
   expected kind; it is never silently reinterpreted.
 
-Then the value must lie within the question's tolerance (relative, absolute, or both) of
-the right answer. ``True``/``False``, NaN and infinities are never numbers here.
+Then the value must lie strictly within the question's tolerance (relative, absolute, or both)
+of the right answer; a count of whole things (both tolerances 0) must be exact. ``True``/``False``, NaN and infinities are never numbers here.
 """
 
 from __future__ import annotations
@@ -132,8 +132,20 @@ def _factor(suffix: str, unit: str, table: dict[str, float], text: str) -> float
 
 
 def within_tolerance(value: float, expected: float, rel_tol: float, abs_tol: float) -> bool:
-    """Whether value is close enough to expected (relative to expected, or absolutely)."""
-    return math.isclose(value, expected, rel_tol=rel_tol, abs_tol=abs_tol)
+    """Whether value is strictly closer to expected than the tolerance (relative or absolute, the larger).
+
+    The boundary is outside: with ``abs_tol = 0.5`` around 62, 62.5 is refused (it is 1000 / 16 not
+    rounded down, the slip bank 13 tests). Both tolerances 0 mean the exact value: a count of whole things.
+    """
+    tolerance = max(rel_tol * abs(expected), abs_tol)
+    if tolerance == 0:
+        return value == expected
+    return abs(value - expected) < tolerance
+
+
+def is_exact(rel_tol: float, abs_tol: float) -> bool:
+    """Whether a question wants its exact value (both tolerances 0): counts of whole things."""
+    return rel_tol == 0 and abs_tol == 0
 
 
 def format_quantity(value: float, unit: str) -> str:

@@ -12,14 +12,26 @@ import html
 
 import ipywidgets as widgets
 
+from kvcourse import feedback
+
 from .bank import load_quiz
 from .checking import Verdict, check, expected_number, prompt_for
 from .model import Kind, Question
 from .progress import Progress
 from .units import DESCRIPTIONS, format_quantity
 
-_COLOURS = {True: "#1b7f3b", False: "#b3261e"}
-_SELF_ASSESSED = "#1a4f8b"  # neither right nor wrong: the learner judges
+# JupyterLab's widget CSS gives every HTML line the height of an input box (28 px, near double spacing)
+# and every radio label one fixed line, so a long option's text ran under the next row's button. Scoped to
+# the quick check: prose line height, and long option labels that wrap beside their own radio button.
+STYLE = """<style>
+.kv-quiz .widget-html-content { line-height: 1.45; }
+.kv-quiz .widget-html-content p { margin: 0 0 0.3em 0; }
+.kv-quiz .kv-question { margin: 0.5em 0 0.2em 0; }
+.kv-quiz .widget-radio-box label { display: flex; align-items: flex-start; height: auto;
+  line-height: 1.4; margin: 0 0 0.3em 0; white-space: normal; }
+.kv-quiz .widget-radio-box input { order: -1; flex: none; float: none; height: auto;
+  margin: 0.2em 0.5em 0 1px; }
+</style>"""
 
 
 def _html(text: str) -> str:
@@ -29,9 +41,12 @@ def _html(text: str) -> str:
 class QuestionView:
     """One question: prompt, an input, a Check button, feedback, and later a Show answer button."""
 
-    def __init__(self, question: Question, progress: Progress, seed: str) -> None:
+    def __init__(self, question: Question, progress: Progress, seed: str, number: int = 1, total: int = 1) -> None:
         self.question, self.progress, self.seed = question, progress, seed
-        self.prompt = widgets.HTML(f"<b>{question.id}</b> ({question.points} pt): "
+        points = f"{question.points} point{'s' if question.points != 1 else ''}"
+        # The id stays in the page, out of sight, for the browser tests and progress records.
+        self.prompt = widgets.HTML(f'<b>Question {number} of {total}</b> ({points}) '
+                                   f'<span style="display:none">{question.id}</span><br>'
                                    f"{_html(prompt_for(question, seed))}")
         self.input = self._make_input()
         label = "Submit" if question.kind is Kind.FREE else "Check"
@@ -42,11 +57,13 @@ class QuestionView:
         self.reveal_button.on_click(lambda _: self.reveal())
         self.box = widgets.VBox([self.prompt, self.input,
                                  widgets.HBox([self.check_button, self.reveal_button]), self.feedback])
+        self.box.add_class("kv-question")
+        self.box.add_class(f"kv-question-{question.id}")
         if question.kind is Kind.FREE:
             if question.id in progress.answered(question.lesson) | progress.passed(question.lesson):
-                self.feedback.value = "<i>Answered before. Write it again if you like.</i>"
+                self.feedback.value = feedback.info("Answered before. Write it again if you like.")
         elif question.id in progress.passed(question.lesson):
-            self.feedback.value = "<i>Passed before. Try it again if you like.</i>"
+            self.feedback.value = feedback.info("Passed before. Try it again if you like.")
 
     def _make_input(self) -> widgets.Widget:
         q = self.question
@@ -67,11 +84,11 @@ class QuestionView:
         if not verdict.malformed:
             self.progress.record(self.question.lesson, self.question.id, verdict.passed,
                                  answered=verdict.self_assessed)
-        if verdict.malformed:
-            colour = "#8a5a00"
+        if verdict.self_assessed:
+            look = feedback.info   # neither right nor wrong: the learner judges
         else:
-            colour = _SELF_ASSESSED if verdict.self_assessed else _COLOURS[verdict.passed]
-        text = f'<span style="color:{colour}">{_html(verdict.message)}</span>'
+            look = feedback.success if verdict.passed else feedback.error
+        text = look(_html(verdict.message), escape=False)
         if verdict.self_assessed:
             text += f"<br><b>Model answer:</b><br>{_html(verdict.explanation)}"
         elif verdict.explanation:
@@ -115,10 +132,12 @@ class QuickCheck(widgets.VBox):
         quiz = load_quiz(lesson)
         self.progress = progress or Progress()
         seed = self.progress.seed
-        self.items = [QuestionView(q, self.progress, seed) for q in quiz.questions]
-        title = widgets.HTML(f"<h4>Quick check: lesson {quiz.lesson}, {_html(quiz.title)}</h4>")
-        notes = [widgets.HTML(f'<i style="color:#8a5a00">{_html(note)}</i>') for note in self.progress.notes]
+        total = len(quiz.questions)
+        self.items = [QuestionView(q, self.progress, seed, i + 1, total) for i, q in enumerate(quiz.questions)]
+        title = widgets.HTML(f"{STYLE}<h4>Quick check: lesson {quiz.lesson}, {_html(quiz.title)}</h4>")
+        notes = [widgets.HTML(feedback.info(note)) for note in self.progress.notes]
         super().__init__([title, *notes, *[item.box for item in self.items]])
+        self.add_class("kv-quiz")
 
 
 def quick_check(lesson: str | int) -> QuickCheck:

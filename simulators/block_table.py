@@ -22,6 +22,7 @@ from typing import Any
 import ipywidgets as widgets
 from matplotlib.patches import ConnectionPatch, Rectangle
 
+from kvcourse.feedback import info
 from kvcourse.kernels import BlockPool
 from kvcourse.kernels.checks import ceil_div
 from kvcourse.simulators.base import SimulatorView
@@ -292,7 +293,7 @@ class BlockTableView(SimulatorView):
             "num_blocks": int_control("Physical blocks", num_blocks),
             "num_seqs": int_control("Sequences", len(prompt_lens), width="150px"),
             "prompt_lens": widgets.Text(value=lens, description="Prompt lengths (tokens, one or one per sequence)",
-                                        style={"description_width": "initial"}, layout=widgets.Layout(width="420px")),
+                                        style={"description_width": "initial"}, layout=widgets.Layout(width="560px")),
             "shuffle": widgets.Checkbox(value=shuffle, description="Shuffle the free list", indent=False,
                                         layout=widgets.Layout(width="180px")),
             "seed": int_control("Shuffle seed", seed, width="160px"),
@@ -317,7 +318,7 @@ class BlockTableView(SimulatorView):
         # More or fewer sequences: trim the prompt lengths, or repeat the last one.
         if name == "num_seqs":
             lens = [p.strip() for p in str(self.controls["prompt_lens"].value).replace(";", ",").split(",") if p.strip()]
-            num_seqs = self.controls["num_seqs"].value
+            num_seqs = self.values["num_seqs"]
             if lens and isinstance(num_seqs, int) and 1 <= num_seqs <= MAX_SEQS and len(lens) > 1:
                 lens = (lens + [lens[-1]] * num_seqs)[:num_seqs]
                 self.controls["prompt_lens"].value = ", ".join(lens)
@@ -325,8 +326,8 @@ class BlockTableView(SimulatorView):
     def step(self) -> None:
         """Add a token to each sequence; a full pool is reported in the message line, the figure stays."""
         if self.model is not None and self.error is None and self.model.full_message:
-            self.message.value = (f"<span style='color:#b71c1c'><b>The pool is full:</b> "
-                                  f"{html.escape(self.model.full_message)}</span>")
+            self.message.value = info(f"<b>The pool is full:</b> {html.escape(self.model.full_message)}",
+                                      escape=False)  # nothing typed was wrong: information
             return
         super().step()
 

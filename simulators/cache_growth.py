@@ -163,6 +163,8 @@ class CacheGrowth:
 class CacheGrowthView(SimulatorView):
     """Step a request through prefill, decode and its end; watch the bytes it holds (lesson 06)."""
 
+    restarts_run = True  # Reset starts the request again; the learner's settings stay
+
     def __init__(self, prompt_len: int = 30, num_new_tokens: int = 24, bytes_per_value: int = 4,
                  model_config: Any = None) -> None:
         self.model_config = model_config if model_config is not None else DEFAULT_MODEL

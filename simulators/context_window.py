@@ -6,7 +6,7 @@ a prefix that every conversation shares (a system prompt) is stored once, in who
 prefix caching stores it (lesson 13); every user's own tokens take blocks of their own
 (``costs.kv_blocks_needed``). The shared part is given as a share of each conversation, so a
 longer window shares more tokens too: ``window_for`` finds the longest whole number of blocks
-that fits. The model's trained length (``max_position_embeddings``) is a second ceiling; the
+that fits. The positions the model's config declares (``max_position_embeddings``) are a second ceiling; the
 status line says which of the two sets the window. tests/simulators/test_sim_context_window.py checks the
 numbers against the cost model and against the engine's admissions.
 """
@@ -29,7 +29,7 @@ DEFAULT_GPU = "H100 80GB"
 DEFAULT_MODEL = "llama-3-8b"
 MAX_USERS = 100_000
 MAX_BLOCK_SIZE = 1024
-MEMORY, MODEL = "memory", "the model's trained length"  # the two ceilings on the window
+MEMORY, MODEL = "memory", "the model's position limit"  # the two ceilings on the window
 # The card's bytes with every user at the window (ContextWindow.budget_terms).
 WEIGHTS, SHARED, OWN, LEFT = "weights", "shared prefix, stored once", "users' own tokens", "left over"
 
@@ -155,11 +155,13 @@ _COLOURS = {WEIGHTS: "C0", SHARED: "C2", OWN: "C1", LEFT: "0.85"}
 class ContextWindowView(CardView):
     """The window a card affords each user, and which ceiling sets it (lesson 15)."""
 
-    def __init__(self, gpu: str | None = None, *, card_gb: float | None = None, model: str = DEFAULT_MODEL,
+    stepped = {"num_users": "num_users"}  # Step changes this box: it shows the new value
+
+    def __init__(self, gpu: str | None = None, *, card_gib: float | None = None, model: str = DEFAULT_MODEL,
                  bytes_per_value: int = 2, num_users: int = 1, shared_percent: float = 0.0, block_size: int = 16,
                  ) -> None:
         controls = {
-            **self.card_controls(gpu, card_gb, DEFAULT_GPU, "280px"),
+            **self.card_controls(gpu, card_gib, DEFAULT_GPU, "280px"),
             "model": model_dropdown(model, ModelFact.CONTEXT, width="280px"),
             "bytes_per_value": bytes_per_value_dropdown(bytes_per_value, description="Weights and cache in",
                                                         width="280px"),
@@ -230,8 +232,8 @@ class ContextWindowView(CardView):
         if m.limit == MODEL:
             return head + who + (f"memory holds {m.memory_window:,} tokens{' each' if m.num_users > 1 else ''}, "
                                  f"but {c.model} reads at most "
-                                 f"{m.max_context:,}: <b>the window is {m.window:,} tokens, set by the model's "
-                                 f"trained length</b>.")
+                                 f"{m.max_context:,}: <b>the window is {m.window:,} tokens, set by the positions the "
+                                 f"model's config declares</b> (max_position_embeddings).")
         shared = (f", the shared prefix ({m.shared_tokens:,} tokens) {format_bytes(terms[SHARED])}"
                   f" once (without sharing: {m.unshared_window:,} tokens each)" if c.shared_percent > 0 else "")
         lost, whose = m.exact_window - m.window, ("users'" if m.num_users > 1 else "user's")

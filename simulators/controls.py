@@ -19,28 +19,51 @@ from kvcourse.simulators.labels import ModelFact, bytes_per_value_choices, model
 
 CUSTOM = "custom"  # a preset dropdown's entry for figures typed by hand
 
+# Widths in px that JupyterLab's 13 px widget font needs: a generous average character, the input's
+# padding, and a dropdown's arrow; the browser test measures that nothing is cut off.
+CHAR_PX = 7.6
+NUMBER_BOX_PX = 118  # the typed part of a number box: "999,999,999" or "10000.5" in full
+DROPDOWN_PAD_PX = 44
 
-def int_control(description: str, value: int, width: str = "210px") -> widgets.IntText:
-    """A typed integer box: learners may type anything, the model decides what is valid."""
-    return widgets.IntText(value=value, description=description, style={"description_width": "initial"},
-                           layout=widgets.Layout(width=width))
+
+class WholeNumberText(widgets.FloatText):
+    """A typed box for a whole number that shows exactly what was typed (2.5 stays 2.5, and the model
+    refuses it with a message); an IntText would show "25" while it used 2 (issue 32)."""
+
+    whole_number = True  # SimulatorView.values turns a whole value back into an int
 
 
-def float_control(description: str, value: float, width: str = "230px") -> widgets.FloatText:
+def _width(description: str, content_px: float, given: str | None) -> str:
+    """The wider of ``given`` and what the description in full and ``content_px`` of content need."""
+    needed = round(len(description) * CHAR_PX + 12 + content_px)
+    if given and given.endswith("px") and float(given[:-2]) >= needed:
+        return given
+    return f"{needed}px"
+
+
+def int_control(description: str, value: int, width: str | None = None) -> WholeNumberText:
+    """A typed whole-number box: learners may type anything, the model decides what is valid."""
+    return WholeNumberText(value=value, description=description, style={"description_width": "initial"},
+                           layout=widgets.Layout(width=_width(description, NUMBER_BOX_PX, width)))
+
+
+def float_control(description: str, value: float, width: str | None = None) -> widgets.FloatText:
     """A typed number box; out-of-range values become a message, not a traceback."""
     return widgets.FloatText(value=value, description=description, style={"description_width": "initial"},
-                             layout=widgets.Layout(width=width))
+                             layout=widgets.Layout(width=_width(description, NUMBER_BOX_PX, width)))
 
 
 def dropdown_control(description: str, options: Sequence[tuple[str, Any]], value: Any,
-                     width: str | None = "260px") -> widgets.Dropdown:
-    """A dropdown of (label, value) options, its description shown in full (width None: the default)."""
-    layout = widgets.Layout(width=width) if width else widgets.Layout()
+                     width: str | None = None) -> widgets.Dropdown:
+    """A dropdown of (label, value) options, its description and its longest option shown in full."""
+    longest = max((len(str(label)) for label, _ in options), default=8)
+    layout = widgets.Layout(width=_width(description, longest * CHAR_PX + DROPDOWN_PAD_PX, width))
     return widgets.Dropdown(options=list(options), value=value, description=description,
                             style={"description_width": "initial"}, layout=layout)
 
 
-def model_dropdown(value: str, fact: ModelFact, description: str = "Model", width: str = "260px") -> widgets.Dropdown:
+def model_dropdown(value: str, fact: ModelFact, description: str = "Model", width: str | None = None,
+                   ) -> widgets.Dropdown:
     """Every preset model, each labelled with the fact its lesson turns on; ValueError for an unknown name."""
     if value not in MODEL_CONFIGS:
         raise ValueError(f"unknown model {value!r}; choose one of {sorted(MODEL_CONFIGS)}")
@@ -48,7 +71,7 @@ def model_dropdown(value: str, fact: ModelFact, description: str = "Model", widt
 
 
 def bytes_per_value_dropdown(value: int, values: Sequence[int] = (2, 4, 1), description: str = "Bytes per value",
-                             width: str | None = "260px") -> widgets.Dropdown:
+                             width: str | None = None) -> widgets.Dropdown:
     """The bytes a stored number takes, in the one label style (``labels.bytes_per_value_choices``)."""
     return dropdown_control(description, bytes_per_value_choices(*values), value, width)
 

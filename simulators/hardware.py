@@ -1,6 +1,7 @@
 """The cards the simulators put a model on (lessons 08, 14, 15): one table, and whether the model fits.
 
-Every card is listed once, with its memory as sold (the vendors' data sheets) and, for the three
+Every card is listed once, with its memory as sold (the vendors' data sheets: a card sold as "80 GB"
+holds 80 GiB, 85.9 GB, as nvidia-smi's MiB show; lesson 00's glossary) and, for the three
 SXM boards that lesson 14 compares, the memory bandwidth and dense 16-bit compute of its data
 sheet. Lessons 08 and 15 name the cards by their memory (``GPU_PRESETS``); lesson 14 names the
 boards by their form factor (``HARDWARE``), as the data sheets of those figures do.
@@ -18,14 +19,14 @@ from kvcourse.kernels.memory.budget import block_bytes
 from kvcourse.simulators.base import SimulatorView
 from kvcourse.simulators.checks import InvalidInput, check_choice, check_float, model_shape
 from kvcourse.simulators.controls import Preset, dropdown_control, float_control
-from kvcourse.simulators.labels import GB, bytes_per_value_choices, format_bytes
+from kvcourse.simulators.labels import GB, GIB, bytes_per_value_choices, format_bytes
 
 
 @dataclass(frozen=True)
 class Card:
     """A card's memory and, where lesson 14 needs them, its memory bandwidth and dense 16-bit throughput."""
 
-    memory_gb: float
+    memory_gib: float  # as sold: "80GB" on the box is 80 GiB
     bandwidth_gbs: float | None = None
     tflops: float | None = None
 
@@ -44,13 +45,13 @@ CARDS: dict[str, Card] = {
 }
 SXM_BOARDS = {"A100 80GB SXM": "A100 80GB", "H100 SXM": "H100 80GB", "H200 SXM": "H200"}  # lesson 14's names
 
-GPU_PRESETS: dict[str, float] = {name: card.memory_gb for name, card in CARDS.items()}  # lessons 08, 15
+GPU_PRESETS: dict[str, float] = {name: card.memory_gib for name, card in CARDS.items()}  # lessons 08, 15
 HARDWARE: dict[str, Card] = {board: CARDS[name] for board, name in SXM_BOARDS.items()}  # lesson 14
-MAX_CARD_GB = 10_000.0
+MAX_CARD_GIB = 10_000.0
 BYTES_PER_VALUE_CHOICES = bytes_per_value_choices(2, 4, 1)  # one width for the weights and the cache
 
 # A card fills in its memory (lessons 08, 15), or its bandwidth and compute (lesson 14).
-MEMORY_PRESET = Preset("gpu", {name: {"card_gb": gb} for name, gb in GPU_PRESETS.items()})
+MEMORY_PRESET = Preset("gpu", {name: {"card_gib": gb} for name, gb in GPU_PRESETS.items()})
 ROOFLINE_PRESET = Preset("hardware", {board: {"bandwidth_gbs": card.bandwidth_gbs, "tflops": card.tflops}
                                       for board, card in HARDWARE.items()})
 
@@ -99,20 +100,20 @@ class CardView(SimulatorView):
         super().__init__(controls, num_axes=2, figsize=(11.5, 4.4), step_label=step_label)
 
     @staticmethod
-    def card_controls(gpu: str | None, card_gb: float | None, default: str,
+    def card_controls(gpu: str | None, card_gib: float | None, default: str,
                       width: str) -> dict[str, widgets.ValueWidget]:
         """Lessons 08 and 15's first two controls: the GPU dropdown and the card memory it fills in.
 
         No GPU named: custom if a size is given, else ``default``; ValueError for an unknown GPU.
         """
-        gpu, filled = MEMORY_PRESET.start(gpu, {"card_gb": card_gb}, default, "GPU")
-        options = MEMORY_PRESET.options(lambda name: f"{name} ({GPU_PRESETS[name]:g} GB)", "custom: type the size")
+        gpu, filled = MEMORY_PRESET.start(gpu, {"card_gib": card_gib}, default, "GPU")
+        options = MEMORY_PRESET.options(lambda name: f"{name} ({GPU_PRESETS[name]:g} GiB)", "custom: type the size")
         return {"gpu": dropdown_control("GPU preset", options, gpu, width),
-                "card_gb": float_control("Card memory (GB)", filled["card_gb"])}
+                "card_gib": float_control("Card memory (GiB)", filled["card_gib"])}
 
     @staticmethod
     def config_fields(values: dict[str, Any]) -> dict[str, Any]:
-        """The control values a CardConfig takes: all but the GPU's name (its memory is in card_gb)."""
+        """The control values a CardConfig takes: all but the GPU's name (its memory is in card_gib)."""
         return {name: value for name, value in values.items() if name != "gpu"}
 
     def on_change(self, name: str) -> None:
@@ -138,17 +139,17 @@ def draw_card_top(ax: Any, budget: MemoryBudget, label: str, headroom: float) ->
     ax.legend(loc="center right", fontsize=8)
 
 
-def hardware_dropdown(value: str, width: str) -> widgets.Dropdown:
+def hardware_dropdown(value: str, width: str | None = None) -> widgets.Dropdown:
     """Lesson 14's hardware dropdown: each SXM board with its three figures, then custom (``ROOFLINE_PRESET``)."""
     def label(board: str) -> str:
         h = HARDWARE[board]
-        return f"{board} ({h.bandwidth_gbs:,.0f} GB/s, {h.tflops:g} TFLOP/s, {h.memory_gb:g} GB)"
+        return f"{board} ({h.bandwidth_gbs:,.0f} GB/s, {h.tflops:g} TFLOP/s, {h.memory_gib:g} GiB)"
     return dropdown_control("Hardware", ROOFLINE_PRESET.options(label, "custom: type the figures"), value, width)
 
 
 def kv_budget_on_card(hardware: Card, config: Any, bytes_per_value: int = 2) -> float:
     """GB a card leaves for KV caches once the weights are in (no reserve), never below zero (lesson 14)."""
-    return max(0.0, hardware.memory_gb - costs.weight_bytes(config, bytes_per_value) / GB)
+    return max(0.0, (hardware.memory_gib * GIB - costs.weight_bytes(config, bytes_per_value)) / GB)
 
 
 def check_card_fits(model: str, shape: ModelConfig, card_bytes: int, bytes_per_value: int, block_size: int,
@@ -169,18 +170,18 @@ def check_card_fits(model: str, shape: ModelConfig, card_bytes: int, bytes_per_v
 
 @dataclass(frozen=True)
 class CardConfig:
-    """A preset model's weights on a card of ``card_gb`` (lessons 08, 15); subclasses add who shares it.
+    """A preset model's weights on a card of ``card_gib`` (lessons 08, 15); subclasses add who shares it.
 
     A subclass's ``__post_init__`` calls this one first and ends with ``check_fits``.
     """
 
-    card_gb: float
+    card_gib: float
     model: str = "llama-3-8b"
     bytes_per_value: int = 2
     model_config: ModelConfig | None = field(default=None, kw_only=True)  # a shape of one's own; None: the preset's
 
     def __post_init__(self) -> None:
-        check_float("Card memory (GB)", self.card_gb, 1e-6, MAX_CARD_GB)
+        check_float("Card memory (GiB)", self.card_gib, 1e-6, MAX_CARD_GIB)
         model_shape(self.model, self.model_config)  # an unknown preset name is an input error
         check_choice("Bytes per value", self.bytes_per_value, BYTES_PER_VALUE_CHOICES)
 
@@ -195,7 +196,7 @@ class CardConfig:
 
     @property
     def total_bytes(self) -> int:
-        return round(self.card_gb * GB)
+        return round(self.card_gib * GIB)
 
     @property
     def reserve_bytes(self) -> int:

@@ -12,6 +12,7 @@ from matplotlib.ticker import MaxNLocator
 from kvcourse.simulators.base import GenerationSteps, SimulatorView, draw_per_step
 from kvcourse.simulators.checks import InvalidInput, check_int
 from kvcourse.simulators.controls import int_control
+from kvcourse.simulators.labels import plural
 from kvcourse.simulators.rereading import tokens_processed_without_cache
 
 MAX_TOKENS = 100_000
@@ -108,5 +109,5 @@ class KVCacheView(SimulatorView):
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         cache_note = (f"the cache now holds K and V for {model.cached_entries} tokens" if c.use_cache
                       else "nothing is kept between steps")
-        return (f"Step {k} of {c.num_new_tokens}: processed {model.tokens_per_step[k - 1]} token(s); "
+        return (f"Step {k} of {c.num_new_tokens}: processed {plural(model.tokens_per_step[k - 1], 'token')}; "
                 f"{cache_note}. Whole answer: {model.total_tokens_processed:,} tokens processed.")

@@ -14,13 +14,12 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-import ipywidgets as widgets
 import numpy as np
 
 from kvcourse.kernels import MODEL_CONFIGS, ModelConfig, costs
 from kvcourse.simulators.base import SimulatorView
 from kvcourse.simulators.checks import InvalidInput, check_int, model_shape
-from kvcourse.simulators.controls import Preset, int_control, model_dropdown
+from kvcourse.simulators.controls import Preset, bytes_per_value_dropdown, int_control, model_dropdown
 from kvcourse.simulators.labels import GB, ModelFact, bytes_per_value_choices, format_bytes
 
 MAX_LAYERS = 200
@@ -28,7 +27,7 @@ MAX_KV_HEADS = 128
 MAX_HEAD_DIM = 1024
 MAX_TOKENS = 10_000_000
 MAX_USERS = 100_000
-BYTES_PER_VALUE_CHOICES = bytes_per_value_choices(1, 2, 4)  # a slider: smallest first
+BYTES_PER_VALUE_CHOICES = bytes_per_value_choices(1, 2, 4)  # smallest first
 DEFAULT_MODEL = "smollm2-135m"
 # Picking a preset puts its own shape into the shape controls; changing the shape keeps the preset's name.
 SHAPE_PRESET = Preset("model", {
@@ -158,18 +157,13 @@ class KVSizeView(SimulatorView):
         if bytes_per_value not in widths:
             raise ValueError(f"bytes_per_value must be one of {tuple(widths)}, got {bytes_per_value!r}")
         preset = MODEL_CONFIGS[model]
-        slider = dict(style={"description_width": "initial"}, layout=widgets.Layout(width="300px"),
-                      continuous_update=False)
+        # Typed boxes, not sliders: a slider's handle has no name a screen reader reads (axe-core, issue 32).
         controls = {
             "model": model_control,
-            "num_layers": widgets.IntSlider(num_layers or preset.num_layers, min=1, max=MAX_LAYERS,
-                                            description="Layers", **slider),
-            "num_kv_heads": widgets.IntSlider(num_kv_heads or preset.num_kv_heads, min=1, max=MAX_KV_HEADS,
-                                              description="KV heads", **slider),
-            "head_dim": widgets.IntSlider(head_dim or preset.head_dim, min=8, max=512, step=8,
-                                          description="Head dim (numbers)", **slider),
-            "bytes_per_value": widgets.SelectionSlider(options=BYTES_PER_VALUE_CHOICES, value=bytes_per_value,
-                                                       description="Bytes per value", **slider),
+            "num_layers": int_control("Layers", num_layers or preset.num_layers),
+            "num_kv_heads": int_control("KV heads", num_kv_heads or preset.num_kv_heads),
+            "head_dim": int_control("Head dim (numbers)", head_dim or preset.head_dim),
+            "bytes_per_value": bytes_per_value_dropdown(bytes_per_value, [w for _, w in BYTES_PER_VALUE_CHOICES]),
             "num_tokens": int_control("Tokens per user", num_tokens),
             "num_users": int_control("Users", num_users),
         }

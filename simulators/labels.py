@@ -15,6 +15,7 @@ from matplotlib.ticker import FuncFormatter
 from kvcourse.kernels import MODEL_CONFIGS, costs
 
 GB = 1e9  # decimal gigabytes, as the course counts them everywhere
+GIB = 2**30  # what a card sold as "80 GB" holds: 80 GiB (lesson 00's glossary)
 
 # int8 is counted without its scales except where a simulator adds them (lesson 16's switch).
 BYTES_PER_VALUE_LABELS: dict[int, str] = {
@@ -37,9 +38,15 @@ def format_bytes(num_bytes: float) -> str:
     return f"{num_bytes:,.0f} B"
 
 
-def plural(count: int, noun: str) -> str:
-    """A count and its noun, plural unless it is one: "1 block", "2 blocks", "1,024 users"."""
-    return f"{count:,} {noun}{'' if count == 1 else 's'}"
+def plural(count: int, noun: str, many: str | None = None) -> str:
+    """A count and its noun, plural unless it is one: "1 block", "2 blocks", "3 passes" (``many``)."""
+    return f"{count:,} {noun if count == 1 else many or noun + 's'}"
+
+
+def named(noun: str, items: list) -> str:
+    """A noun and the items it names, plural unless one: "request 3", "requests 1, 2 and 4"."""
+    listed = ", ".join(map(str, items[:-1])) + f" and {items[-1]}" if len(items) > 1 else str(items[0])
+    return f"{noun}{'' if len(items) == 1 else 's'} {listed}"
 
 
 def format_count(value: float) -> str:
@@ -91,3 +98,20 @@ def plain_ticks(*axes: Any, minor: bool = False) -> None:
         axis.set_major_formatter(FuncFormatter(plain_number))
         if minor:
             axis.set_minor_formatter(FuncFormatter(plain_number))
+
+
+# -- text inside a drawing: readable, or left out ------------------------------------------------
+LABEL_PT = 8  # the smallest text the figure draws (readable at 100 %); a label that cannot fit is left out
+
+
+def points_per_unit(ax: Any) -> tuple[float, float]:
+    """How many points one data unit spans across and up ``ax`` (its position on the figure, its limits)."""
+    box = ax.get_position()
+    width_in, height_in = ax.figure.get_size_inches()
+    (x0, x1), (y0, y1) = ax.get_xlim(), ax.get_ylim()
+    return box.width * width_in * 72 / abs(x1 - x0), box.height * height_in * 72 / abs(y1 - y0)
+
+
+def label_fits(text: str, width_pt: float, height_pt: float, fontsize: float = LABEL_PT) -> bool:
+    """Whether ``text`` in a monospace font of ``fontsize`` fits a box of width x height points."""
+    return len(text) * 0.62 * fontsize <= width_pt and 1.2 * fontsize <= height_pt

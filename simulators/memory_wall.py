@@ -23,7 +23,14 @@ from kvcourse.kernels import MemoryBudget, ModelConfig, costs, num_blocks_for_bu
 from kvcourse.kernels.checks import ceil_div
 from kvcourse.simulators.checks import InvalidInput, check_float, check_int
 from kvcourse.simulators.controls import bytes_per_value_dropdown, float_control, int_control, model_dropdown
-from kvcourse.simulators.hardware import MAX_CARD_GB, CardConfig, CardPool, CardView, card_unit, draw_card_top
+from kvcourse.simulators.hardware import (
+    MAX_CARD_GIB,
+    CardConfig,
+    CardPool,
+    CardView,
+    card_unit,
+    draw_card_top,
+)
 from kvcourse.simulators.labels import GB, ModelFact, format_bytes, log_axes
 
 DEFAULT_GPU = "A100 80GB"
@@ -61,7 +68,7 @@ class MemoryWallConfig(CardConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()  # the card, the model, the bytes per value
-        check_float("Reserve (GB)", self.reserve_gb, 0.0, MAX_CARD_GB)
+        check_float("Reserve (GB)", self.reserve_gb, 0.0, MAX_CARD_GIB)
         check_int("Context per user (tokens)", self.context_tokens, 1, MAX_TOKENS)
         check_int("Users", self.num_users, 0, MAX_USERS)
         check_int("Block size (tokens)", self.block_size, 1, MAX_BLOCK_SIZE)
@@ -155,12 +162,14 @@ class MemoryWall(CardPool):
 class MemoryWallView(CardView):
     """A card filling up with KV caches until the wall, and what the scheduler does next (lesson 08)."""
 
-    def __init__(self, gpu: str | None = None, *, card_gb: float | None = None, model: str = DEFAULT_MODEL,
+    stepped = {"num_users": "num_users"}  # Step changes this box: it shows the new value
+
+    def __init__(self, gpu: str | None = None, *, card_gib: float | None = None, model: str = DEFAULT_MODEL,
                  bytes_per_value: int = 2, reserve_gb: float = 0.0, context_tokens: int = 4096,
                  num_users: int = 16, model_config: ModelConfig | None = None) -> None:
         self.model_config = model_config  # fixed for the life of the view (e.g. SmolLM2 as loaded)
         controls = {
-            **self.card_controls(gpu, card_gb, DEFAULT_GPU, "260px"),
+            **self.card_controls(gpu, card_gib, DEFAULT_GPU, "260px"),
             "model": model_dropdown(model, ModelFact.PARAMETERS, "Weights of"),
             "bytes_per_value": bytes_per_value_dropdown(bytes_per_value),
             "reserve_gb": float_control("Reserve (GB)", reserve_gb),

@@ -28,6 +28,7 @@ from kvcourse.kernels.checks import ceil_div
 from kvcourse.simulators.base import SimulatorView
 from kvcourse.simulators.checks import InvalidInput, check_int
 from kvcourse.simulators.controls import int_control
+from kvcourse.simulators.labels import LABEL_PT, label_fits, named, plural, points_per_unit
 
 MAX_REQUESTS = 8
 MAX_PROMPT_TOKENS = 8192
@@ -303,10 +304,17 @@ class PrefixCacheView(SimulatorView):
         num_rows = len(c.prompts)
         widest = max(ceil_div(len(p), c.block_size) for p in c.prompts)
         labelled = widest <= MAX_LABELLED_BLOCKS
+        ax.set_xlim(-0.3, widest + 0.2)
+        ax.set_ylim(-0.7, num_rows - 0.2)
+        x_pt, y_pt = points_per_unit(ax)
         for row, prompt in enumerate(c.prompts):
             y = num_rows - 1 - row
             result = m.results[row] if row < m.num_served else None
             num_blocks = ceil_div(len(prompt), c.block_size)
+            if result is not None and result.refusal:  # nothing of it was stored: say so, draw no blocks
+                ax.text(0, y, "refused: the pool is too small for this prompt", va="center", fontsize=9,
+                        color="#b71c1c")
+                continue
             for i in range(num_blocks):
                 width = 0.78 * min(1.0, (len(prompt) - i * c.block_size) / c.block_size)
                 block = result.blocks[i] if result is not None and result.blocks else None
@@ -314,19 +322,16 @@ class PrefixCacheView(SimulatorView):
                 partial = block is not None and block.block_hash is None
                 ax.add_patch(Rectangle((i, y - 0.3), width, 0.6, facecolor=colour, edgecolor="white",
                                        hatch="///" if partial else None, alpha=0.55 if partial else 1.0))
-                if block is not None and labelled and block.short_hash:
-                    ax.text(i + width / 2, y, block.short_hash, ha="center", va="center", color="white",
-                            fontsize=6.5, family="monospace", rotation=90 if widest > 14 else 0)
+                label, across, up = block.short_hash if block is not None and labelled else "", width * x_pt, 0.6 * y_pt
+                if label and (label_fits(label, across, up) or label_fits(label, up, across)):
+                    ax.text(i + width / 2, y, label, ha="center", va="center", color="white", fontsize=LABEL_PT,
+                            family="monospace", rotation=0 if label_fits(label, across, up) else 90)
                 if block is not None and (row, i) in m.evicted_by:
                     ax.plot(i + width / 2, y + 0.42, marker="x", color="k", ms=5, mew=1.2)
             if num_blocks > 1:  # the chain: each block's name feeds the next block's hash
                 ax.plot([0.5, num_blocks - 0.9], [y, y], color="0.35", lw=0.8, zorder=0)
                 ax.plot([i + 0.89 for i in range(num_blocks - 1)], [y] * (num_blocks - 1), ">", color="0.35",
                         ms=3 if widest > 14 else 5, zorder=0)
-            if result is not None and result.refusal:
-                ax.text(0, y, "  refused: the pool is too small", va="center", fontsize=8, color="#b71c1c")
-        ax.set_xlim(-0.3, widest + 0.2)
-        ax.set_ylim(-0.7, num_rows - 0.2)
         ax.set_yticks(range(num_rows), [f"request {num_rows - y}" for y in range(num_rows)])
         for y, tick in enumerate(ax.get_yticklabels()):
             tick.set_color(REQUEST_COLOURS[(num_rows - 1 - y) % len(REQUEST_COLOURS)])
@@ -338,7 +343,7 @@ class PrefixCacheView(SimulatorView):
                    Patch(color=WAITING_COLOUR, label="not served yet")]
         if m.evicted_by:
             handles.append(ax.plot([], [], "x", color="k", label="evicted later (least recently used)")[0])
-        ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3, fontsize=7.5,
+        ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3, fontsize=LABEL_PT,
                   frameon=False)
         reused = (f"{m.num_cached_tokens:,} of {m.num_prompt_tokens:,} prompt tokens reused" if m.num_cached_tokens
                   else "no block reused yet")
@@ -356,16 +361,17 @@ class PrefixCacheView(SimulatorView):
             return
         cols = max(4, min(16, round(len(blocks) ** 0.5)))
         rows = ceil_div(len(blocks), cols)
+        ax.set_xlim(-0.1, cols)
+        ax.set_ylim(-0.1, rows)
+        ax.set_aspect("equal")
+        cell_pt = 0.9 * min(points_per_unit(ax))  # equal aspect: the smaller scale is the drawn one
         for b in blocks:
             x, y = b.block_id % cols, rows - 1 - b.block_id // cols
             colour = "white" if b.origin is None else REQUEST_COLOURS[b.origin[0] % len(REQUEST_COLOURS)]
             ax.add_patch(Rectangle((x, y), 0.9, 0.9, facecolor=colour, edgecolor="0.6", lw=0.6))
-            if b.eviction_rank is not None and len(blocks) <= 256:
+            if b.eviction_rank is not None and label_fits(str(b.eviction_rank), cell_pt, cell_pt):
                 ax.text(x + 0.45, y + 0.45, str(b.eviction_rank), ha="center", va="center", color="white",
-                        fontsize=7 if len(blocks) <= 64 else 5)
-        ax.set_xlim(-0.1, cols)
-        ax.set_ylim(-0.1, rows)
-        ax.set_aspect("equal")
+                        fontsize=LABEL_PT)
         ax.set_title(f"the pool after request {m.num_served}:\n{num_cached} of {len(blocks)} blocks keep a prefix\n"
                      "(colour: whose; 1 = evicted first)", fontsize=9)
 
@@ -385,8 +391,8 @@ class PrefixCacheView(SimulatorView):
                 f"({r.num_cached_tokens:,} tokens reused), {r.num_computed_tokens:,} tokens computed. ")
         if r.evicted:
             owners = sorted({q + 1 for q, _ in r.evicted})
-            text += (f"It evicted {len(r.evicted)} cached block(s) of request(s) "
-                     f"{', '.join(map(str, owners))}, least recently used first. ")
+            text += (f"It evicted {plural(len(r.evicted), 'cached block')} of {named('request', owners)}, "
+                     "least recently used first. ")
         text += so_far
         if not m.done:
             text += " Press <b>Serve next request</b>."

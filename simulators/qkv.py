@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import ipywidgets as widgets
 import numpy as np
 import torch
 
@@ -13,6 +12,7 @@ from kvcourse.kernels.engine.generate import as_transformer
 from kvcourse.kernels.memory.caches import NoCacheBackend
 from kvcourse.simulators.base import SimulatorView
 from kvcourse.simulators.checks import InvalidInput, check_int
+from kvcourse.simulators.controls import int_control
 
 
 @dataclass(frozen=True)
@@ -145,14 +145,15 @@ class QKVExplorer:
 class QKVView(SimulatorView):
     """Choose a token and see its query score every key and blend the values (lesson 04)."""
 
+    stepped = {"position": "position"}  # Step changes this box: it shows the new value
+
     def __init__(self, data: QKV, *, layer: int = 0, head: int = 0, position: int | None = None) -> None:
         self.data = data
         last = data.num_tokens - 1 if position is None else position
         controls = {
-            "layer": widgets.IntText(value=layer, description="Layer", layout=widgets.Layout(width="150px")),
-            "head": widgets.IntText(value=head, description="Query head", style={"description_width": "initial"},
-                                    layout=widgets.Layout(width="170px")),
-            "position": widgets.IntText(value=last, description="Token", layout=widgets.Layout(width="150px")),
+            "layer": int_control("Layer", layer),
+            "head": int_control("Query head", head),
+            "position": int_control("Token", last),
         }
         super().__init__(controls, num_axes=2, figsize=(11, 4.2), step_label="Next token")
 

@@ -99,6 +99,8 @@ class ScoreGrid:
 class ScoreGridView(SimulatorView):
     """Drag the length and watch the grid, its memory and its share of the work (lesson 03)."""
 
+    stepped = {"num_tokens": "num_tokens"}  # Step changes this box: it shows the new value
+
     def __init__(self, num_layers: int, num_heads: int, head_dim: int, linear_flops_per_token: float, *,
                  num_tokens: int = 16, bytes_per_value: int = 4) -> None:
         self.shape = {"num_layers": num_layers, "num_heads": num_heads, "head_dim": head_dim,

@@ -27,6 +27,7 @@ from kvcourse.kernels.checks import ceil_div
 from kvcourse.simulators.base import SimulatorView
 from kvcourse.simulators.checks import InvalidInput, check_int
 from kvcourse.simulators.controls import int_control
+from kvcourse.simulators.labels import plural
 
 MAX_PROMPT = 100_000
 MAX_BLOCK_SIZE = 1024
@@ -154,7 +155,7 @@ class Sharing:
         needed, free = self.blocks_needed(num_new_tokens), self.num_free_blocks
         if needed > free:
             raise InvalidInput(
-                f"the pool is full: writing {num_new_tokens} more token(s) into each of the {len(self.seqs)} "
+                f"the pool is full: writing {plural(num_new_tokens, 'more token')} into each of the {len(self.seqs)} "
                 f"samples needs {needed} free blocks, and only {free} of {self.config.num_blocks} are free. "
                 "A serving engine would now make a sample wait or preempt it (lesson 08). "
                 "Press Reset, or make the pool bigger.")
@@ -325,16 +326,16 @@ class SharingView(SimulatorView):
                      else f"all {c.prompt_blocks:,} full")
             return (f"One sequence holds the {c.prompt_len:,}-token prompt in {c.prompt_blocks:,} blocks ({split}) "
                     f"of a {c.num_blocks:,}-block pool. Press <b>Fork</b> to split it into {c.num_samples} samples; "
-                    f"then each <b>Write tokens</b> adds {c.tokens_per_step} token(s) to every sample.")
+                    f"then each <b>Write tokens</b> adds {plural(c.tokens_per_step, 'token')} to every sample.")
         counts = (f"{m.num_used_blocks:,} of {c.num_blocks:,} blocks in use; as {m.num_samples} private copies "
                   f"it would be {m.num_blocks_unshared:,}: sharing saves {m.blocks_saved:,}.")
         if m.num_written == 0:
             return (f"Forked: {m.num_samples} block tables point at the same {c.prompt_blocks:,} blocks, each with "
                     f"reference count {c.num_samples}. {counts} Press <b>Write tokens</b>: each sample writes "
-                    f"{c.tokens_per_step} token(s).")
+                    f"{plural(c.tokens_per_step, 'token')}.")
         copies = ", ".join(f"{x.source}→{x.target}" for x in m.last_copies[:8]) + (
             ", …" if len(m.last_copies) > 8 else "")
         step = (f"This step: {len(m.last_copies)} copied on write ({copies}), " if m.last_copies
                 else "This step: no copies, ")
         return (f"Each sample holds {m.num_tokens:,} tokens ({c.prompt_len:,} prompt + {m.num_written:,} written). "
-                f"{counts} {step}{m.last_new_blocks} new block(s).")
+                f"{counts} {step}{plural(m.last_new_blocks, 'new block')}.")

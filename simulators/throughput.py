@@ -18,6 +18,8 @@ paging against reservation-style admission, is ``kvcourse.kernels.serve_trace`` 
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -182,10 +184,31 @@ def _rate(tokens_per_second: float) -> str:
 
 
 def _log_axes(ax: Any) -> None:
-    """Batch on a log2 axis, the other quantity on a log10 axis, every label a plain number."""
+    """Batch on a log2 axis (at most 9 labelled powers), the other quantity on a log10 axis, every label a
+    plain number; the 2s and 5s between powers of ten are labelled only while the axis spans two decades."""
     log_axes(ax, ybase=10)
-    ax.yaxis.set_minor_locator(LogLocator(subs=(2.0, 5.0)))
-    plain_ticks(ax.yaxis, minor=True)
+    ax.xaxis.set_major_locator(LogLocator(base=2, numticks=9))
+    low, high = ax.get_ylim()
+    if high <= 100 * low:
+        ax.yaxis.set_minor_locator(LogLocator(subs=(2.0, 5.0)))
+        plain_ticks(ax.yaxis, minor=True)
+
+
+def readable_budget(gb: float, blocks: Callable[[float], int]) -> float:
+    """``gb`` rounded up to the fewest significant figures that leave the pool the same ``blocks(gb)``
+    blocks (0.02359296 -> 0.0236), so the box shows a readable figure that is exactly what is simulated."""
+    if not (isinstance(gb, (int, float)) and math.isfinite(gb) and gb > 0):
+        return gb
+    try:
+        exact = blocks(gb)
+        for digits in range(2, 8):
+            scale = 10.0 ** (math.floor(math.log10(gb)) - digits + 1)
+            shown = float(f"{math.ceil(gb / scale - 1e-9) * scale:.{digits}g}")
+            if blocks(shown) == exact:
+                return shown
+    except InvalidInput:
+        pass
+    return gb
 
 
 def _ms(seconds: float) -> str:
@@ -196,6 +219,8 @@ def _ms(seconds: float) -> str:
 class ThroughputView(SimulatorView):
     """Tokens per second against batch size on the roofline, with the KV pool's cap marked (lesson 14)."""
 
+    stepped = {"batch_size": "batch_size"}  # Step changes this box: it shows the new value
+
     def __init__(self, hardware: str | None = None, *, model: str = "smollm2-135m", bytes_per_value: int = 2,
                  bandwidth_gbs: float | None = None, tflops: float | None = None, kv_budget_gb: float | None = None,
                  context_tokens: int = 4096, batch_size: int = 1, overhead_ms: float = 0.0,
@@ -204,24 +229,26 @@ class ThroughputView(SimulatorView):
         hardware, figures = ROOFLINE_PRESET.start(hardware, figures, DEFAULT_HARDWARE, "hardware")
         bandwidth_gbs, tflops = figures["bandwidth_gbs"], figures["tflops"]
         card = HARDWARE.get(hardware, HARDWARE[DEFAULT_HARDWARE])
-        model_control = model_dropdown(model, ModelFact.PARAMETERS, width="270px")
+        model_control = model_dropdown(model, ModelFact.PARAMETERS)
         if kv_budget_gb is None:
             kv_budget_gb = round(kv_budget_on_card(card, MODEL_CONFIGS[model], bytes_per_value), 2)
+        kv_budget_gb = readable_budget(kv_budget_gb, lambda gb: Throughput(ThroughputConfig(
+            model, bytes_per_value, bandwidth_gbs, tflops, gb, context_tokens, 1)).num_blocks)
         self.measured = dict(measured or {})  # batch -> tokens/s measured on the engine, drawn as squares
         self.measured_label = measured_label
         self._measured_on = (model, bytes_per_value, bandwidth_gbs, tflops)  # shown only while these hold
         controls = {
-            "hardware": hardware_dropdown(hardware, "270px"),
+            "hardware": hardware_dropdown(hardware, None),
             "bandwidth_gbs": float_control("Memory bandwidth (GB/s)", bandwidth_gbs),
             "tflops": float_control("Compute (TFLOP/s)", tflops),
             "model": model_control,
-            "bytes_per_value": bytes_per_value_dropdown(bytes_per_value, width="270px"),
+            "bytes_per_value": bytes_per_value_dropdown(bytes_per_value),
             "kv_budget_gb": float_control("KV budget (GB)", kv_budget_gb),
-            "context_tokens": int_control("Context per sequence (tokens)", context_tokens, width="270px"),
+            "context_tokens": int_control("Context per sequence (tokens)", context_tokens),
             "batch_size": int_control("Batch (sequences)", batch_size),
             "overhead_ms": float_control("Overhead per step (ms)", overhead_ms),
         }
-        super().__init__(controls, num_axes=2, figsize=(11.5, 4.4), step_label="Double the batch")
+        super().__init__(controls, num_axes=2, figsize=(11.5, 5.2), step_label="Double the batch")
 
     def on_change(self, name: str) -> None:
         # A card fills in its bandwidth, its compute and what its memory leaves for caches after the
@@ -269,11 +296,11 @@ class ThroughputView(SimulatorView):
         ax.set_xlabel("batch (sequences decoding together, log scale)")
         ax.set_ylabel("tokens per second, all users (log scale)")
         if m.max_batch >= 1:
-            ax.set_title(f"memory caps the batch at {m.max_batch:,}: at most "
+            ax.set_title(f"memory caps the batch at {m.max_batch:,}:\nat most "
                          f"{_rate(m.best_tokens_per_second)} tokens/s")
         else:
             ax.set_title("not one sequence of this context fits in the KV pool")
-        ax.legend(loc="lower right", fontsize=8)
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.17), ncol=2, fontsize=8, frameon=False)
         ax.grid(alpha=0.3)
 
     @staticmethod
@@ -293,8 +320,8 @@ class ThroughputView(SimulatorView):
         ax.set_xlabel("batch (sequences, log scale)")
         ax.set_ylabel("milliseconds per step (log scale)")
         one, now = m.step_seconds(1), m.step_seconds(m.batch_size)
-        ax.set_title(f"batch {m.batch_size:,}: each user waits {_ms(now)} per token ({now / one:,.1f}x batch 1)")
-        ax.legend(loc="upper left", fontsize=8)
+        ax.set_title(f"batch {m.batch_size:,}: each user waits {_ms(now)} per token\n({now / one:,.1f}x batch 1)")
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.17), ncol=1, fontsize=8, frameon=False)
         ax.grid(alpha=0.3)
 
     @staticmethod

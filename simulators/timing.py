@@ -163,6 +163,8 @@ def format_seconds(seconds: float) -> str:
 class TimingView(SimulatorView):
     """Prompt, output length and the two costs -> predicted time with and without the cache (lesson 17)."""
 
+    stepped = {"num_new_tokens": "num_new_tokens"}  # Step changes this box: it shows the new value
+
     def __init__(self, model_config: Any = None, *, prompt_len: int = 8, num_new_tokens: int = 64,
                  ms_per_pass: float = 15.0, ms_per_gflop: float = 10.0) -> None:
         self.model_config = model_config  # None: SmolLM2-135M from the engine's config table

@@ -6,10 +6,12 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from matplotlib.ticker import MaxNLocator
+
 from kvcourse.simulators.base import SimulatorView
 from kvcourse.simulators.checks import InvalidInput, check_float, check_int
 from kvcourse.simulators.controls import float_control, int_control
-from kvcourse.simulators.labels import format_bytes, format_count
+from kvcourse.simulators.labels import format_bytes, format_count, plural
 
 MAX_WORDS = 1_000_000
 
@@ -118,9 +120,11 @@ class WordCostView(SimulatorView):
         ax.set_ylim(0, max(num_passes * gb, 1e-9) * 1.05)
         ax.set_xlabel("forward passes run, one per token, strictly in order")
         ax.set_ylabel("weights read from memory (GB)")
-        ax.set_title(f"{model.config.num_words} words ≈ {num_passes} tokens = {num_passes} passes in a queue")
+        ax.set_title(f"{plural(model.config.num_words, 'word')} ≈ {plural(num_passes, 'token')} = "
+                     f"{plural(num_passes, 'pass', 'passes')} in a queue")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # passes are whole
         ax.legend(loc="upper left")
-        return (f"{num_passes} passes; total {format_count(model.total_flops)}FLOP and "
+        return (f"{plural(num_passes, 'pass', 'passes')}; total {format_count(model.total_flops)}FLOP and "
                 f"{format_bytes(model.total_weight_bytes)} of weights read; at least "
                 f"{model.min_total_seconds:.2f} s at {model.config.bandwidth_gb_per_s:g} GB/s. "
-                f"So far: {done} passes, {format_bytes(model.bytes_so_far)}.")
+                f"So far: {plural(done, 'pass', 'passes')}, {format_bytes(model.bytes_so_far)}.")

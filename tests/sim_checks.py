@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 from typing import Any
 
 from kvcourse.simulators.base import SimulatorView
@@ -28,5 +29,54 @@ def assert_each_control_redraws(view: SimulatorView, changes: dict[str, Any]) ->
 
 
 def shows_png(view: SimulatorView) -> bool:
-    """Whether the view's image holds a rendered PNG (its first bytes are the PNG signature)."""
-    return bytes(view.image.value).startswith(b"\x89PNG")
+    """Whether the view shows a rendered PNG (the signature), as an <img> with a text alternative."""
+    return view.png.startswith(b"\x89PNG") and f'alt="{html.escape(view.alt_text)}"' in view.image.value
+
+
+# -- every simulator of the syllabus, built as a learner's notebook cell builds it -----------------------
+# Lesson -> (simulator module, the one cell that shows it). The browser suite runs these cells in one
+# notebook (tests/browser/test_browser_simulators.py); tests/simulators/test_sim_every_view.py builds them here.
+VIEW_CELLS: dict[str, tuple[str, str]] = {
+    "01": ("word_cost", "WordCostView(2e8, 5e8)"),
+    "02": ("rereading", "RereadingView()"),
+    "03": ("score_grid", "ScoreGridView(30, 9, 64, 2.7e8)"),
+    "04": ("qkv", "QKVView(QKV(*(np.random.default_rng(1).standard_normal((2, h, 4, 8)) for h in (3, 1, 1)),\n"
+                  "                (' The', ' cat', ' sat', '.')))"),
+    "05": ("kv_cache", "KVCacheView()"),
+    "06": ("cache_growth", "CacheGrowthView()"),
+    "07": ("kv_size", "KVSizeView()"),
+    "08": ("memory_wall", 'MemoryWallView("A100 80GB")'),
+    "09": ("fragmentation", "FragmentationView()"),
+    "10": ("block_table", "BlockTableView()"),
+    "11": ("paging", "PagingView()"),
+    "12": ("sharing", "SharingView()"),
+    "13": ("prefix_cache", "PrefixCacheView()"),
+    "14": ("throughput", 'ThroughputView("H100 SXM", model="llama-2-13b")'),
+    "15": ("context_window", "ContextWindowView()"),
+    "16": ("shrink", "ShrinkView()"),
+    "17": ("timing", "TimingView()"),
+}
+VIEW_IMPORTS = "import numpy as np\nfrom kvcourse.simulators.qkv import QKV\n" + "\n".join(
+    f"from kvcourse.simulators.{module} import *" for module, _ in VIEW_CELLS.values())
+
+
+def build_view(lesson: str) -> SimulatorView:
+    """Lesson ``lesson``'s simulator view, built from its ``VIEW_CELLS`` cell."""
+    namespace: dict[str, Any] = {}
+    exec(VIEW_IMPORTS, namespace)  # noqa: S102 - the test's own fixed source
+    return eval(VIEW_CELLS[lesson][1], namespace)  # noqa: S307
+
+
+def text_outside_figure(view: SimulatorView) -> list[str]:
+    """The panels (by title) whose drawn text (tick labels, axis labels, title, legend) reaches past the
+    figure's edges, measured with matplotlib's tight bounding boxes on the figure as last drawn."""
+    figure = view.figure
+    renderer = figure.canvas.get_renderer()
+    out = []
+    for ax in figure.axes:
+        box = ax.get_tightbbox(renderer)
+        if box is None or not ax.get_visible():
+            continue
+        if box.x0 < -2 or box.y0 < -2 or box.x1 > figure.bbox.width + 2 or box.y1 > figure.bbox.height + 2:
+            out.append(f"{ax.get_title()!r}: {box.bounds} outside {figure.bbox.bounds}")
+    return out

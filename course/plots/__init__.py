@@ -6,6 +6,10 @@ labelled axes with units, at most two panels, log axes where a quantity doubles.
 each, re-exported below.
 """
 
+from kvcourse.plots.blocks import allocators_side_by_side, block_size_trade, blocks_on_demand
 from kvcourse.plots.charts import bars, chain, decorate, lines, mark, panels
+from kvcourse.plots.heatmap import token_grid
+from kvcourse.plots.histogram import log_histogram
+from kvcourse.plots.sweeps import plain_ticks, sweep_lines
 
-__all__ = ["bars", "chain", "decorate", "lines", "mark", "panels"]
+__all__ = ["allocators_side_by_side", "bars", "block_size_trade", "blocks_on_demand", "chain", "decorate", "lines", "log_histogram", "mark", "panels", "plain_ticks", "sweep_lines", "token_grid"]

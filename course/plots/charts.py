@@ -27,13 +27,17 @@ def panels(count: int = 1) -> list[Axes]:
 
 def lines(x: Sequence[float] | Mapping[str, Sequence[float]], series: Mapping[str, Sequence[float]], *,
           title: str, xlabel: str, ylabel: str, logx: bool = False, logy: bool = False,
-          ax: Axes | None = None, styles: Mapping[str, str] | None = None) -> Axes:
-    """One line per series against x (or against x[name] where each series has its own x)."""
+          ax: Axes | None = None, styles: Mapping[str, str] | None = None, steps: Sequence[str] = ()) -> Axes:
+    """One line per series against x (or against x[name] where each series has its own x).
+
+    Series named in ``steps`` are drawn as a staircase (each value held until the next x).
+    """
     ax = ax or panels(1)[0]
     styles = styles or {}
     for i, (name, ys) in enumerate(series.items()):
         xs = x[name] if isinstance(x, Mapping) else x
-        ax.plot(list(xs), list(ys), styles.get(name, "o-"), color=f"C{i}", label=name)
+        ax.plot(list(xs), list(ys), styles.get(name, "o-"), color=f"C{i}", label=name,
+                drawstyle="steps-post" if name in steps else "default")
     decorate(ax, title, xlabel, ylabel, logx, logy)
     if len(series) > 1:
         ax.legend()
@@ -41,8 +45,13 @@ def lines(x: Sequence[float] | Mapping[str, Sequence[float]], series: Mapping[st
 
 
 def bars(labels: Sequence[str], values: Mapping[str, Sequence[float]] | Sequence[float], *, title: str,
-         ylabel: str, logy: bool = False, ax: Axes | None = None, stacked: bool = False) -> Axes:
-    """Bars per label: one series, or several series side by side (or stacked)."""
+         ylabel: str, logy: bool = False, ax: Axes | None = None, stacked: bool = False, xlabel: str = "",
+         value_format: str | None = None, tick_every: int = 1) -> Axes:
+    """Bars per label: one series, or several series side by side (or stacked).
+
+    ``value_format`` (e.g. ``"{:.2f} GB"``) writes each bar's value above it, with headroom for the text;
+    ``tick_every`` labels every n-th bar only, for long rows of bars.
+    """
     ax = ax or panels(1)[0]
     named = values if isinstance(values, Mapping) else {"": values}
     positions = range(len(labels))
@@ -56,8 +65,15 @@ def bars(labels: Sequence[str], values: Mapping[str, Sequence[float]] | Sequence
         else:
             offset = (i - (len(named) - 1) / 2) * width
             ax.bar([p + offset for p in positions], ys, width, label=name or None, color=f"C{i}")
-    ax.set_xticks(list(positions), list(labels))
-    decorate(ax, title, "", ylabel, False, logy)
+            bottom = [max(b, y) for b, y in zip(bottom, ys)]
+    ax.set_xticks(list(positions)[::tick_every], list(labels)[::tick_every])
+    decorate(ax, title, xlabel, ylabel, False, logy)
+    if value_format:
+        for x, top in zip(positions, bottom):
+            ax.text(x, top, value_format.format(top), ha="center", va="bottom", fontsize=9)
+    tallest = max(bottom, default=0.0)
+    if value_format or len(named) > 1:  # room above the bars for their values or the legend
+        ax.set_ylim(top=tallest * 3 if logy else tallest * 1.35)
     if len(named) > 1:
         ax.legend()
     return ax

@@ -72,7 +72,10 @@ class WidgetRenderer:
         if name in ("ButtonModel", "ToggleButtonModel"):
             return f"<button disabled>{_e(state.get('description', ''))}</button>"
         if name in _TEXT_INPUTS:
-            return f"<label class='kv-control'>{label}<input value='{_e(state.get('value', ''))}' disabled></label>"
+            value = state.get("value", "")
+            if isinstance(value, float) and value.is_integer():
+                value = int(value)  # a whole-number box keeps a float (30.0); show it as typed (30)
+            return f"<label class='kv-control'>{label}<input value='{_e(value)}' disabled></label>"
         if name == "TextareaModel":
             return f"<label class='kv-control'>{label}<textarea disabled>{_e(state.get('value', ''))}</textarea></label>"
         if name in _SLIDERS:
@@ -105,7 +108,8 @@ class WidgetRenderer:
             return ""
         fmt = state.get("format", "png")
         mime = "image/svg+xml" if fmt == "svg" else f"image/{fmt}"
-        return f"<img class='kv-figure' alt='the simulator as rendered' src='data:{mime};base64,{buffers[0]['data']}'>"
+        alt = "The simulator's figure as the lesson left it; its controls and status line are beside it"
+        return f"<img class='kv-figure' alt=\"{_e(alt)}\" src='data:{mime};base64,{buffers[0]['data']}'>"
 
     def _radio(self, state: dict) -> str:
         index = state.get("index")
@@ -132,7 +136,8 @@ def _output_html(output: Mapping[str, Any]) -> str:
         return f"<pre>{_e(output.get('text', ''))}</pre>"
     data = output.get("data", {})
     if "image/png" in data:
-        return f"<img class='kv-figure' alt='figure' src='data:image/png;base64,{data['image/png'].strip()}'>"
+        alt = _e(output.get("metadata", {}).get("image/png", {}).get("alt", "A figure the lesson drew"))
+        return f"<img class='kv-figure' alt=\"{alt}\" src='data:image/png;base64,{data['image/png'].strip()}'>"
     if "text/html" in data:
         value = data["text/html"]
         return value if isinstance(value, str) else "".join(value)
@@ -144,10 +149,11 @@ def _output_html(output: Mapping[str, Any]) -> str:
 # ---------------------------------------------------------------- quick checks
 
 
-def question_html(question: Question) -> str:
+def question_html(question: Question, number: int = 1, total: int = 1) -> str:
     """One question from its public fields only: prompt, options, unit, starter."""
     q = question
-    parts = [f"<p><b>{_e(q.id)}</b> ({q.points} pt): {_e(prompt_for(q, QUIZ_SEED))}</p>"]
+    points = f"{q.points} point{'s' if q.points != 1 else ''}"
+    parts = [f"<p><b>Question {number} of {total}</b> ({points}): {_e(prompt_for(q, QUIZ_SEED))}</p>"]
     if q.kind is Kind.CHOICE:
         items = "".join(f"<li>({key}) {_e(text)}</li>" for key, text in zip(q.option_keys, q.options))
         parts.append(f"<ul class='kv-options'>{items}</ul>")
@@ -163,8 +169,9 @@ def question_html(question: Question) -> str:
 def quiz_html(lesson: str, notebook: str) -> str:
     """A lesson's quick check as questions to read; answering (and the answers) need the live lab."""
     quiz = load_quiz(lesson)
-    questions = "".join(question_html(q) for q in quiz.questions)
-    return (f"<div class='kv-quiz'><h4>Quick check: lesson {_e(quiz.lesson)}, {_e(quiz.title)}</h4>"
+    total = len(quiz.questions)
+    questions = "".join(question_html(q, i + 1, total) for i, q in enumerate(quiz.questions))
+    return (f"<div class='kv-quiz'><h3>Quick check: lesson {_e(quiz.lesson)}, {_e(quiz.title)}</h3>"
             f"<p class='kv-hint'>To answer and get feedback on every option, run <code>make lab</code> and "
             f"open <code>{_e(notebook)}</code>. The answers are not on this page.</p>{questions}</div>")
 
@@ -222,6 +229,41 @@ def _widget_html(inner: str) -> str:
     return f"<div class='kv-widget'>{inner}{note}</div>"
 
 
+_SENTENCE = re.compile(r"(.+?[.!?:])(?:\s|$)", re.DOTALL)
+
+
+def figure_alt(markdown: str, number: int, section: str = "") -> str:
+    """A figure's text alternative: its number, its section, and what the text just before it says."""
+    text = re.sub(r"<[^>]+>|[`*]|\$+", "", markdown)
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", text)  # a link's words, not its address
+    paragraphs = [" ".join(p.split()) for p in text.split("\n\n") if p.strip() and not p.lstrip().startswith("#")]
+    said = ""
+    if paragraphs:
+        match = _SENTENCE.match(paragraphs[-1])
+        said = " " + (match.group(1) if match else paragraphs[-1])[:220]
+    where = f" (section: {section})" if section else ""
+    return f"Figure {number}{where}, drawn by the code cell above it.{said}"
+
+
+def _heading(markdown: str, current: str) -> str:
+    """The last heading a markdown cell opens, or the current one."""
+    found = re.findall(r"^#{1,4}\s+(.+?)\s*#*\s*$", markdown, re.MULTILINE)
+    return re.sub(r"[`*]", "", found[-1]) if found else current
+
+
+_SCROLLING = re.compile(r"<(pre|div|table)(\s[^>]*overflow(?:-x|-y)?\s*:\s*(?:auto|scroll)[^>]*)>", re.IGNORECASE)
+
+
+def focusable_scrolling(markup: str) -> str:
+    """HTML whose scrolling boxes (a wide table, a long line) take keyboard focus, so they scroll without a mouse."""
+    return _SCROLLING.sub(lambda m: m.group(0) if "tabindex" in m.group(2) else
+                          f'<{m.group(1)} tabindex="0"{m.group(2)}>', markup)
+
+
+def _joined(value: Any) -> str:
+    return value if isinstance(value, str) else "".join(value)
+
+
 def _hides_source(cell: nbformat.NotebookNode) -> bool:
     hidden = cell.metadata.get("jupyter", {}).get("source_hidden", False)
     return bool(hidden) or (cell.cell_type == "code" and "solution(" in cell.source)
@@ -235,7 +277,10 @@ def make_static(nb: nbformat.NotebookNode, notebook: str) -> nbformat.NotebookNo
     """
     nb = nbformat.from_dict(nb)  # a deep copy: the cached notebook stays as executed
     renderer = WidgetRenderer(nb.metadata.pop("widgets", {}).get(WIDGET_STATE, {}))
+    before, section, figures = "", "", 0  # the text just above a figure describes it: its alt text
     for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            before, section = cell.source, _heading(cell.source, section)
         if _hides_source(cell):
             cell.metadata.setdefault("transient", {})["remove_source"] = True
         if cell.cell_type == "markdown" and "$" in cell.source:
@@ -246,6 +291,11 @@ def make_static(nb: nbformat.NotebookNode, notebook: str) -> nbformat.NotebookNo
             cell.outputs = []
         quiz = _QUICK_CHECK_CALL.search(cell.source)
         for output in cell.outputs:
+            if "text/html" in output.get("data", {}):
+                output["data"]["text/html"] = focusable_scrolling(_joined(output["data"]["text/html"]))
+            if "image/png" in output.get("data", {}):
+                figures += 1
+                output.setdefault("metadata", {}).setdefault("image/png", {})["alt"] = figure_alt(before, figures, section)
             view = output.get("data", {}).get(WIDGET_VIEW)
             if view is None:
                 continue

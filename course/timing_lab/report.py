@@ -116,7 +116,7 @@ def plot_sweep(result: SweepResult, predictions: dict[str, list[float]] | None =
         ax_time.set_title(f"at {longest} tokens: {slowest:.1f} s without the cache, {fastest:.1f} s with it")
     else:
         ax_time.set_title("time per generate() call against output length")
-    _log2_lengths(ax_time, lengths)
+    _linear_lengths(ax_time, lengths)  # on a linear axis, time in proportion to length is a straight line
     ax_time.set_ylim(bottom=0)
     ax_time.grid(alpha=0.3)
     handles, labels = ax_time.get_legend_handles_labels()
@@ -142,7 +142,7 @@ def _plot_speedup(ax, result: SweepResult, lengths: list[int]) -> None:
                 linestyle="--", label=f"course engine: none / {pair[1].removeprefix('engine-')}")
     ax.axhline(1.0, color="gray", linestyle=":", label="1x = the cache gains nothing")
     ax.set_ylabel("speedup (time without cache / time with cache)")
-    trend = "grows" if speedups[-1] > speedups[0] else "does not grow"
+    trend = "grows" if speedups[-1] > 1.1 * speedups[0] else "does not clearly grow"  # a 10 % rise, not noise
     ax.set_title(f"the cache's speedup {trend}: {speedups[0]:.1f}x at {lengths[0]} tokens, "
                  f"{speedups[-1]:.1f}x at {lengths[-1]}")
     _log2_lengths(ax, lengths)
@@ -151,12 +151,26 @@ def _plot_speedup(ax, result: SweepResult, lengths: list[int]) -> None:
     ax.legend(fontsize=8, loc="upper left")
 
 
+def _linear_lengths(ax, lengths: list[int]) -> None:
+    """Time against length on a linear axis: a straight line is linear growth, a bend is faster growth."""
+    ax.set_xlim(0, lengths[-1] * 1.05)
+    ax.set_xticks(lengths, [str(n) for n in lengths])
+    ax.set_xlabel("output length (new tokens generated)")
+
+
 def _log2_lengths(ax, lengths: list[int]) -> None:
     """Output lengths usually double from one point to the next: a log axis spaces them evenly."""
     ax.set_xscale("log", base=2)
     ax.set_xticks(lengths, [str(n) for n in lengths])
     ax.minorticks_off()
     ax.set_xlabel("output length (new tokens generated, log scale)")
+
+
+def show_sweep(result: SweepResult, predictions: dict[str, list[float]] | None = None):
+    """``plot_sweep`` drawn into a pyplot figure, so a notebook shows it below the cell (lesson 17)."""
+    import matplotlib.pyplot as plt
+
+    return plot_sweep(result, predictions, fig=plt.figure(figsize=(12, 4.8), layout="constrained"))
 
 
 def save_plot(result: SweepResult, path: str | Path, predictions: dict[str, list[float]] | None = None) -> Path:

@@ -73,8 +73,9 @@ def test_start_here_in_the_students_lab(tmp_path):
         assert lab.get("/formgrader") == 404
 
         # Run → Run All Cells; the predict box waits for a guess, the measurement is shown beside it.
-        asked = run_all_cells(page, answer={"How many tokens": "8"})
-        texts = _clean_run(page, asked, num_predictions=1)
+        asked = run_all_cells(page, answer={"How many tokens": "8", "bits": "about 4"})
+        texts = _clean_run(page, asked, num_predictions=2)
+        assert re.search(r"Your guess: 4 bits\. Measured: [\d.]+ bits\.", "\n".join(texts)), "no reveal of the bits guess"
         reveal = next(text for text in texts if "Your guess:" in text)
         assert re.search(r"Your guess: 8 tokens\. Measured: \d+ tokens\.", reveal), reveal
         toasts = page.locator(".Toastify__toast").all_inner_texts()
@@ -112,7 +113,7 @@ def test_start_here_in_the_students_lab(tmp_path):
 
 def test_lesson_07_runs_from_the_menu_and_its_simulator_moves(tmp_path):
     """Run all of lesson 07 from the menu: figures, no errors, every guess beside its measurement;
-    then press the simulator's step button and move a slider, and watch its summary follow."""
+    then press the simulator's step button and type a number of layers, and watch its summary follow."""
     notebook = get_lesson("07").notebook
     with lessons_untouched(notebook), running_lab(tmp_path) as lab, chromium_page() as page:
         open_notebook(page, lab, notebook)
@@ -127,22 +128,23 @@ def test_lesson_07_runs_from_the_menu_and_its_simulator_moves(tmp_path):
         sim = output_of(page, "Double the tokens")
         status = sim.locator(".widget-html", has_text="per token").first
         before = status.inner_text()
-        image = sim.locator(".widget-image")
+        image = sim.locator(".kv-sim-figure img")
         assert image.evaluate("img => img.complete && img.naturalWidth > 0"), "the simulator's figure is missing"
         image_before = image.get_attribute("src")
         sim.get_by_role("button", name="Double the tokens").click()
         after_step = _changed(status.inner_text, before)
         _changed(lambda: image.get_attribute("src"), image_before)  # the figure is redrawn
 
-        layers = sim.locator(".widget-slider", has_text="Layers")
-        readout = layers.locator(".widget-readout")
-        layers_before = readout.inner_text()
-        layers.locator(".noUi-handle").focus()
-        for _ in range(3):
-            page.keyboard.press("ArrowLeft")
-        layers_after = int(layers_before) - 3
-        assert int(_changed(readout.inner_text, layers_before)) == layers_after
+        # The Layers box, with the keyboard alone: Tab to it, type, Enter (typed boxes: a slider's handle
+        # has no name a screen reader reads).
+        layers = sim.locator(".widget-text", has=page.locator("label", has_text=re.compile("^Layers$"))).locator("input")
+        layers_after = int(float(layers.input_value())) - 3
+        layers.focus()
+        page.keyboard.press("Control+A")
+        page.keyboard.type(str(layers_after))
+        page.keyboard.press("Enter")
         wait_for_text(status, f"= 2 × {layers_after} × ")  # the cache formula, with the new number of layers
+        assert float(layers.input_value()) == layers_after
         assert status.inner_text() != after_step
         page.screenshot(path=str(tmp_path / "lesson_07_simulator.png"))
 

@@ -84,6 +84,9 @@ def test_student_lab_hides_nbgrader_news_and_language_servers(tmp_path, monkeypa
     page_config = json.loads((tmp_path / "runtime" / "kvcourse-lab" / "student" / "page_config.json").read_text())
     assert settings == str(tmp_path / "runtime" / "kvcourse-lab" / "student")
     assert {"@jupyter/nbgrader", "@jupyterlab/apputils-extension:announcements"} <= set(page_config["disabledExtensions"])
+    overrides = json.loads((tmp_path / "runtime" / "kvcourse-lab" / "student" / "overrides.json").read_text())
+    # no "↑↓ for history" in a prediction's box: its prompt line says what to type (issue 32)
+    assert overrides["@jupyterlab/notebook-extension:tracker"] == {"showInputPlaceholder": False}
 
 
 def test_instructor_lab_is_rooted_at_an_nbgrader_course(tmp_path, monkeypatch):

@@ -174,8 +174,10 @@ def test_lesson_page_holds_no_answer_key(site: Path, lesson: Lesson) -> None:
     quiz = _plain(quiz_html(lesson.number, lesson.notebook))
     assert quiz in plain, "the quick check is drawn from the bank's public fields"
     assert "The answer is" not in quiz
-    for q in load_quiz(lesson.number).questions:
-        shown = _plain(question_html(q))
+    questions = load_quiz(lesson.number).questions
+    for number, q in enumerate(questions, start=1):
+        shown = _plain(question_html(q, number, len(questions)))
+        assert f"Question {number} of {len(questions)}" in shown and q.id not in shown.split(":")[0]
         assert shown in quiz and _plain(prompt_for(q, QUIZ_SEED)) in shown, f"question {q.id} is shown"
         if q.kind is Kind.CHOICE:
             assert all(_plain(option) in shown for option in q.options), f"{q.id}: every option is shown"
@@ -224,3 +226,16 @@ def test_formulas_are_drawn_and_money_and_code_left_alone() -> None:
                          r"it costs $5 and $10; `x = $y$` is code.")
     assert drawn.count("class='kv-math'") == 2 and "$5 and $10" in drawn and "`x = $y$`" in drawn
     assert "\\underbrace" in drawn, "the formula's own TeX is kept as the image's alt text"
+
+
+def test_figures_scrolling_boxes_and_navigation_are_accessible() -> None:
+    from kvcourse.site.pages import _nav
+    from kvcourse.site.render import figure_alt, focusable_scrolling
+
+    alt = figure_alt("## Growth\n\nSome words.\n\nThe figure shows the cache growing. Then more.", 2, "Growth")
+    assert alt == "Figure 2 (section: Growth), drawn by the code cell above it. The figure shows the cache growing."
+    assert figure_alt("", 1) == "Figure 1, drawn by the code cell above it."
+    wide = focusable_scrolling('<pre style="overflow-x:auto">x</pre><div style="overflow: scroll" tabindex="-1">y</div>')
+    assert wide == '<pre tabindex="0" style="overflow-x:auto">x</pre><div style="overflow: scroll" tabindex="-1">y</div>'
+    assert 'aria-label="Lessons (top of the page)"' in _nav((None, None))
+    assert 'aria-label="Lessons (bottom of the page)"' in _nav((None, None), "bottom")

@@ -25,6 +25,14 @@ from kvcourse.timing_lab.predict import (
     predict_sweep,
 )
 from kvcourse.timing_lab.report import format_header, format_table, plot_sweep, write_json
+from kvcourse.timing_lab.verdicts import (
+    WITH,
+    WITHOUT,
+    bend_verdict,
+    check_answers,
+    cost_per_extra_token,
+    direction,
+)
 
 PROMPT_WORDS = "once upon a time in a distant land"
 
@@ -149,6 +157,46 @@ def test_report_json_and_plot(tiny, tmp_path):
 
     given = Figure()
     assert plot_sweep(result, fig=given) is given and len(given.axes) == 2  # notebooks pass a pyplot figure
+    assert ax_time.get_xscale() == "linear"  # a straight line there is linear growth (lesson 17's claim)
+    assert ax_speed.get_xscale() == "log" and "log" in ax_speed.get_xlabel()
+
+
+def _timed(tiny, lengths, cached, uncached):
+    """A sweep over ``lengths`` whose median seconds are the given ones (one repeat each)."""
+    model, tok = tiny
+    result = run_sweep(model, tok, lengths, 1, progress=False, runners=fake_runners())
+    for n, c, u in zip(lengths, cached, uncached):
+        result.timings[n][HF_CACHE].seconds[:] = [c]
+        result.timings[n][HF_NO_CACHE].seconds[:] = [u]
+    return result
+
+
+def test_cost_per_extra_token_and_the_bend_verdict(tiny):
+    # cached: 1 s per token throughout (straight); uncached: 1, 2, 4 s per extra token (bends)
+    steps = cost_per_extra_token(_timed(tiny, [2, 4, 8], [2.0, 4.0, 8.0], [2.0, 4.0, 12.0]))
+    assert list(steps.index) == ["2 → 4 tokens", "4 → 8 tokens"]
+    assert list(steps[WITH]) == [1.0, 1.0] and list(steps[WITHOUT]) == [1.0, 2.0]
+    verdict = bend_verdict(steps)
+    assert "stayed about the same (a straight line)" in verdict and "changed 2.00x (bending upward)" in verdict
+    assert "uncached line bent upward more" in verdict
+    same = bend_verdict(cost_per_extra_token(_timed(tiny, [2, 4, 8], [2.0, 4.0, 8.0], [3.0, 6.0, 12.0])))
+    assert "no clear difference" in same
+    two = cost_per_extra_token(_timed(tiny, [2, 4], [2.0, 4.0], [3.0, 6.0]))
+    assert len(two) == 1 and "cannot bend" in bend_verdict(two)
+
+
+def test_direction_and_answer_checks(capsys, monkeypatch):
+    assert [direction(r) for r in (2.0, 1.01, 0.3)] == ["larger", "about the same", "smaller"]
+    from kvcourse.notebook import STRICT_ENV, ExpectationFailed
+
+    monkeypatch.delenv(STRICT_ENV, raising=False)
+    check_answers([1, 2, 3], [1, 2, 3], torch.float32)
+    check_answers([1, 2, 3], [1, 5, 3], torch.bfloat16)
+    out = capsys.readouterr().out
+    assert "the same 3 tokens both ways" in out and "part ways at new token #1" in out
+    monkeypatch.setenv(STRICT_ENV, "1")
+    with pytest.raises(ExpectationFailed):
+        check_answers([1, 2, 3], [1, 5, 3], torch.float32)  # float32 must agree: a checked claim
 
 
 def test_timing_statistics():

@@ -65,3 +65,15 @@ def test_shrunk_scales_lengths_down_and_arrivals_up_together():
     assert small == replace(LESSON_TRACE.scaled(1 / 32), arrivals_per_step=LESSON_TRACE.arrivals_per_step * 32,
                             num_requests=24)
     assert LESSON_TRACE.shrunk(0.5).num_requests == LESSON_TRACE.num_requests
+
+
+def test_lesson_stream_is_a_stream_between_the_two_policies_capacities():
+    # lesson 14: lengths 32 times down, two arrivals per step, for dozens of steps
+    config = workload.lesson_stream(64)
+    assert config.arrivals_per_step == 2.0 and config.answer_limit == 32 and config.num_requests == 64
+    trace = workload.request_trace(config)
+    summary = workload.trace_summary(trace)
+    assert summary["last_arrival_step"] >= 30  # a stream, not a burst of two steps
+    # Little's law: arrivals per step x steps each answer takes = conversations wanting to run at once,
+    # more than the 13 reservations of about 38 slots that 512 slots hold
+    assert 512 // round(summary["mean_reserved"]) == 13 < config.arrivals_per_step * summary["mean_answer"] < 24

@@ -128,6 +128,23 @@ def test_03_simulator_crossover_is_where_the_cost_model_splits_half_and_half():
     assert abs(sim.attention_flops_at(crossover) / whole - 0.5) < 0.01
 
 
+def test_03_attention_costs_four_head_dims_per_score_cell_and_the_crossover_formula_holds():
+    """03-25 and 03-36: forward_flops counts 4 x head_dim per causal cell on top of M per token; T + 1 = 2M / (4d x H x L)."""
+    per_token, per_cell = costs.matmul_flops_per_token(SMOLLM2), 4 * SMOLLM2.head_dim
+    heads_layers = SMOLLM2.num_heads * SMOLLM2.num_layers
+    for t in (1, 77, 4_096):
+        attention = costs.forward_flops(SMOLLM2, t, t) - t * per_token
+        assert attention == per_cell * heads_layers * t * (t + 1) // 2
+    crossover = ScoreGrid(ScoreGridConfig(1, SMOLLM2.num_layers, SMOLLM2.num_heads, SMOLLM2.head_dim, 4,
+                                          per_token)).crossover_tokens
+    assert math.isclose(crossover + 1, 2 * per_token / (per_cell * heads_layers))
+    full_square = per_token / (per_cell * heads_layers)  # the reveal's "about half that"
+    assert abs(full_square - crossover / 2) < 1
+    prefill = ScoreGrid(ScoreGridConfig(1, SMOLLM2.num_layers, SMOLLM2.num_heads, SMOLLM2.head_dim, 4,
+                                        costs.matmul_flops_per_token(SMOLLM2, with_lm_head=False))).crossover_tokens
+    assert prefill < crossover  # the output layer at the last position only: a smaller M, an earlier crossover
+
+
 def test_03_ten_times_the_length_is_between_10x_and_100x_for_the_whole_pass():
     """03-27: attention's part grows about 100x, the whole pass less; bigger models cross later."""
     whole = costs.forward_flops(SMOLLM2, 10_000, 10_000) / costs.forward_flops(SMOLLM2, 1_000, 1_000)

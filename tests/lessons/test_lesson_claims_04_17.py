@@ -44,6 +44,19 @@ def test_04_it_attends_to_cat_and_the_simulator_matches_the_engine(real_model):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_04_the_pronoun_is_not_the_only_token_that_looks_at_cat(dtype, real_model, request):
+    """04-33/04-34: in layer 13, head 8, ' cat' gets the largest weight of several later tokens, not only of ' it'."""
+    hf_model, tokenizer = real_model if dtype == "float32" else request.getfixturevalue("bf16_model")
+    qkv, _ = record_qkv(hf_model, tokenizer(SENTENCE)["input_ids"], tokenizer)
+    cat = qkv.tokens.index(" cat")
+    favourites = [qkv.tokens[int(np.argmax(QKVExplorer(qkv, 13, 8, p).lookup().weights))]
+                  for p in range(cat + 1, len(qkv.tokens))]
+    others = [token for token, favourite in zip(qkv.tokens[cat + 1:], favourites) if favourite == " cat" and token != " it"]
+    assert len(others) >= 3, others
+
+
+@pytest.mark.slow
 def test_04_earlier_keys_and_values_do_not_change_as_the_input_grows_fp32(real_model):
     """fp32 only: a longer input may round a sum differently, and bf16's rounding step is ~0.1 at these sizes."""
     hf_model, tokenizer = real_model
@@ -94,3 +107,19 @@ def test_17_hf_generate_writes_the_same_tokens_with_and_without_the_cache_fp32(r
         uncached = hf_model.generate(ids, use_cache=False, **settings)
     assert cached.shape[1] == ids.shape[1] + 32
     assert torch.equal(cached, uncached)
+
+
+@pytest.mark.slow
+def test_17_the_cache_holds_prompt_plus_new_minus_one_tokens(real_model):
+    """Lesson 17's 'price' line: P + n - 1 positions cached (the last new token is never fed back), as costs counts."""
+    from kvcourse.kernels import ModelConfig
+
+    hf_model, tokenizer = real_model
+    ids = tokenizer(LAB_PROMPT, return_tensors="pt").input_ids
+    with torch.no_grad():
+        out = hf_model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, eos_token_id=[],
+                                pad_token_id=tokenizer.eos_token_id, max_new_tokens=8, return_dict_in_generate=True)
+    cache = out.past_key_values
+    assert cache.get_seq_length() == ids.shape[1] + 8 - 1
+    held = sum(layer.keys.nbytes + layer.values.nbytes for layer in cache.layers)
+    assert held == costs.kv_cache_bytes(ModelConfig.from_hf(hf_model.config), ids.shape[1] + 8 - 1, bytes_per_value=4)

@@ -27,6 +27,14 @@ from kvcourse.simulators.fragmentation import (
     share_inside_regions,
     sweep,
 )
+from kvcourse.simulators.fragmentation_tables import (
+    ORCA,
+    REAL,
+    lever_shares,
+    literature_table,
+    row,
+    sweep_table,
+)
 from kvcourse.syllabus import REPO_ROOT
 
 pytestmark = pytest.mark.usefixtures("one_cpu_thread")  # one thread: the lessons' setting, fastest for tiny models
@@ -45,6 +53,8 @@ def run_cells(*cell_ids: str, **names) -> tuple[dict, dict]:
     namespace = dict(dataclasses=dataclasses, np=np, workload=workload, simulate_reservation=simulate_reservation,
                      ReservationReplay=ReservationReplay, LITERATURE_RANGE=LITERATURE_RANGE, oracle_trace=oracle_trace,
                      share_inside_regions=share_inside_regions, sweep=sweep, headless=lambda: True,
+                     REAL=REAL, lever_shares=lever_shares, literature_table=literature_table, row=row,
+                     sweep_table=sweep_table,
                      predict=lambda *a, **k: None, reveal=lambda key, value: revealed.__setitem__(key, value),
                      expect=expect, **names)
     for cell_id in cell_ids:
@@ -57,7 +67,7 @@ TRACE_CELLS = ("09-06", "09-09", "09-10")
 
 @pytest.fixture(scope="module")
 def lesson():
-    return run_cells(*TRACE_CELLS, "09-14", "09-17", "09-19", "09-20", "09-21")
+    return run_cells(*TRACE_CELLS, "09-14", "09-17", "09-19", "09-20", "09-21", "09-22b")
 
 
 def test_the_lesson_trace_is_deterministic_and_as_printed(lesson):
@@ -109,16 +119,51 @@ def test_the_oracle_keeps_the_room_for_tokens_still_to_come(lesson):
 def test_the_sweep_and_the_prediction_it_answers(lesson):
     ns, revealed = lesson
     config, pool = workload.LESSON_TRACE, workload.LESSON_POOL_SLOTS
+    table = ns["table"]
+    assert len(table) == sum(len(v) for v in ns["settings"].values())
     for name, values in ns["settings"].items():
-        for value, report in zip(values, ns["results"][name]):
+        for value in values:
             trace_config = config if name == "pool_slots" else dataclasses.replace(config, **{name: value})
-            direct = simulate_reservation(workload.request_trace(trace_config), value if name == "pool_slots" else pool)
-            assert report.as_dict() == direct.as_dict(), (name, value)
+            trace = workload.request_trace(trace_config)
+            direct = simulate_reservation(trace, value if name == "pool_slots" else pool)
+            r = row(table, name, value)
+            assert r[REAL] == pytest.approx(100 * direct.utilisation, rel=1e-12), (name, value)
+            assert r["inside regions (%)"] == pytest.approx(100 * share_inside_regions(direct), rel=1e-12)
+            assert r["external (%)"] == pytest.approx(100 * direct.share("external"), rel=1e-12)
+            answers = [t.num_output_tokens for t in trace]
+            assert r["answer per slot-step (tokens)"] == pytest.approx(sum(n * n for n in answers) / sum(answers))
     assert revealed["09.lever"] == "halve the answer limit"
     by_option = ns["by_option"]
-    assert by_option["halve the answer limit"] > by_option["double the pool"] > ns["report"].utilisation
-    assert by_option["make the lengths less spread out (sigma 0.5)"] < ns["report"].utilisation
-    assert [round(c, 1) for c in ns["cut"]] == [22.0, 5.5, 2.5]  # % of answers cut at 512, 1,024, 2,048
+    assert by_option["halve the answer limit"] > by_option["double the pool"] > ns["report"].utilisation * 100
+    assert by_option["make the lengths less spread out (sigma 0.5)"] < ns["report"].utilisation * 100
+    limits = table[table["setting"] == "answer_limit"]
+    assert [round(c, 1) for c in limits["answers cut off (%)"]] == [22.0, 5.5, 2.5]  # at 512, 1,024, 2,048
+
+
+def test_less_spread_lowers_the_share_because_the_long_answers_weigh_least(lesson):
+    ns, _ = lesson
+    narrow, wide = ns["narrow"], ns["lesson_row"]
+    assert f"{narrow[REAL]:.1f}" == "27.6" and f"{wide[REAL]:.1f}" == "31.1"
+    assert narrow["answer per slot-step (tokens)"] < wide["answer per slot-step (tokens)"]
+    assert narrow["inside regions (%)"] < wide["inside regions (%)"]
+    assert narrow["mean answer (tokens)"] >= wide["mean answer (tokens)"]  # "the mean answer is no shorter"
+
+
+def test_the_two_oracles_side_by_side(lesson):
+    ns, _ = lesson
+    lit, report, oracle = ns["lit"], ns["report"], ns["oracle"]
+    for paper in ORCA.values():  # the paper's four categories add up to the whole memory
+        assert sum(paper) == pytest.approx(100, abs=0.15)
+    assert (ORCA["Max"][0] / 100, ORCA["Oracle"][0] / 100) == LITERATURE_RANGE
+    assert lit.loc["token states", "exact lengths, this replay"] == pytest.approx(100 * oracle.utilisation, abs=0.01)
+    assert lit.loc["internal fragmentation", "exact lengths, this replay"] == 0 == ORCA["Oracle"][2]
+    others = 100 * (report.share("external") + report.share("stranded"))
+    assert lit.loc["external fragmentation & others", "limit reserved, this replay"] == pytest.approx(others, abs=0.01)
+    ratios = lit.loc["reservation / token states"]
+    assert ratios.max() - ratios.min() < 0.05  # "nearly the same in all four columns"
+    gap_external = ORCA["Oracle"][3] - lit.loc["external fragmentation & others", "exact lengths, this replay"]
+    gap_reservation = ORCA["Oracle"][1] - lit.loc["reservation", "exact lengths, this replay"]
+    assert gap_external > abs(gap_reservation)  # "external fragmentation and others makes most of the gap"
 
 
 def test_the_share_inside_the_reservations_is_the_traces_own():

@@ -152,3 +152,30 @@ def test_the_same_batch_with_blocks_in_order_or_shuffled_gives_the_same_bits(dty
     _, plain_tables, _, plain_keys, plain = _run(model, prompts, shuffle=False)
     assert shuffled_tables != plain_tables
     assert shuffled == plain and torch.equal(shuffled_keys, plain_keys)
+
+
+# -- the lesson's helpers: the token-by-token comparison and the dtype verdict ---------------------
+def test_match_answers_counts_answers_tokens_and_the_first_difference():
+    from kvcourse.kernels.measure.answers import match_answers
+
+    same = match_answers([[1, 2, 3], [4, 5]], [[1, 2, 3], [4, 5]])
+    assert (same.same_answers, same.same_tokens, same.num_tokens, same.first_difference) == (2, 5, 5, (3, 2))
+    assert same.verdict(same="same", different="some differ") == "same"
+    one_off = match_answers([[1, 2, 3], [4, 5]], [[1, 2, 9], [4, 5]])
+    assert (one_off.same_answers, one_off.same_tokens, one_off.first_difference) == (1, 4, (2, 2))
+    assert one_off.verdict(same="same", different="some differ") == "some differ"
+    assert match_answers([[1, 2, 3]], [[7, 8, 9]]).first_difference == (0,)
+    with pytest.raises(ValueError):
+        match_answers([[1]], [[1], [2]])
+
+
+def test_the_lesson_states_no_block_count_with_the_negated_floor_idiom_and_no_dtype_branch():
+    import json
+
+    from kvcourse.same_answers import batching_tolerance
+    from kvcourse.syllabus import REPO_ROOT
+
+    cells = json.loads((REPO_ROOT / "lessons" / "10_paged_attention.ipynb").read_text())["cells"]
+    code = ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
+    assert not any("-(-" in src.replace(" ", "") or "dtype == torch" in src for src in code)
+    assert batching_tolerance(torch.float32) < batching_tolerance(torch.bfloat16)

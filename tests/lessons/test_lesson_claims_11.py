@@ -139,3 +139,57 @@ def test_blocks_on_demand_on_smollm2_as_the_lesson_runs_it(real_model, smol_mode
     run = _serve_with_a_late_request(model, [chat(q) for q in questions], limits, chat(late_question), late_limit,
                                      BLOCK_SIZE)
     _check_blocks_on_demand(*run, BLOCK_SIZE)
+
+
+# -- the lesson's helpers: the watch reads what the hand-written loop reads -----------------------------
+def test_the_block_table_watch_is_the_lesson_s_loop():
+    from kvcourse.kernels.measure.block_tables import BlockTableWatch
+
+    model = make_tiny_model(max_position_embeddings=256)
+    gen = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(3, 96, (n,), generator=gen).tolist() for n in (37, 38, 35, 41, 36)]
+    late_prompt = torch.randint(3, 96, (39,), generator=gen).tolist()
+    engine_ref, seen, first_done, freed, freed_step, late_ref = _serve_with_a_late_request(
+        model, prompts, [8, 32, 16, 24, 3], late_prompt, 12, BLOCK_SIZE)
+    engine = LLMEngine(model, EngineConfig(block_size=BLOCK_SIZE, num_blocks=768 // BLOCK_SIZE))
+    for prompt, limit in zip(prompts, [8, 32, 16, 24, 3]):
+        engine.add_request(prompt, SamplingParams(max_new_tokens=limit))
+    watch, late = BlockTableWatch(BLOCK_SIZE), None
+    while engine.has_unfinished_requests:
+        engine.step()
+        watch.look(engine)
+        if late is None and watch.first_done is not None:
+            late = engine.add_request(late_prompt, SamplingParams(max_new_tokens=12))
+    looks = watch.table()
+    assert [tuple(r) for r in looks[["step", "request", "stored"]].itertuples(index=False)] == [s[:3] for s in seen]
+    assert list(looks["table"]) == [s[3] for s in seen] and late == late_ref
+    assert (watch.first_done, watch.first_done_step, watch.last_blocks[first_done]) == (first_done, freed_step, freed)
+    holding = looks[looks.blocks > 0]
+    assert (holding.blocks == holding.needed).all() and holding["empty"].max() == BLOCK_SIZE - 1
+    holders = watch.next_holders(freed, after_step=freed_step)
+    assert set(holders.index) == set(freed) and (holders["from step"] > freed_step).all()
+    summary = watch.requests(engine)
+    assert list(summary["answer tokens"]) == [len(r.output().tokens) for r in engine_ref.requests.values()]
+
+
+def test_the_sweep_and_timing_tables_and_the_option_nearest_a_ratio(lesson_replays):
+    from kvcourse.kernels.measure.block_sizes import closest_option, sweep_table, timing_table, timing_verdict
+
+    sim, _, _ = lesson_replays
+    sweep = {p.block_size: p for p in block_size_sweep(sim.trace, workload.LESSON_POOL_SLOTS, [16, 64])}
+    table = sweep_table(sweep)
+    assert list(table.index) == [16, 64] and table.loc[64, "allocations"] == sweep[64].num_allocations
+    factors = {"same": 1, "4x": 4, "16x": 16, "less": 0.5}
+    assert closest_option(factors, sweep[64].tail_waste / sweep[16].tail_waste) == "4x"
+    assert [closest_option(factors, r) for r in (0.4, 1.2, 13.0)] == ["less", "same", "16x"]
+    flat = timing_table({4: [1e-3, 1.1e-3, 1.2e-3, 1.3e-3], 16: [1.05e-3, 1.15e-3, 1.25e-3, 1.35e-3]})
+    assert "no difference beyond" in timing_verdict(flat)
+    apart = timing_table({4: [2e-3, 2.1e-3, 2.2e-3, 2.3e-3], 16: [1e-3, 1.1e-3, 1.2e-3, 1.3e-3]})
+    assert "beyond this run's noise" in timing_verdict(apart) and "blocks of 4" in timing_verdict(apart)
+
+
+def test_exercise_3_the_tail_estimate_agrees_with_the_internal_share(lesson_replays):
+    """The solution prints (mean running x (B - 1) / 2) / busy per step beside the measured `internal` share."""
+    _, (_, paging), _ = lesson_replays
+    estimate = paging.mean_running * (BLOCK_SIZE - 1) / 2 / (paging.busy / paging.num_steps)
+    assert estimate == pytest.approx(paging.share("internal"), rel=0.05)

@@ -148,3 +148,28 @@ def test_real_model_beam_peaks_as_printed(real_model, smol_model, lesson):
     peak, unshared = expected_peaks(history, lesson["block_size"])
     assert (result.peak_blocks_shared, result.peak_blocks_unshared) == (peak, unshared)
     assert result.blocks_saved == pytest.approx(1 - peak / unshared)
+
+
+# -- the dtype-aware checks the lesson calls (kvcourse.exactness) -----------------------------------
+def test_exactness_helpers_require_equality_in_float32_and_explain_in_16_bits(monkeypatch, capsys):
+    from kvcourse import exactness
+
+    calls = []
+    monkeypatch.setattr(exactness, "expect", lambda ok, sentence: calls.append(bool(ok)))
+    exactness.expect_same_answers(3, 4, torch.float32, "same", why="a batch of four")
+    exactness.expect_same_answers(3, 4, torch.bfloat16, "same", why="a batch of four")
+    exactness.expect_same_answers(4, 4, torch.bfloat16, "same", why="a batch of four")
+    assert calls == [False, True]  # float32 must match; a 16-bit mismatch is explained, not expected
+    assert "a batch of four" in capsys.readouterr().out
+    exactness.expect_close(5e-4, 15.0, torch.float32, "close")  # under 1e-3
+    exactness.expect_close(2e-3, 15.0, torch.float32, "close")
+    exactness.expect_close(0.5, 15.0, torch.bfloat16, "close")  # within 5 % of 15
+    assert calls[2:] == [True, False, True]
+
+
+@pytest.mark.slow
+def test_the_beam_prediction_s_bounds_as_the_lesson_prints_them(lesson):
+    """Cell 12-16 prints a beam's blocks alone and the prompt's full blocks: the private-copy total is the peak's."""
+    prompt, block_size = lesson["prompt"], lesson["block_size"]
+    assert lesson["per_beam"] == blocks_for(len(prompt) + lesson["beam_tokens"] - 1, block_size) == 7
+    assert lesson["full"] == len(prompt) // block_size == 5

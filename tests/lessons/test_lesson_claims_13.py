@@ -119,3 +119,35 @@ def test_13_the_five_block_pool_evicts_the_bakery_and_the_simulator_agrees(lesso
     sim = PrefixCache(PrefixCacheConfig(tuple(map(tuple, prompts)), BLOCK_SIZE, 5), len(prompts))
     assert [r.num_cached_tokens for r in sim.results] == [o.num_cached_tokens for o in outs]
     assert [(r.number, o[0]) for r in sim.results for o in r.evicted] == evicted
+
+
+@pytest.mark.slow
+def test_13_the_eviction_tables_read_the_event_log_as_the_lesson_prints_it(lesson):
+    from kvcourse.kernels.measure.prefix_evictions import eviction_queue, evictions, visit_table
+
+    model, encode = lesson
+    engine = _cached_engine(model, num_blocks=5)
+    outs = [engine.generate([encode(*SHOPS[name])], SamplingParams(max_new_tokens=1))[0] for name in VISITS]
+    evicted = evictions(engine, VISITS)
+    assert list(zip(evicted["taken by visit"], evicted["held the prefix of"])) == [
+        (4, "bakery"), (4, "bakery"), (5, "library"), (5, "library")]
+    table = visit_table(VISITS, outs, evicted)
+    assert list(table["tokens reused"]) == [0, 0, 2 * BLOCK_SIZE, 0, 0]
+    assert table.loc[1, "evicted"] == "nothing" and "bakery, visit 2" in table.loc[4, "evicted"]
+    assert [entry.split(" (")[1] for entry in eviction_queue(engine, VISITS)] == [
+        "museum)", "museum)", "bakery)", "bakery)"]
+
+
+def test_13_a_reused_token_costs_about_one_percent_of_a_computed_one():
+    """Cell 13-31: the whole prefill's saving (about 94 %) is not a reused token's cost (under 2 % of a computed one).
+
+    The lesson's counts: a 473-token prompt, 25 tokens computed on the hit (tests above check them on SmolLM2).
+    """
+    from kvcourse.kernels import MODEL_CONFIGS, costs
+
+    config, length, computed = MODEL_CONFIGS["smollm2-135m"], 473, 25
+    miss = costs.forward_flops(config, length, length, num_logits=1)
+    hit = costs.forward_flops(config, computed, length, num_logits=1)
+    per_reused = (hit - costs.forward_flops(config, computed, computed, num_logits=1)) / (length - computed)
+    assert 0.93 < 1 - hit / miss < 0.95
+    assert 0.005 < per_reused / (miss / length) < 0.02

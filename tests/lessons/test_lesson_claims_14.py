@@ -1,14 +1,16 @@
 """Lesson 14's printed numbers that are not timings, recomputed independently.
 
 The lesson runs SmolLM2; who runs in which step of a trace does not depend on the model when every
-answer has a fixed length (the stop token is ignored), so the schedules are checked on the tiny
-model, and once on SmolLM2 to show they match. The figures on paper are recomputed here from the
+answer has a fixed length (the stop token is ignored), so the schedules (the counts the lesson leads
+with: steps, sequences and tokens per step) are checked on the tiny model, and once on SmolLM2 to
+show they match. The figures on paper are recomputed here from the
 cost model's formulas and the spec-sheet numbers, without the simulator.
 """
 
 from __future__ import annotations
 
 import copy
+import math
 
 import pytest
 import torch
@@ -17,18 +19,14 @@ from factories import make_tiny_model
 from kvcourse.kernels import (
     EXAMPLE_13B,
     MODEL_CONFIGS,
-    EngineConfig,
-    LLMEngine,
     PagingReplay,
     ReservationReplay,
-    TraceServer,
     Transformer,
     costs,
-    reservation_start_steps,
-    serve_interleaved,
     trace_prompts,
     workload,
 )
+from kvcourse.kernels.measure import stream
 from kvcourse.simulators.hardware import HARDWARE, kv_budget_on_card
 from kvcourse.simulators.throughput import Throughput, ThroughputConfig, max_batch
 
@@ -39,8 +37,8 @@ SCALE, BLOCK_SIZE = 1 / 32, 16
 
 
 def lesson_trace(num_requests: int) -> list[workload.TraceRequest]:
-    """The lesson's trace: lesson 09's, lengths scaled down 32 times, arrivals 32 times as often."""
-    return workload.request_trace(workload.LESSON_TRACE.shrunk(SCALE, num_requests))
+    """The lesson's stream: lesson 09's trace, lengths scaled down 32 times, two arrivals per step."""
+    return workload.request_trace(workload.lesson_stream(num_requests))
 
 
 def test_smollm2_reads_its_weights_once_per_step():
@@ -70,20 +68,19 @@ def tiny() -> Transformer:
 
 
 def _serve_both(model, trace, prompts):
-    """The lesson's two servers, stepped in turn as the lesson steps them."""
-    slots = round(workload.LESSON_POOL_SLOTS * SCALE)
-    roomy = sum(-(-r.final_len // BLOCK_SIZE) for r in trace)
-    paged_engine = LLMEngine(model, EngineConfig(block_size=BLOCK_SIZE, num_blocks=slots // BLOCK_SIZE))
-    reserving_engine = LLMEngine(model, EngineConfig(block_size=BLOCK_SIZE, num_blocks=roomy))
-    return serve_interleaved([TraceServer(paged_engine, trace, prompts),
-                              TraceServer(reserving_engine, trace, prompts, reservation_start_steps(trace, slots))])
+    """The lesson's two servers, stepped in turn as the lesson steps them (one round)."""
+    served = stream.serve_both(model, trace, prompts, round(workload.LESSON_POOL_SLOTS * SCALE) // BLOCK_SIZE,
+                               BLOCK_SIZE)
+    return served.paged, served.reserved
 
 
-@pytest.mark.parametrize("num_requests", [24, 40])  # the quick path and the full one
+@pytest.mark.parametrize("num_requests", [40, 64])  # the quick path and the full one
 def test_the_trace_on_the_engine_paging_against_reservation(tiny, num_requests):
     trace = lesson_trace(num_requests)
     summary = workload.trace_summary(trace)
     assert summary["num_requests"] == num_requests and summary["share_ending_early"] > 0.9
+    assert summary["last_arrival_step"] >= 15  # a stream over many steps, not a burst
+    assert 13 < 2.0 * summary["mean_answer"] < 24  # Little's law: more than reservation holds, less than paging
     assert max(r.max_len for r in trace) <= 512  # every reservation fits the 32-block pool
     paged, reserved = _serve_both(tiny, trace, trace_prompts(trace, list(range(3, 90))))
     by_reservation = ReservationReplay(trace, 512).run()
@@ -95,6 +92,7 @@ def test_the_trace_on_the_engine_paging_against_reservation(tiny, num_requests):
     # the lesson's expect: more sequences per step, fewer steps, the same tokens
     assert paged.mean_batch > reserved.mean_batch and paged.num_steps < reserved.num_steps
     assert paged.num_tokens == reserved.num_tokens == sum(r.num_output_tokens for r in trace)
+    assert paged.max_batch == 24 and paged.num_tokens / paged.num_steps > 1.2 * reserved.num_tokens / reserved.num_steps
 
 
 def _by_hand(card: str, config, context: int = 4096) -> dict:
@@ -102,16 +100,17 @@ def _by_hand(card: str, config, context: int = 4096) -> dict:
     bandwidth, flops = hw.bandwidth_gbs * 1e9, hw.tflops * 1e12
     weights = costs.weight_bytes_read_per_pass(config, 2)
     per_seq_kv = 2 * config.num_layers * config.num_kv_heads * config.head_dim * 2 * context
-    kv_budget = round(hw.memory_gb * 1e9 - costs.weight_bytes(config, 2))
-    fit = (kv_budget // (per_seq_kv // context * BLOCK_SIZE)) // -(-context // BLOCK_SIZE)
+    kv_budget = round(hw.memory_gib * 2**30 - costs.weight_bytes(config, 2))
+    fit = (kv_budget // (per_seq_kv // context * BLOCK_SIZE)) // math.ceil(context / BLOCK_SIZE)
     step = (weights + fit * per_seq_kv) / bandwidth  # memory-bound: the reads set the step
     assert fit * costs.forward_flops(config, 1, context, num_logits=1) / flops < step
+    weights_only_ridge = math.ceil(weights / bandwidth / (costs.decode_step_flops(config, 1, 1) / flops))
     return {"weights": weights, "batch_1_s": (weights + per_seq_kv) / bandwidth, "fit": fit,
-            "best": fit / step, "per_user": 1 / step}
+            "best": fit / step, "per_user": 1 / step, "ridge": weights_only_ridge}
 
 
-@pytest.mark.parametrize("card, name, fit, ridge", [("H100 SXM", "llama-2-13b", 16, 299),
-                                                     ("H200 SXM", "smollm2-135m", 1491, 210)])
+@pytest.mark.parametrize("card, name, fit, ridge", [("H100 SXM", "llama-2-13b", 17, 296),
+                                                     ("H200 SXM", "smollm2-135m", 1601, 207)])
 def test_the_cards_on_paper(card, name, fit, ridge):
     config, hw = MODEL_CONFIGS[name], HARDWARE[card]
     sim = Throughput(ThroughputConfig(name, 2, hw.bandwidth_gbs, hw.tflops, kv_budget_on_card(hw, config), 4096))
@@ -120,7 +119,9 @@ def test_the_cards_on_paper(card, name, fit, ridge):
     assert sim.memory_seconds(1) == pytest.approx(hand["batch_1_s"])
     assert sim.best_tokens_per_second == pytest.approx(hand["best"])
     assert 1 / sim.step_seconds(sim.max_batch) == pytest.approx(hand["per_user"])
-    assert costs.compute_bound_batch(config, 1, hw.tflops * 1e12, hw.bandwidth_gbs * 1e9, 2) == ridge
+    assert hand["ridge"] == ridge  # the lesson's "counting the weights alone": K/V free, one token of context
+    # with one token of K/V counted the ridge moves a little later (299 for the 13B model on an H100)
+    assert costs.compute_bound_batch(config, 1, hw.tflops * 1e12, hw.bandwidth_gbs * 1e9, 2) > ridge
     assert sim.ridge_batch is None  # at 4,096 tokens the K/V reads keep every batch memory-bound
     assert fit < ridge or name == "smollm2-135m"  # the 13B model's memory caps the batch far below the ridge
 
@@ -143,9 +144,27 @@ def test_smollm2_weight_tensors_match_the_cost_model(real_model, dtype, bytes_pe
 @pytest.mark.slow
 def test_on_smollm2_the_trace_runs_the_same_batches_as_on_the_tiny_model(real_model, smol_model, tiny):
     tokenizer, model = real_model[1], smol_model
-    trace = lesson_trace(24)
+    trace = lesson_trace(40)
     ids = tokenizer(" ".join(["The memory a server saves becomes more users."] * 4))["input_ids"]
     real = _serve_both(model, trace, trace_prompts(trace, ids))
     small = _serve_both(tiny, trace, trace_prompts(trace, list(range(3, 90))))
     for a, b in zip(real, small):
         assert a.batch_per_step == b.batch_per_step and a.num_tokens == b.num_tokens
+
+
+def test_a_quarter_of_the_memory_per_conversation_shorter_or_shared():
+    # lesson 14's cell after "Three things" and exercise 2: 13B on an H100, 4,096-token conversations
+    config, hw = MODEL_CONFIGS["llama-2-13b"], HARDWARE["H100 SXM"]
+    bandwidth, weights, per_token = hw.bandwidth_gbs * 1e9, costs.weight_bytes_read_per_pass(config, 2), 819_200
+    blocks = (80 * 2**30 - costs.weight_bytes(config, 2)) // (per_token * BLOCK_SIZE)
+    long_fit, quarter_fit = blocks // (4096 // BLOCK_SIZE), blocks // (1024 // BLOCK_SIZE)
+    assert (long_fit, quarter_fit) == (17, 71)
+    base = long_fit / ((weights + long_fit * 4096 * per_token) / bandwidth)
+    shorter = quarter_fit / ((weights + quarter_fit * 1024 * per_token) / bandwidth) / base
+    shared = quarter_fit / ((weights + quarter_fit * 4096 * per_token) / bandwidth) / base  # each reads all 4,096
+    assert round(shorter, 2) == 4.05 and round(shared, 2) == 1.31  # 4.2x the conversations either way
+    sim = Throughput(ThroughputConfig("llama-2-13b", 2, hw.bandwidth_gbs, hw.tflops, kv_budget_on_card(hw, config), 4096))
+    quarter = Throughput(ThroughputConfig("llama-2-13b", 2, hw.bandwidth_gbs, hw.tflops, sim.config.kv_budget_gb, 1024))
+    assert quarter.max_batch == quarter_fit
+    assert quarter.best_tokens_per_second / sim.best_tokens_per_second == pytest.approx(shorter)
+    assert quarter_fit / sim.step_seconds(quarter_fit) / sim.best_tokens_per_second == pytest.approx(shared)

@@ -23,6 +23,7 @@ from kvcourse.kernels import (
     Transformer,
     costs,
 )
+from kvcourse.kernels.measure import prefill, windows
 from kvcourse.simulators.context_window import (
     MEMORY,
     MODEL,
@@ -66,7 +67,7 @@ def test_the_window_the_lesson_prints_is_the_engines_admission_limit(real_model,
     assert served.refusal is None and served.finish_reasons == ("length",) and len(prompt) + len(served.tokens) == window
     assert refused.refusal == (f"a sequence of {window + 1} tokens needs {window // BLOCK_SIZE + 1} blocks of 16, "
                                f"but the whole KV pool holds {window // BLOCK_SIZE}: it could never fit, even alone")
-    sim = ContextWindowView(card_gb=budget.total_bytes / 1e9, model="smollm2-135m", bytes_per_value=bytes_per_value,
+    sim = ContextWindowView(card_gib=budget.total_bytes / 2**30, model="smollm2-135m", bytes_per_value=bytes_per_value,
                             block_size=BLOCK_SIZE)
     assert sim.model.window == window and sim.model.budget == budget  # the preset's shape is SmolLM2's
 
@@ -75,35 +76,37 @@ def test_one_user_on_real_cards_by_hand():
     def by_hand(name, gb):
         shape = MODEL_CONFIGS[name]
         per_token = 2 * shape.num_layers * shape.num_kv_heads * shape.head_dim * 2
-        spare = gb * 10**9 - costs.num_parameters(shape) * 2
+        spare = gb * 2**30 - costs.num_parameters(shape) * 2  # a card sold as "80 GB" holds 80 GiB
         return spare // (per_token * 16) * 16 if spare > 0 else 0
 
-    for name in ("llama-2-7b", "llama-2-13b", "llama-3-8b", "mistral-7b", "qwen2.5-7b", "llama-3-70b"):
-        for gb in (24, 40, 80, 141):
-            spare = gb * 10**9 - costs.weight_bytes(MODEL_CONFIGS[name], 2)
-            lesson = costs.context_window(MODEL_CONFIGS[name], spare, 2, block_size=16) if spare > 0 else 0
-            assert lesson == by_hand(name, gb), (name, gb)
-    assert by_hand("llama-3-8b", 80) == 487_808 and by_hand("llama-2-13b", 24) == 0 and by_hand("llama-3-70b", 141) == 0
+    names, cards = ["llama-2-7b", "llama-2-13b", "llama-3-8b", "mistral-7b", "qwen2.5-7b", "llama-3-70b"], (24, 40, 80, 141)
+    table = windows.one_user_table(names, {f"{gb} GB": gb for gb in cards})  # the lesson's table
+    for name in names:
+        for gb in cards:
+            assert table.loc[name, f"{gb} GB"] == by_hand(name, gb), (name, gb)
+    assert by_hand("llama-3-8b", 80) == 532_816 and by_hand("llama-2-13b", 24) == 0
+    # 141 GiB is 151.4e9 bytes: llama-3-70b's 141.1e9 bytes of 16-bit weights fit the H200 alone, barely
+    assert by_hand("llama-3-70b", 141) == 31_392 and by_hand("llama-3-70b", 80) == 0
     # every model that fits reads fewer tokens than one user's memory allows
-    assert all(by_hand(n, gb) > MODEL_CONFIGS[n].max_position_embeddings
-               for n in ("llama-2-7b", "llama-3-8b", "mistral-7b", "qwen2.5-7b") for gb in (24, 40, 80, 141))
+    assert all(by_hand(n, gb) > MODEL_CONFIGS[n].max_position_embeddings or by_hand(n, gb) == 0
+               for n in names for gb in cards)
 
 
 def test_many_users_of_qwen_with_half_of_each_conversation_shared():
     shape = MODEL_CONFIGS["qwen2.5-7b"]
-    blocks = (80 * 10**9 - costs.weight_bytes(shape, 2)) // (57_344 * 16)
-    assert blocks == 70_592
-    assert (blocks // 64) * 16 == 17_648 and (blocks // 512) * 16 == 2_192
+    blocks = (80 * 2**30 - costs.weight_bytes(shape, 2)) // (57_344 * 16)
+    assert blocks == 77_022
+    assert (blocks // 64) * 16 == 19_248 and (blocks // 512) * 16 == 2_400
     # half shared, 64 users: k blocks each need k // 2 shared blocks + 64 x the rest (k even: k / 2 own)
     k = max(k for k in range(2, 5000, 2) if k // 2 + 64 * (k - k // 2) <= blocks)
-    assert k * 16 == 34_752
+    assert k * 16 == 37_888
     for users, alone, shared, limit in ((1, 131_072, 131_072, MODEL), (8, 131_072, 131_072, MODEL),
-                                        (64, 17_648, 34_752, MEMORY), (512, 2_192, 4_384, MEMORY)):
+                                        (64, 19_248, 37_888, MEMORY), (512, 2_400, 4_800, MEMORY)):
         a = ContextWindow(ContextWindowConfig(80.0, "qwen2.5-7b", 2, users, 0.0, 16))
         s = ContextWindow(ContextWindowConfig(80.0, "qwen2.5-7b", 2, users, 50.0, 16))
         assert (a.window, s.window, a.limit, s.limit) == (alone, shared, limit, limit)
-    int8 = (80 * 10**9 - costs.weight_bytes(shape, 2)) // ((2 * 28 * 4 * (128 + 4)) * 16)  # scales counted
-    assert round(max(k for k in range(2, 20_000, 2) if k // 2 + 64 * (k // 2) <= int8) * 16 / 17_648, 1) == 3.8
+    int8 = (80 * 2**30 - costs.weight_bytes(shape, 2)) // ((2 * 28 * 4 * (128 + 4)) * 16)  # scales counted
+    assert round(max(k for k in range(2, 20_000, 2) if k // 2 + 64 * (k // 2) <= int8) * 16 / 19_248, 1) == 3.8
 
 
 def test_prefill_flops_grow_faster_than_the_prompt_and_attention_with_its_square():
@@ -123,7 +126,17 @@ def test_prefill_flops_grow_faster_than_the_prompt_and_attention_with_its_square
 
 def test_the_exercises_answers():
     assert costs.context_window(SMOL, 200 * 46_080, 4, block_size=128) == 128
-    for percent, bpv, users in ((0.0, 2, 16), (50.0, 2, 32), (50.0, 1, 69)):
+    for percent, bpv, users in ((0.0, 2, 18), (50.0, 2, 35), (50.0, 1, 75)):  # 141 GiB
         fit = [u for u in range(1, 200)
                if ContextWindow(ContextWindowConfig(141.0, "qwen2.5-7b", bpv, u, percent, 16)).window >= 131_072]
         assert max(fit) == users
+
+
+def test_the_prefill_tables_split_and_the_fastest_round():
+    split = prefill.flops_split(SMOL, [128, 8192])
+    total = split.sum(axis=1)
+    assert total[8192] * 1e9 == pytest.approx(costs.forward_flops(SMOL, 8192, 8192, 1))
+    assert 0.5 < split.loc[8192, "attention (grows with the square)"] / total[8192] < 0.6
+    rounds = [{128: (0.2, 0.05), 512: (1.0, 0.06)}, {128: (0.1, 0.07), 512: (1.5, 0.04)}]
+    table = prefill.prefill_table(rounds, SMOL)
+    assert list(table["prefill s"]) == [0.1, 1.0] and list(table["next token ms"]) == [50.0, 40.0]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 
+import numpy as np
 import pytest
 import torch
 
@@ -26,6 +27,7 @@ from kvcourse.kernels import (
     next_token_agreement,
     regroup_kv_heads,
 )
+from kvcourse.kernels.measure.sinks import attention_to_key
 from kvcourse.simulators.qkv import attend_one, record_qkv
 from kvcourse.simulators.shrink import Shrink, ShrinkConfig
 
@@ -138,10 +140,24 @@ def test_16_the_last_token_s_attention_on_token_0_recomputed_with_torch(lesson, 
         shares.append(weights[:, 0])
     mean = torch.stack(shares).mean().item()
     last = len(sequence) - 1
-    lesson_mean = sum(attend_one(qkv.q[i, h, last], qkv.k[i, qkv.kv_head(h)], qkv.v[i, qkv.kv_head(h)], last).weights[0]
-                      for i in range(qkv.num_layers) for h in range(qkv.num_heads)) / (qkv.num_layers * qkv.num_heads)
-    assert lesson_mean == pytest.approx(mean, abs=1e-4)
+    on_first = attention_to_key(qkv.q, qkv.k, query=last, key=0)  # the lesson's figure, every layer and head
+    assert on_first.shape == (qkv.num_layers, qkv.num_heads)
+    assert float(on_first.mean()) == pytest.approx(mean, abs=1e-4)
+    for i, h in ((0, 0), (7, 4), (qkv.num_layers - 1, qkv.num_heads - 1)):  # lesson 04's one-query attention agrees
+        one = attend_one(qkv.q[i, h, last], qkv.k[i, qkv.kv_head(h)], qkv.v[i, qkv.kv_head(h)], last).weights[0]
+        assert float(on_first[i, h]) == pytest.approx(float(one), abs=1e-5)
     assert mean > 10 / len(sequence)  # far more than an even share: token 0 is an attention sink
+
+
+def test_16_attention_to_key_is_causal_softmax_attention_with_grouped_heads():
+    rng = np.random.default_rng(0)
+    q, k = rng.normal(size=(2, 6, 5, 8)), rng.normal(size=(2, 2, 5, 8))  # 6 query heads share 2 KV heads
+    weights = attention_to_key(q, k, query=3, key=1)
+    by_hand = np.exp(q[1, 4, 3] @ k[1, 1, :4].T / np.sqrt(8))  # query head 4 reads KV head 4 // 3 = 1
+    assert weights[1, 4] == pytest.approx(by_hand[1] / by_hand.sum())
+    assert sum(attention_to_key(q, k, query=3, key=j) for j in range(4)) == pytest.approx(np.ones((2, 6)))
+    with pytest.raises(ValueError):
+        attention_to_key(q, k, query=3, key=4)  # a later key is masked: never asked for
 
 
 @pytest.mark.slow

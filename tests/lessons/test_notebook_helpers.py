@@ -75,8 +75,55 @@ def test_guess_in_another_unit_is_converted():
 def test_a_bad_guess_is_asked_again_then_skipped(capsys):
     predict("t.count", "How many?", unit="tokens", read=_answers("lots", "3 GB", ""))
     out = capsys.readouterr().out
-    assert out.count("Could not read that") == 2 and "No guess this time" in out
+    assert out.count("Could not read that answer") == 2 and "No guess this time" in out
     assert "t.count" not in notebook.saved_predictions()
+
+
+def test_a_negative_guess_is_refused_and_asked_again(capsys):
+    prompts: list[str] = []
+    answers = iter(["-5 sequences", "300"])
+
+    def read(prompt: str) -> str:
+        prompts.append(prompt)
+        return next(answers)
+
+    predict("t.seqs", "How many sequences?", unit="sequences", read=read)
+    out = capsys.readouterr().out
+    assert "Could not use that answer: -5 sequences is below zero" in out and "Locked in: 300 sequences" in out
+    assert notebook.saved_predictions()["t.seqs"]["guess"] == 300.0
+    assert prompts[0] == "Type a number of sequences and press Enter (Enter alone skips): "
+    assert parse_guess("-5", "x", allow_negative=True) == -5.0
+
+
+def test_approximate_markers_are_read():
+    for text in ("about 250", "~250", "~ 250", "roughly 250", "About 250 MB", "≈250", "approximately 250"):
+        assert parse_guess(text, "MB") == 250.0, text
+    assert parse_guess("around 3 GB", "MB") == pytest.approx(3000.0)
+
+
+def test_the_prompt_says_what_to_type(capsys):
+    seen: list[str] = []
+    for unit in ("x", "%", "MB", "tokens", ""):
+        predict(f"t.{unit}", "?", unit=unit, read=lambda prompt: seen.append(prompt) or "")
+    assert all(prompt.startswith("Type ") and "press Enter" in prompt for prompt in seen), seen
+    assert "in x" not in seen[0] and "4x" in seen[0]
+    assert "in MB" in seen[2] and "GB" in seen[2]
+    predict("t.letter", "?", kind="choice", options=["a", "b"], read=lambda prompt: seen.append(prompt) or "")
+    assert seen[-1].startswith("Type one letter (a, b)")
+
+
+def test_reveal_against_a_zero_guess_says_more_or_less(capsys):
+    predict("t.zero", "?", unit="tokens", read=_answers("0"))
+    reveal("t.zero", 12)
+    out = capsys.readouterr().out
+    assert "12 tokens more than your guess" in out and "Off by" not in out
+
+
+def test_choice_reveal_speaks_plainly(capsys):
+    predict("t.pick", "?", kind="choice", options=["up", "down"], read=_answers("a"))
+    reveal("t.pick", "down")
+    out = capsys.readouterr().out
+    assert "not this time" not in out and "Not quite: the measurement differs from your guess" in out
 
 
 def test_choice_prediction_and_reveal(capsys):
@@ -84,7 +131,7 @@ def test_choice_prediction_and_reveal(capsys):
     predict("t.choice", "Double the length?", kind="choice", options=options, read=_answers("z", "(c)"))
     assert notebook.saved_predictions()["t.choice"]["guess"] == "it quadruples"
     reveal("t.choice", "it quadruples")
-    assert "right" in capsys.readouterr().out
+    assert "Right: that is what you predicted" in capsys.readouterr().out
     with pytest.raises(ValueError, match="options"):
         predict("t.bad", "?", kind="choice")
     with pytest.raises(ValueError, match="kind"):

@@ -145,3 +145,26 @@ def test_damaged_progress_file_is_set_aside(progress_in_tmp):
     progress.record("07", "main_cost", True)
     assert [p.read_text() for p in progress_in_tmp.parent.glob("progress.damaged-*.json")] == ["{not json"]
     assert Progress().passed("07") == {"main_cost"}
+
+
+def test_questions_have_human_titles_and_one_look_for_feedback():
+    from kvcourse import feedback
+
+    view = quick_check("14")
+    total = len(view.items)
+    for number, item in enumerate(view.items, start=1):
+        title = item.prompt.value.split("<br>")[0]
+        assert title.startswith(f"<b>Question {number} of {total}</b>")
+        assert f'<span style="display:none">{item.question.id}</span>' in title  # the id, out of sight
+    assert "kv-quiz" in view._dom_classes and ".widget-radio-box label" in view.children[0].value
+    item = _item(view, "why_batch")
+    item.input.value = next(k for k in item.question.option_keys if k != item.question.correct)
+    item.check_button.click()
+    assert feedback.ERROR_COLOUR in item.feedback.value
+    item.input.value = item.question.correct
+    item.check_button.click()
+    assert feedback.SUCCESS_COLOUR in item.feedback.value
+    numeric = next(i for i in view.items if i.question.kind.value == "numeric")
+    numeric.input.value = "lots"
+    numeric.check_button.click()
+    assert feedback.ERROR_COLOUR in numeric.feedback.value and "Could not read" in numeric.feedback.value

@@ -32,6 +32,7 @@ from kvcourse.kernels import (
     trace_prompts,
     workload,
 )
+from kvcourse.kernels.measure import stream
 from kvcourse.simulators.paging import PagingConfig, PagingSim
 from kvcourse.syllabus import REPO_ROOT
 
@@ -118,7 +119,7 @@ def test_lesson_14_s_replay_exercise_prints_what_its_engine_served():
     snippets: list[str] = []  # the exercise's solution code, as solution() receives it
     names = dict(quick=True, tokenizer=tokenizer, model=model, LLMEngine=LLMEngine, EngineConfig=EngineConfig,
                  TraceServer=TraceServer, serve_interleaved=serve_interleaved, trace_prompts=trace_prompts,
-                 reservation_start_steps=reservation_start_steps,
+                 reservation_start_steps=reservation_start_steps, stream=stream,
                  solution=lambda *a, code="", **k: snippets.append(code))
     namespace, printed = run_cells("14", "\n".join(setup), "14-14", "14-15", "14-27", **names)
     assert len(snippets) == 1 and "PagingReplay(t, pool_blocks, block_size)" in snippets[0]
@@ -127,6 +128,6 @@ def test_lesson_14_s_replay_exercise_prints_what_its_engine_served():
     paged, reserved = namespace["paged"], namespace["reserved"]
     served = next(line for line in exercise.splitlines() if line.startswith("limit as served"))
     assert served == f"limit as served: reservation {reserved.mean_batch:.1f}, paging {paged.mean_batch:.1f} per step"
-    assert f"{paged.mean_batch:4.1f} sequences per step" in printed
+    assert "what the engine counted: paging made" in printed
     replay = PagingReplay(namespace["trace"], namespace["pool_blocks"], namespace["block_size"]).run()
     assert replay.running_per_step == paged.batch_per_step and replay.mean_running == paged.mean_batch

@@ -140,8 +140,9 @@ def test_view_steps_to_the_end_and_shows_the_cache_freed():
     view.step_button.click()
     assert "freed" in view.message.value and view.model.bytes_held == 0
     assert all(bar.get_height() == 0 for bar in view.axes[1].patches)
-    view.step_button.click()  # one click too many: a message, not a traceback
-    assert view.error is not None and "Reset" in view.message.value
+    view.step_button.click()  # one click too many: information (nothing typed was wrong), not a traceback
+    assert view.error is None and "Reset" in view.message.value
+    assert "Check the input" not in view.message.value and "color" not in view.message.value
     view.reset_button.click()
     assert view.error is None and "Step 1 of 2" in view.message.value
 

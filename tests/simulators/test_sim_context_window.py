@@ -41,8 +41,8 @@ from kvcourse.simulators.hardware import GPU_PRESETS
 pytestmark = pytest.mark.usefixtures("one_cpu_thread")  # tiny models: one thread
 
 
-def _sim(card_gb=80.0, model="llama-3-8b", **kw) -> ContextWindow:
-    return ContextWindow(ContextWindowConfig(card_gb, model, **kw))
+def _sim(card_gib=80.0, model="llama-3-8b", **kw) -> ContextWindow:
+    return ContextWindow(ContextWindowConfig(card_gib, model, **kw))
 
 
 def _text(view) -> str:
@@ -53,12 +53,12 @@ def _text(view) -> str:
 def test_one_user_is_the_cost_models_window_on_every_card_and_model():
     for name, shape in MODEL_CONFIGS.items():
         for gpu, gb in GPU_PRESETS.items():
-            free = round(gb * 1e9) - costs.weight_bytes(shape, 2)
+            free = round(gb * 2**30) - costs.weight_bytes(shape, 2)
             if free < costs.kv_bytes_per_token(shape, 2) * 16:
                 continue
             sim = _sim(gb, name)
             assert sim.memory_window == costs.context_window(shape, free, 2, block_size=16), (name, gpu)
-            assert sim.num_blocks == num_blocks_for_budget(shape, MemoryBudget.for_model(shape, round(gb * 1e9)), 16)
+            assert sim.num_blocks == num_blocks_for_budget(shape, MemoryBudget.for_model(shape, round(gb * 2**30)), 16)
             assert sim.window == min(sim.memory_window, shape.max_position_embeddings)
 
 
@@ -66,11 +66,14 @@ def test_llama_3_8b_on_an_80_gb_card_by_hand():
     sim = _sim()
     weights = 8_030_261_248 * 2  # Meta-Llama-3-8B's parameters, 16-bit
     assert sim.budget.weight_bytes == weights and sim.bytes_per_token == 2 * 32 * 8 * 128 * 2 == 131_072
-    assert sim.num_blocks == (80 * 10**9 - weights) // (131_072 * 16) == 30_488
-    assert sim.memory_window == 30_488 * 16  # one user: the whole pool
+    # 80 GiB = 85,899,345,920 bytes; 69,838,823,424 left = 33,301 blocks of 16 x 131,072 bytes
+    assert sim.num_blocks == (80 * 2**30 - weights) // (131_072 * 16) == 33_301
+    assert sim.memory_window == 33_301 * 16  # one user: the whole pool
     assert (sim.window, sim.limit) == (8192, MODEL)  # but the model reads 8,192
-    many = _sim(num_users=64)
-    assert many.window == (30_488 // 64) * 16 == 7616 and many.limit == MEMORY
+    still_model = _sim(num_users=64)  # 520 blocks each = 8,320 tokens: still more than the model reads
+    assert (still_model.window, still_model.limit) == (8192, MODEL)
+    many = _sim(num_users=128)
+    assert many.window == (33_301 // 128) * 16 == 4160 and many.limit == MEMORY
 
 
 def test_a_shared_prefix_is_stored_once_in_whole_blocks():
@@ -111,19 +114,19 @@ def test_the_budget_terms_fill_the_card_and_blocks_waste_less_than_one_per_user(
 def test_step_doubles_the_users_and_reset_restores():
     sim = _sim(num_users=64)
     sim.step()
-    assert sim.num_users == 128 and sim.window == (30_488 // 128) * 16
+    assert sim.num_users == 128 and sim.window == (33_301 // 128) * 16
     sim.reset()
     assert sim.num_users == 64
 
 
 @pytest.mark.parametrize("field, bad, name", [
-    ("card_gb", 0, "Card memory"), ("card_gb", float("nan"), "Card memory"), ("model", "gpt-5", "Model"),
+    ("card_gib", 0, "Card memory"), ("card_gib", float("nan"), "Card memory"), ("model", "gpt-5", "Model"),
     ("bytes_per_value", 3, "Bytes per value"), ("num_users", 0, "Users"), ("num_users", 2.5, "Users"),
     ("shared_percent", -1.0, "Shared prefix"), ("shared_percent", 101.0, "Shared prefix"),
-    ("block_size", 0, "Block size"), ("card_gb", 12.0, "nothing is left"),
+    ("block_size", 0, "Block size"), ("card_gib", 12.0, "nothing is left"),
 ])
 def test_invalid_inputs_name_the_control(field, bad, name):
-    values = dict(card_gb=80.0, model="llama-3-8b", bytes_per_value=2, num_users=1, shared_percent=0.0, block_size=16)
+    values = dict(card_gib=80.0, model="llama-3-8b", bytes_per_value=2, num_users=1, shared_percent=0.0, block_size=16)
     values[field] = bad
     with pytest.raises(InvalidInput, match=name):
         ContextWindowConfig(**values)
@@ -138,7 +141,7 @@ def tiny() -> Transformer:
 def _tiny_card(model: Transformer, room_tokens: int, block_size: int, **kw) -> ContextWindow:
     config = model.config
     total = costs.weight_bytes(config, 4) + room_tokens * costs.kv_bytes_per_token(config, 4)
-    return ContextWindow(ContextWindowConfig(total / 1e9, "custom", 4, block_size=block_size, model_config=config, **kw))
+    return ContextWindow(ContextWindowConfig(total / 2**30, "custom", 4, block_size=block_size, model_config=config, **kw))
 
 
 @pytest.mark.parametrize("room_tokens, block_size", [(200, 16), (208, 16), (100, 1), (130, 64)])
@@ -193,7 +196,7 @@ def test_view_starts_on_an_h100_where_the_model_not_memory_sets_one_users_window
     view = ContextWindowView()
     assert view.error is None and shows_png(view)
     text = _text(view)
-    assert "30,488 blocks of 16 tokens" in text and "set by the model's trained length" in text
+    assert "33,301 blocks of 16 tokens" in text and "set by the positions the model's config declares" in text
     card_ax, curve_ax = view.axes
     assert "1 user at 8,192 tokens:" in card_ax.get_title() and "half the window" in curve_ax.get_title()
 
@@ -201,7 +204,7 @@ def test_view_starts_on_an_h100_where_the_model_not_memory_sets_one_users_window
 def test_view_every_control_redraws_and_changes_the_status():
     view = ContextWindowView(num_users=64)
     assert_each_control_redraws(view, {
-        "gpu": "H200", "card_gb": 100.0, "model": "qwen2.5-7b", "bytes_per_value": 1, "num_users": 256,
+        "gpu": "H200", "card_gib": 100.0, "model": "qwen2.5-7b", "bytes_per_value": 1, "num_users": 256,
         "shared_percent": 25.0, "block_size": 64,
     })
     assert view.controls["gpu"].value == CUSTOM  # a typed size is no longer the preset's
@@ -212,7 +215,7 @@ def test_view_every_control_redraws_and_changes_the_status():
     assert view.controls["num_users"].value == 64 and view.controls["gpu"].value == "H100 80GB"
 
 
-@pytest.mark.parametrize("name, bad", [("card_gb", -1.0), ("card_gb", 10.0), ("num_users", 0),
+@pytest.mark.parametrize("name, bad", [("card_gib", -1.0), ("card_gib", 10.0), ("num_users", 0),
                                        ("shared_percent", 150.0), ("block_size", 0)])
 def test_view_bad_input_shows_a_message(name, bad):
     assert_bad_input_is_shown(ContextWindowView(), name, bad)

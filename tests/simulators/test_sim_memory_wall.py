@@ -41,16 +41,16 @@ from kvcourse.simulators.memory_wall import (
 pytestmark = pytest.mark.usefixtures("one_cpu_thread")  # tiny models: one thread
 
 
-def _wall(card_gb=80.0, model="llama-2-13b", context_tokens=4096, num_users=16, **kw) -> MemoryWall:
-    return MemoryWall(MemoryWallConfig(card_gb, model, context_tokens=context_tokens, num_users=num_users, **kw))
+def _wall(card_gib=80.0, model="llama-2-13b", context_tokens=4096, num_users=16, **kw) -> MemoryWall:
+    return MemoryWall(MemoryWallConfig(card_gib, model, context_tokens=context_tokens, num_users=num_users, **kw))
 
 
 # -- the model -----------------------------------------------------------------------------------
 def test_the_80_gb_card_splits_as_the_engine_sizes_its_pool():
     wall = _wall()
-    budget = MemoryBudget.for_model(EXAMPLE_13B, 80 * 10**9, 2)
+    budget = MemoryBudget.for_model(EXAMPLE_13B, 80 * 2**30, 2)
     assert wall.budget == budget and wall.weight_bytes == costs.weight_bytes(EXAMPLE_13B, 2)
-    assert wall.kv_budget_bytes == 80 * 10**9 - wall.weight_bytes
+    assert wall.kv_budget_bytes == 80 * 2**30 - wall.weight_bytes
     assert wall.num_blocks == num_blocks_for_budget(EXAMPLE_13B, budget, 16, 2)
     assert wall.block_bytes == 819_200 * 16 and wall.pool_tokens == wall.num_blocks * 16
     assert wall.bytes_per_user == costs.kv_cache_bytes(EXAMPLE_13B, 4096, 1, 2) == 819_200 * 4096
@@ -59,10 +59,14 @@ def test_the_80_gb_card_splits_as_the_engine_sizes_its_pool():
 def test_users_at_1k_4k_16k_on_an_80_gb_card():
     wall = _wall()
     tokens = costs.max_cached_tokens(EXAMPLE_13B, wall.kv_budget_bytes, 2)  # the cost model, token by token
-    for context, expected in ((1024, 64), (4096, 16), (16384, 4)):
+    # 80 GiB = 85,899,345,920 bytes - 26,031,728,640 of weights = 59,867,617,280 for K and V:
+    # 4,567 blocks of 16 x 819,200 bytes; 64, 256 and 1,024 blocks a user
+    assert wall.num_blocks == 59_867_617_280 // 13_107_200 == 4567
+    for context, expected in ((1024, 71), (4096, 17), (16384, 4)):
         assert wall.users_at(context) == expected == tokens // context  # these contexts are whole blocks
-    assert wall.users_fit == 16 and wall.num_running == 16 and wall.num_waiting == 0
-    assert wall.next_action == Admission.QUEUE  # the 17th user would wait
+    assert wall.users_fit == 17 and wall.num_running == 16 and wall.num_waiting == 0
+    assert wall.next_action == Admission.ADMIT  # the 17th user still fits
+    assert _wall(num_users=17).next_action == Admission.QUEUE  # the 18th would wait
 
 
 def test_partial_blocks_cost_a_whole_block():
@@ -73,49 +77,50 @@ def test_partial_blocks_cost_a_whole_block():
 
 
 def test_step_brings_users_until_they_queue_and_reset_restores():
-    wall = _wall(num_users=14)
+    wall = _wall(num_users=15)
     assert wall.next_action == Admission.ADMIT
     wall.step()
     wall.step()
-    assert (wall.num_users, wall.num_running, wall.num_waiting) == (16, 16, 0)
+    assert (wall.num_users, wall.num_running, wall.num_waiting) == (17, 17, 0)
     wall.step()
-    assert (wall.num_running, wall.num_waiting, wall.next_action) == (16, 1, Admission.QUEUE)
-    assert wall.used_bytes == 16 * 256 * wall.block_bytes <= wall.kv_budget_bytes
-    assert wall.context_each(17) == (wall.num_blocks // 17) * 16 < 4096  # all at once: each cut short
+    assert (wall.num_running, wall.num_waiting, wall.next_action) == (17, 1, Admission.QUEUE)
+    assert wall.used_bytes == 17 * 256 * wall.block_bytes <= wall.kv_budget_bytes
+    assert wall.context_each(18) == (4567 // 18) * 16 == 4048 < 4096  # all at once: each cut short
     wall.reset()
-    assert wall.num_users == 14
+    assert wall.num_users == 15
 
 
 def test_a_conversation_longer_than_the_pool_or_the_model_is_refused():
     too_long_for_the_model = _wall(context_tokens=16384)
     assert too_long_for_the_model.next_action == Admission.REFUSE and "4,096 this model reads" in too_long_for_the_model.refusal
-    too_big_for_the_pool = _wall(card_gb=27.0, model="llama-2-13b", context_tokens=4096)
+    too_big_for_the_pool = _wall(card_gib=27.0, model="llama-2-13b", context_tokens=4096)
     assert too_big_for_the_pool.users_fit == 0 and "even alone" in too_big_for_the_pool.refusal
     assert too_big_for_the_pool.num_running == too_big_for_the_pool.num_waiting == 0
 
 
 def test_a_reserve_and_fewer_bytes_per_value_move_the_wall():
-    assert _wall(reserve_gb=8.0).users_fit == 13  # vLLM's default keeps 10 % of the card back
+    # 8 GB held back (about a tenth of the card, as vLLM's default): 51,867,617,280 bytes = 3,957 blocks
+    assert _wall(reserve_gb=8.0).users_fit == 3957 // 256 == 15
     assert _wall(bytes_per_value=1).users_fit > 2 * _wall().users_fit  # half the weights and half the cache
 
 
 def test_a_shape_of_ones_own_replaces_the_preset():
     config = make_config()
     budget = MemoryBudget.for_model(config, costs.weight_bytes(config, 4) + 1_000_000, 4)
-    wall = MemoryWall(MemoryWallConfig(budget.total_bytes / 1e9, "custom", 4, context_tokens=40, block_size=4,
+    wall = MemoryWall(MemoryWallConfig(budget.total_bytes / 2**30, "custom", 4, context_tokens=40, block_size=4,
                                        model_config=config))
     assert wall.budget == budget and wall.users_fit == users_that_fit(config, budget, 40, 4, 4)
 
 
 @pytest.mark.parametrize("field, bad, name", [
-    ("card_gb", 0, "Card memory"), ("card_gb", float("nan"), "Card memory"), ("model", "gpt-5", "Model"),
+    ("card_gib", 0, "Card memory"), ("card_gib", float("nan"), "Card memory"), ("model", "gpt-5", "Model"),
     ("bytes_per_value", 3, "Bytes per value"), ("reserve_gb", -1.0, "Reserve"),
     ("context_tokens", 0, "Context per user"), ("context_tokens", 2.5, "Context per user"),
     ("num_users", -1, "Users"), ("block_size", 0, "Block size"),
-    ("card_gb", 24.0, "nothing is left"), ("reserve_gb", 60.0, "nothing is left"),
+    ("card_gib", 24.0, "nothing is left"), ("reserve_gb", 60.0, "nothing is left"),
 ])
 def test_invalid_inputs_name_the_control(field, bad, name):
-    values = dict(card_gb=80.0, model="llama-2-13b", bytes_per_value=2, reserve_gb=0.0, context_tokens=4096,
+    values = dict(card_gib=80.0, model="llama-2-13b", bytes_per_value=2, reserve_gb=0.0, context_tokens=4096,
                   num_users=16)
     values[field] = bad
     with pytest.raises(InvalidInput, match=name):
@@ -125,44 +130,46 @@ def test_invalid_inputs_name_the_control(field, bad, name):
 def test_every_preset_model_on_every_card_agrees_with_the_engines_sizing():
     for name, shape in MODEL_CONFIGS.items():
         for gpu, gb in GPU_PRESETS.items():
-            if costs.weight_bytes(shape, 2) >= gb * 1e9:
+            if costs.weight_bytes(shape, 2) >= gb * 2**30:
                 continue
             wall = _wall(gb, name, context_tokens=2048, num_users=0)
-            budget = MemoryBudget.for_model(shape, round(gb * 1e9), 2)
+            budget = MemoryBudget.for_model(shape, round(gb * 2**30), 2)
             assert wall.num_blocks == num_blocks_for_budget(shape, budget, 16, 2), (name, gpu)
             assert wall.users_fit == wall.num_blocks // 128
 
 
 # -- the view ------------------------------------------------------------------------------------
 def test_view_draws_the_box_and_reports_the_wall():
-    view = MemoryWallView("A100 80GB", context_tokens=4096, num_users=16)
+    view = MemoryWallView("A100 80GB", context_tokens=4096, num_users=17)
     assert view.error is None and shows_png(view)
-    assert "26.03 GB of weights" in view.message.value and "16 fit at once" in view.message.value
+    assert "26.03 GB of weights" in view.message.value and "17 fit at once" in view.message.value
+    assert "85.90 GB card" in view.message.value  # 80 GiB
     assert "<b>queue</b>" in view.message.value
     box_ax, curve_ax = view.axes
-    assert "16 users" in box_ax.get_title() and "halve" in curve_ax.get_title()
+    assert "17 users" in box_ax.get_title() and "halve" in curve_ax.get_title()
 
 
 def test_every_control_changes_the_status_and_the_figure_stays():
     view = MemoryWallView("A100 80GB", context_tokens=4096, num_users=4)
     figure, axes = view.figure, list(view.axes)
-    changes = {"card_gb": 60.0, "model": "llama-3-8b", "bytes_per_value": 1, "reserve_gb": 4.0,
+    changes = {"card_gib": 60.0, "model": "llama-3-8b", "bytes_per_value": 1, "reserve_gb": 4.0,
                "context_tokens": 1000, "num_users": 200, "gpu": "H200"}
     assert_each_control_redraws(view, changes)
-    assert view.controls["card_gb"].value == 141.0  # the preset put its memory in the box
+    assert view.controls["card_gib"].value == 141.0  # the preset put its memory in the box
     assert view.figure is figure and view.axes == axes and len(figure.axes) == 2
 
 
 def test_step_adds_a_user_until_the_wall_and_reset_restores():
-    view = MemoryWallView("A100 80GB", context_tokens=4096, num_users=15)
+    view = MemoryWallView("A100 80GB", context_tokens=4096, num_users=16)
     assert "<b>admit</b>" in view.message.value
     view.step_button.click()
-    assert view.model.num_users == 16 and "<b>queue</b>" in view.message.value
+    assert view.model.num_users == 17 and "<b>queue</b>" in view.message.value
+    assert view.values["num_users"] == 17  # the Users box shows the user Step brought
     view.step_button.click()
-    assert "17 at once, each would be cut short at" in view.message.value
+    assert "18 at once, each would be cut short at" in view.message.value
     assert "1 wait" in view.axes[0].get_title()
     view.reset_button.click()
-    assert view.model.num_users == 15 and view.values["num_users"] == 15
+    assert view.model.num_users == 16 and view.values["num_users"] == 16
 
 
 def test_refusal_is_shown_as_the_next_action():
@@ -172,14 +179,14 @@ def test_refusal_is_shown_as_the_next_action():
     assert "<b>refuse</b>" not in view.message.value
 
 
-@pytest.mark.parametrize("name, bad", [("card_gb", -5.0), ("card_gb", 10.0), ("context_tokens", 0),
+@pytest.mark.parametrize("name, bad", [("card_gib", -5.0), ("card_gib", 10.0), ("context_tokens", 0),
                                        ("num_users", -3), ("reserve_gb", 79.0)])
 def test_bad_input_shows_a_message_not_a_traceback(name, bad):
     assert_bad_input_is_shown(MemoryWallView("A100 80GB"), name, bad)
 
 
 def test_a_tiny_card_in_megabytes_draws():
-    view = MemoryWallView(card_gb=0.55, model="smollm2-135m", bytes_per_value=4, context_tokens=62, num_users=6)
+    view = MemoryWallView(card_gib=0.55, model="smollm2-135m", bytes_per_value=4, context_tokens=62, num_users=6)
     assert view.error is None and "MB" in view.axes[0].get_ylabel()
 
 

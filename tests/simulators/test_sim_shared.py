@@ -20,7 +20,7 @@ from kvcourse.simulators.throughput import ThroughputView
 
 # -- one card table ------------------------------------------------------------------------------
 def test_every_card_is_listed_once_and_lesson_14s_boards_are_those_cards():
-    assert {name: card.memory_gb for name, card in CARDS.items()} == GPU_PRESETS
+    assert {name: card.memory_gib for name, card in CARDS.items()} == GPU_PRESETS
     assert set(HARDWARE) == {"A100 80GB SXM", "H100 SXM", "H200 SXM"}
     for board, name in SXM_BOARDS.items():
         assert HARDWARE[board] is CARDS[name] and CARDS[name].bandwidth_gbs and CARDS[name].tflops
@@ -31,30 +31,30 @@ def test_every_card_is_listed_once_and_lesson_14s_boards_are_those_cards():
 def test_regression_a_typed_card_size_turns_the_gpu_preset_to_custom(view_class):
     """Lesson 08's view kept naming an A100 80GB while the box showed 60 GB (lesson 15's did not)."""
     view = view_class("A100 80GB")
-    view.controls["card_gb"].value = 80.0  # the preset's own size: still that card
+    view.controls["card_gib"].value = 80.0  # the preset's own size: still that card
     assert view.values["gpu"] == "A100 80GB"
-    view.controls["card_gb"].value = 60.0
-    assert view.values["gpu"] == CUSTOM and view.model.config.card_gb == 60.0 and view.error is None
+    view.controls["card_gib"].value = 60.0
+    assert view.values["gpu"] == CUSTOM and view.model.config.card_gib == 60.0 and view.error is None
     view.controls["gpu"].value = "H200"  # a card again fills in its memory
-    assert view.values["card_gb"] == 141.0 and view.model.config.card_gb == 141.0
+    assert view.values["card_gib"] == 141.0 and view.model.config.card_gib == 141.0
     view.reset_button.click()
-    assert (view.values["gpu"], view.values["card_gb"]) == ("A100 80GB", 80.0)
+    assert (view.values["gpu"], view.values["card_gib"]) == ("A100 80GB", 80.0)
 
 
 def test_each_change_rebuilds_once_when_a_preset_fills_other_controls():
     view = MemoryWallView("A100 80GB")
     renders = view.num_renders
-    view.controls["gpu"].value = "H200"  # fills card_gb too: one rebuild, not two
+    view.controls["gpu"].value = "H200"  # fills card_gib too: one rebuild, not two
     assert view.num_renders == renders + 1
 
 
 def test_preset_start_names_custom_for_given_figures_and_refuses_unknown_names():
-    preset = Preset("gpu", {"small": {"card_gb": 16.0}, "big": {"card_gb": 80.0}})
-    assert preset.start(None, {"card_gb": None}, "big", "GPU") == ("big", {"card_gb": 80.0})
-    assert preset.start(None, {"card_gb": 24.0}, "big", "GPU") == (CUSTOM, {"card_gb": 24.0})
-    assert preset.start("small", {"card_gb": None}, "big", "GPU") == ("small", {"card_gb": 16.0})
+    preset = Preset("gpu", {"small": {"card_gib": 16.0}, "big": {"card_gib": 80.0}})
+    assert preset.start(None, {"card_gib": None}, "big", "GPU") == ("big", {"card_gib": 80.0})
+    assert preset.start(None, {"card_gib": 24.0}, "big", "GPU") == (CUSTOM, {"card_gib": 24.0})
+    assert preset.start("small", {"card_gib": None}, "big", "GPU") == ("small", {"card_gib": 16.0})
     with pytest.raises(ValueError, match="unknown GPU 'huge'"):
-        preset.start("huge", {"card_gb": None}, "big", "GPU")
+        preset.start("huge", {"card_gib": None}, "big", "GPU")
 
 
 # -- one label style ------------------------------------------------------------------------------
@@ -82,7 +82,7 @@ def test_log_ticks_are_plain_numbers_and_counts_take_their_plural():
 
 # -- enums, not string sentinels ------------------------------------------------------------------
 def test_admission_and_kv_heads_are_enums():
-    full = MemoryWall(MemoryWallConfig(80.0, "llama-2-13b", num_users=16))
+    full = MemoryWall(MemoryWallConfig(80.0, "llama-2-13b", num_users=17))  # 17 fit in 80 GiB
     assert full.next_action is Admission.QUEUE and MemoryWall(MemoryWallConfig(80.0)).next_action is Admission.ADMIT
     assert ShrinkConfig(kv_heads="mqa").kv_heads is KVHeads.MQA  # a typed name becomes the member
     assert str(KVHeads.MHA) == "mha" and f"{Admission.REFUSE}" == "refuse"  # the words a learner reads

@@ -56,14 +56,14 @@ def test_a_step_is_the_longer_of_reading_and_computing_from_the_cost_model():
     assert sim.ridge_batch is None
 
 
-def test_the_h100_holds_16_conversations_of_4096_tokens_of_the_13b_model():
+def test_the_h100_holds_17_conversations_of_4096_tokens_of_the_13b_model():
     sim = _h100_13b()
-    kv_bytes = 80 * 10**9 - costs.weight_bytes(EXAMPLE_13B, 2)
+    kv_bytes = 80 * 2**30 - costs.weight_bytes(EXAMPLE_13B, 2)  # 59,867,617,280: 4,567 blocks, 256 each
     assert sim.config.kv_budget_bytes == kv_bytes
     assert sim.num_blocks == kv_bytes // (819_200 * 16) and sim.blocks_per_sequence == 256
-    assert sim.max_batch == 16 == costs.max_cached_tokens(EXAMPLE_13B, kv_bytes) // 4096
-    assert sim.best_tokens_per_second == pytest.approx(sim.tokens_per_second(16))
-    assert sim.fits and not _h100_13b(batch_size=17).fits
+    assert sim.max_batch == 4567 // 256 == 17 == costs.max_cached_tokens(EXAMPLE_13B, kv_bytes) // 4096
+    assert sim.best_tokens_per_second == pytest.approx(sim.tokens_per_second(17))
+    assert sim.fits and not _h100_13b(batch_size=18).fits
 
 
 def test_overhead_adds_to_every_step_and_a_short_context_reaches_the_ridge():
@@ -93,7 +93,7 @@ def test_a_budget_smaller_than_one_sequence_fits_none():
 
 
 def test_kv_budget_on_card_is_the_memory_the_weights_leave():
-    assert kv_budget_on_card(H100, EXAMPLE_13B) == pytest.approx(80 - costs.weight_bytes(EXAMPLE_13B, 2) / 1e9)
+    assert kv_budget_on_card(H100, EXAMPLE_13B) == pytest.approx(80 * 2**30 / 1e9 - costs.weight_bytes(EXAMPLE_13B, 2) / 1e9)
     assert kv_budget_on_card(HARDWARE["A100 80GB SXM"], MODEL_CONFIGS["llama-2-70b"]) == 0.0
 
 
@@ -118,9 +118,9 @@ def test_view_starts_on_a_card_and_reports_the_cap():
     view = ThroughputView("H100 SXM", model="llama-2-13b", context_tokens=4096, batch_size=8)
     assert view.error is None and shows_png(view)
     assert view.values["kv_budget_gb"] == pytest.approx(round(kv_budget_on_card(H100, EXAMPLE_13B), 2))
-    assert "16 sequences of 4,096 tokens fit" in view.message.value and "memory-bound" in view.message.value
+    assert "17 sequences of 4,096 tokens fit" in view.message.value and "memory-bound" in view.message.value
     rate_ax, time_ax = view.axes
-    assert "caps the batch at 16" in rate_ax.get_title() and "batch 8" in time_ax.get_title()
+    assert "caps the batch at 17" in rate_ax.get_title() and "batch 8" in time_ax.get_title()
 
 
 def test_every_control_changes_the_status_and_the_figure_stays():

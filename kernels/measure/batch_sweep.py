@@ -1,0 +1,58 @@
+"""Decode steps timed at several batch sizes, as a tidy table beside the cost model (lesson 14).
+
+The lesson times one step of every batch size in turn, for a few rounds. On a shared machine a
+step another process interrupts can only be slower, never faster, so the fastest round is the
+estimate and the median is shown beside it as the spread. The roofline columns put each
+measured step beside the longer of its reads and its arithmetic at this CPU's measured rates.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import pandas as pd
+
+from kvcourse.kernels import costs
+from kvcourse.kernels.model.config import ModelConfig
+
+
+def step_table(rounds: list[dict[int, float]], config: ModelConfig, context: int,
+               bytes_per_value: int) -> pd.DataFrame:
+    """One row per batch size: the cost model's bytes and FLOPs, the fastest and median step, tokens/s."""
+    batches = sorted(rounds[0])
+    rows = {}
+    for b in batches:
+        times = [r[b] for r in rounds]
+        rows[b] = {"MB read": costs.decode_step_bytes(config, b, context, bytes_per_value) / 1e6,
+                   "GFLOP": costs.decode_step_flops(config, b, context) / 1e9,
+                   "fastest ms": min(times) * 1e3, "median ms": statistics.median(times) * 1e3,
+                   "tokens/s": b / min(times)}
+    table = pd.DataFrame.from_dict(rows, orient="index").round(2)
+    table.index.name = "batch"
+    return table
+
+
+def with_roofline(table: pd.DataFrame) -> pd.DataFrame:
+    """``table`` plus the rates each step achieved and the roofline's step at the best of them.
+
+    The roofline takes the longer of a step's reads at the most bytes/s any step of the sweep moved
+    and its arithmetic at the most FLOP/s any step did, so no measured step can come out below it:
+    measured / roofline is at least 1, and exactly 1 for the steps that set the two rates.
+    """
+    out = table.copy()
+    seconds = out["fastest ms"] / 1e3
+    out["GB/s achieved"] = out["MB read"] / 1e3 / seconds
+    out["GFLOP/s achieved"] = out["GFLOP"] / seconds
+    reading = out["MB read"] / 1e3 / out["GB/s achieved"].max()
+    computing = out["GFLOP"] / out["GFLOP/s achieved"].max()
+    out["roofline ms"] = pd.concat([reading, computing], axis=1).max(axis=1) * 1e3
+    out["measured / roofline"] = out["fastest ms"] / out["roofline ms"]
+    return out.round(2)
+
+
+def cap_table(caps: dict[int, int], tokens_per_second: dict[int, float]) -> pd.DataFrame:
+    """For each context length: the most sequences the pool holds, and the sweep's tokens/s at that batch."""
+    measured = {c: f"{tokens_per_second[b]:.1f}" if b in tokens_per_second else "not timed" for c, b in caps.items()}
+    table = pd.DataFrame({"most sequences at once = tokens per step": caps, "tokens/s measured at that batch": measured})
+    table.index.name = "tokens each"
+    return table

@@ -1,0 +1,53 @@
+"""The tidy tables lessons 14 and 15 print from their measurements (kvcourse.kernels.measure)."""
+
+from __future__ import annotations
+
+import pytest
+from factories import make_tiny_model
+
+from kvcourse.kernels import MODEL_CONFIGS, costs, trace_prompts, workload
+from kvcourse.kernels.measure import batch_sweep, stream
+from kvcourse.kernels.measure.spread import Spread
+
+SMOL = MODEL_CONFIGS["smollm2-135m"]
+
+
+def test_spread_says_only_what_every_round_agrees_on():
+    assert str(Spread.of([1.2, 1.1, 1.3])) == "min 1.10x, median 1.20x, max 1.30x"
+    assert Spread.of([1.2, 1.1]).verdict("faster") == "faster in every round"
+    assert Spread.of([0.9, 1.1, 1.2]).verdict("faster").startswith("faster in some rounds, not in others")
+    assert Spread.of([0.9, 0.8]).verdict("faster") == "not faster in any round"
+    assert Spread.of([4.3, 4.4]).above(4.24) is True and Spread.of([4.2, 4.3]).above(4.24) is None
+    with pytest.raises(ValueError):
+        Spread.of([])
+
+
+def test_the_sweep_keeps_the_fastest_round_and_the_roofline_matches_its_two_anchors():
+    rounds = [{1: 0.070, 8: 0.150, 32: 0.300}, {1: 0.060, 8: 0.400, 32: 0.310}, {1: 0.065, 8: 0.160, 32: 0.320}]
+    table = batch_sweep.step_table(rounds, SMOL, 20, 4)
+    assert list(table["fastest ms"]) == [60.0, 150.0, 300.0] and list(table["median ms"]) == [65.0, 160.0, 310.0]
+    assert table.loc[32, "tokens/s"] == pytest.approx(32 / 0.3, abs=0.01)
+    roof = batch_sweep.with_roofline(table)
+    assert roof.loc[1, "GB/s achieved"] == pytest.approx(costs.decode_step_bytes(SMOL, 1, 20, 4) / 0.060 / 1e9, rel=1e-3)
+    assert roof.loc[32, "GFLOP/s achieved"] == pytest.approx(costs.decode_step_flops(SMOL, 32, 20) / 0.3 / 1e9, rel=1e-3)
+    assert roof.loc[1, "measured / roofline"] == roof.loc[32, "measured / roofline"] == 1.0  # they set the rates
+    assert roof.loc[8, "measured / roofline"] > 1
+    # a disturbed largest batch cannot put another step below the roofline: the best rate sets it
+    slow_top = batch_sweep.with_roofline(batch_sweep.step_table([{1: 0.06, 16: 0.09, 32: 0.4}], SMOL, 20, 4))
+    assert (slow_top["measured / roofline"] >= 1).all() and slow_top["GFLOP/s achieved"].idxmax() == 16
+    caps = batch_sweep.cap_table({16: 32, 32: 16}, {32: 106.7})
+    assert list(caps.iloc[:, 1]) == ["106.7", "not timed"]
+
+
+def test_the_stream_rounds_count_the_same_batches_and_tokens_every_time():
+    model = make_tiny_model(max_position_embeddings=256)
+    trace = workload.request_trace(workload.lesson_stream(24))
+    prompts = trace_prompts(trace, list(range(3, 90)))
+    first, second = (stream.serve_both(model, trace, prompts, 32, 16) for _ in range(2))
+    assert first.paged.batch_per_step == second.paged.batch_per_step
+    assert first.reserved.batch_per_step == second.reserved.batch_per_step
+    counts = stream.counts_table(first, trace, 32, 16)
+    assert counts.loc["paging", "tokens"] == counts.loc["reservation", "tokens"] == first.paged.num_tokens
+    assert counts.loc["paging", "steps"] < counts.loc["reservation", "steps"]
+    times = stream.rounds_table([first, second])
+    assert list(times.index) == [1, 2] and times.loc[1, "ratio"] == round(first.ratio, 2)
