@@ -76,7 +76,7 @@ def test_start_here_in_the_students_lab(tmp_path):
         asked = run_all_cells(page, answer={"How many tokens": "8", "bits": "about 4"})
         texts = _clean_run(page, asked, num_predictions=2)
         assert re.search(r"Your guess: 4 bits\. Measured: [\d.]+ bits\.", "\n".join(texts)), "no reveal of the bits guess"
-        reveal = next(text for text in texts if "Your guess:" in text)
+        reveal = next(text for text in texts if "Your guess:" in text and "tokens" in text)
         assert re.search(r"Your guess: 8 tokens\. Measured: \d+ tokens\.", reveal), reveal
         toasts = page.locator(".Toastify__toast").all_inner_texts()
         assert not [t for t in toasts if "news" in t.lower()], f"a pop-up: {toasts}"
