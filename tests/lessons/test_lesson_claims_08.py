@@ -13,9 +13,9 @@ import math
 import pytest
 import torch
 
+from kvcourse.exactness import expect_same_answers
 from kvcourse.kernels import EXAMPLE_13B, EngineConfig, LLMEngine, SamplingParams, costs, request_stories
 from kvcourse.kernels.measure.wall_tables import decision_table, story_table
-from kvcourse.same_answers import expect_same_answers
 from kvcourse.simulators.memory_wall import MemoryWall, MemoryWallConfig
 from kvcourse.syllabus import REPO_ROOT
 

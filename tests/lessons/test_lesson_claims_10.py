@@ -172,7 +172,7 @@ def test_match_answers_counts_answers_tokens_and_the_first_difference():
 def test_the_lesson_states_no_block_count_with_the_negated_floor_idiom_and_no_dtype_branch():
     import json
 
-    from kvcourse.same_answers import batching_tolerance
+    from kvcourse.exactness import batching_tolerance
     from kvcourse.syllabus import REPO_ROOT
 
     cells = json.loads((REPO_ROOT / "lessons" / "10_paged_attention.ipynb").read_text())["cells"]

@@ -156,11 +156,11 @@ def test_exactness_helpers_require_equality_in_float32_and_explain_in_16_bits(mo
 
     calls = []
     monkeypatch.setattr(exactness, "expect", lambda ok, sentence: calls.append(bool(ok)))
-    exactness.expect_same_answers(3, 4, torch.float32, "same", why="a batch of four")
-    exactness.expect_same_answers(3, 4, torch.bfloat16, "same", why="a batch of four")
-    exactness.expect_same_answers(4, 4, torch.bfloat16, "same", why="a batch of four")
+    exactness.expect_same_answers(3, 4, torch.float32, claim="same", cause="a batch of four")
+    exactness.expect_same_answers(3, 4, torch.bfloat16, claim="same", cause="a batch of four")
+    exactness.expect_same_answers(4, 4, torch.bfloat16, claim="same", cause="a batch of four")
     assert calls == [False, True]  # float32 must match; a 16-bit mismatch is explained, not expected
-    assert "a batch of four" in capsys.readouterr().out
+    assert "a batch of four" in " ".join(capsys.readouterr().out.split())  # the verdict is wrapped at 100 columns
     exactness.expect_close(5e-4, 15.0, torch.float32, "close")  # under 1e-3
     exactness.expect_close(2e-3, 15.0, torch.float32, "close")
     exactness.expect_close(0.5, 15.0, torch.bfloat16, "close")  # within 5 % of 15
