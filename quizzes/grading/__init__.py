@@ -3,6 +3,8 @@
 nbgrader_export.py writes the course (`kvcourse grade init`, with student_helpers.py in each
 notebook's set-up cell); autograde.py grades a submission: recovery.py finds its answers,
 notebook.py builds the grading notebook (with collector.py), sandbox.py runs it with
-sandbox_runner.py, decide.py gives the points and gradebook.py records and exports them. cli.py
+sandbox_runner.py under the caps of caps.py (enforced by confine.py: cgroups.py where the machine
+allows, else resource limits, entered by enter_caps.py), decide.py gives the points and
+gradebook.py records and exports them. cli.py
 registers `kvcourse grade`. What a learner uses (bank, widget, progress) stays in quizzes/.
 """

@@ -4,8 +4,9 @@ For every student (or one, with --student), from submitted/<student>/<assignment
 1. read the notebook, damaged or not, and find its answer cells (recovery.py);
 2. build a grading notebook: the locked set-up cell, the collector (collector.py), the student's own
    code cells in their order, and after each answer a call that hands the answer over as plain JSON;
-3. run it in a throw-away copy inside a bubblewrap sandbox, with a time limit per cell and a cap on
-   each cell's output (sandbox.py, sandbox_runner.py);
+3. run it in a throw-away copy inside a bubblewrap sandbox, with a time limit per cell, a cap on
+   each cell's output, and caps on memory, processes, CPU and disk (sandbox.py, sandbox_runner.py,
+   caps.py, confine.py); with --jobs N, N submissions at once, each within its own caps;
 4. read the plain values back and decide the points here, with the instructor's own code and the
    right answers computed here (decide.py);
 5. write autograded/<student>/<assignment>/<assignment>.ipynb (verdicts, never hidden cases or right
@@ -15,9 +16,12 @@ A submission that cannot be read at all is reported in one line and marked "not 
 
 from __future__ import annotations
 
+import queue
 import shutil
 import tempfile
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,12 +29,17 @@ import nbformat
 
 from ..bank import load_quiz
 from ..model import Kind
+from .caps import GiB, size_text
+from .confine import available_cores, memory_available
 from .decide import Course, decide, decide_free
 from .gradebook import check_assignment, read_timestamp, save_status, write_gradebook
 from .nbgrader_export import answer_name, lesson_of
 from .notebook import graded_notebook, grading_notebook, limit_notes, read_outputs, read_records
 from .recovery import NotGradable, match_cells, read_cells, shown_student_id, template_cells
 from .sandbox import INSIDE, Limits, preflight, run_submission
+
+_STORE = threading.Lock()  # the gradebook and instructor/status/ are written by one submission at a time
+SPARE_MEMORY = 2 * GiB     # what --jobs leaves the machine beside the memory caps of the submissions at once
 
 
 @dataclass
@@ -77,8 +86,10 @@ def copy_companions(submitted: Path, graded: Path) -> None:
 # -- one student, and the whole command ------------------------------------------------------------
 
 
-def grade_student(course: Course, assignment: str, student: str, limits: Limits, *, sandbox: bool = True) -> Result:
-    """Grade one submission (see the module docstring); never raises for anything in the submission."""
+def grade_student(course: Course, assignment: str, student: str, limits: Limits, *, sandbox: bool = True,
+                  slot: int = 0) -> Result:
+    """Grade one submission (see the module docstring); never raises for anything in the submission.
+    `slot` tells the submissions graded at once apart (--jobs)."""
     start = time.monotonic()
     quiz = load_quiz(lesson_of(assignment))
     source = course.directory / "source" / assignment / f"{assignment}.ipynb"
@@ -94,9 +105,10 @@ def grade_student(course: Course, assignment: str, student: str, limits: Limits,
     def not_graded(reason: str) -> Result:  # scores left empty for a human, never a 0
         result.status, result.reason = "not graded", reason
         shutil.rmtree(graded_dir, ignore_errors=True)
-        write_gradebook(course, assignment, student, timestamp, dict.fromkeys(grade_cells), {})
-        result.seconds = time.monotonic() - start
-        save_status(course, assignment, result)
+        with _STORE:
+            write_gradebook(course, assignment, student, timestamp, dict.fromkeys(grade_cells), {})
+            result.seconds = time.monotonic() - start
+            save_status(course, assignment, result)
         return result
 
     try:
@@ -117,8 +129,8 @@ def grade_student(course: Course, assignment: str, student: str, limits: Limits,
         nb, origin = grading_notebook(sub, template, quiz, course, student, results_file)
         nbformat.write(nb, copy / "grading.ipynb")
         hidden = [course.directory, Path(course.exchange)]
-        run = run_submission(copy, student, limits, hidden, sandbox=sandbox)
-        started = (copy / "out.ipynb").exists()
+        run = run_submission(copy, student, limits, hidden, sandbox=sandbox, slot=slot)
+        started = (copy / "out.ipynb").is_file() and (copy / "out.ipynb").stat().st_size > 0
         records = read_records(copy / "results.jsonl")
         executed = read_outputs(copy / "out.ipynb", len(nb.cells), limits.output_cap_bytes)
     if not started:  # the machine passed the preflight, so this is the submission's doing (it deleted it?)
@@ -126,6 +138,8 @@ def grade_student(course: Course, assignment: str, student: str, limits: Limits,
     if run.returncode is None:
         result.notes.append(f"stopped at the time limit of {limits.submission_timeout_s:g} s per submission")
     result.notes += limit_notes(executed, limits.cell_timeout_s, limits.output_cap_bytes)
+    if run.reached.get("memory") and run.returncode != 0 and not any("memory limit" in n for n in result.notes):
+        result.notes.append(f"{limits.caps.memory_text()} reached: the run stopped there")
     outputs = {index: executed[i] for i, index in enumerate(origin) if index is not None}
     decisions = {q.id: decide(q, records.get(q.id), course, student) for q in quiz.questions if q.auto_graded}
     stub = next((c.source for c in template if c.role == "free"), "")
@@ -140,12 +154,13 @@ def grade_student(course: Course, assignment: str, student: str, limits: Limits,
     scores = {grade_id: decisions[q.id].points for grade_id, q in grade_cells.items()}
     answered = {f"answer_{q}": q in sub.answers for q in names} | \
                {f"free_{q.id}": decisions[q.id].points is None for q in quiz.questions if not q.auto_graded}
-    write_gradebook(course, assignment, student, timestamp, scores, answered)
     result.score = sum(d.points or 0.0 for d in decisions.values())
     result.manual_points = sum(d.max_points for d in decisions.values() if d.points is None)
     result.verdicts = {qid: d.verdict for qid, d in decisions.items()}
-    result.seconds = time.monotonic() - start
-    save_status(course, assignment, result)
+    with _STORE:
+        write_gradebook(course, assignment, student, timestamp, scores, answered)
+        result.seconds = time.monotonic() - start
+        save_status(course, assignment, result)
     return result
 
 
@@ -157,9 +172,26 @@ def submitted_students(course: Course, assignment: str) -> list[str]:
     return sorted(p.name for p in root.iterdir() if (p / assignment).is_dir() and not p.is_symlink())
 
 
+def jobs_that_fit(jobs: int | None, limits: Limits, log=print) -> int:
+    """How many submissions to grade at once: `jobs` (default: this machine's cores), fewer where their memory
+    caps together would not leave SPARE_MEMORY of what the machine has available now."""
+    wanted = jobs if jobs is not None else len(available_cores())
+    if wanted < 1:
+        raise ValueError(f"--jobs must be at least 1, got {wanted}")
+    available, cap = memory_available(), limits.caps.memory_bytes
+    if cap is None or available is None or wanted == 1:
+        return wanted
+    fit = max(1, (available - SPARE_MEMORY) // cap)
+    if fit < wanted:
+        log(f"grading {fit} at a time, not {wanted}: {wanted} memory caps of {size_text(cap)} and "
+            f"{size_text(SPARE_MEMORY)} to spare need more than the {size_text(available)} available")
+    return min(wanted, fit)
+
+
 def autograde(course_dir: Path, assignment: str, students: list[str] | None = None, limits: Limits | None = None,
-              *, sandbox: bool = True, log=print) -> list[Result]:
-    """Grade every submission of an assignment (or the named students'); one line per student to `log`."""
+              *, sandbox: bool = True, jobs: int | None = 1, log=print) -> list[Result]:
+    """Grade every submission of an assignment (or the named students'), `jobs` at a time (None: one per
+    core); one line per student to `log`, in the order they finish, and the results in the students' order."""
     course = Course.load(course_dir)
     limits = limits or Limits()
     lesson_of(assignment)
@@ -171,22 +203,42 @@ def autograde(course_dir: Path, assignment: str, students: list[str] | None = No
         if bwrap_path() is None:
             raise RuntimeError(MISSING_BWRAP)
     check_assignment(course, assignment)
-    preflight(limits, sandbox=sandbox)  # a machine that cannot run a notebook must not hand out zeros
+    how = preflight(limits, sandbox=sandbox)  # a machine that cannot run a notebook must not hand out zeros
+    for line in how.lines():
+        log(line)
     everyone = submitted_students(course, assignment)
     if students:
         unknown = [s for s in students if s not in everyone]
         if unknown:
             raise ValueError(f"no submission of {assignment} from {', '.join(unknown)} under submitted/ "
                              "(run `nbgrader collect` first?)")
-    results = []
-    for student in students or everyone:
-        result = grade_student(course, assignment, student, limits, sandbox=sandbox)
-        log(result.line())
-        for note in result.notes:
-            log(f"  {student}: {note}")
-        results.append(result)
-    if not results:
+    todo = students or everyone
+    if not todo:
         log(f"no submissions of {assignment} under {course.directory / 'submitted'} (run `nbgrader collect` first?)")
+        return []
+    workers = min(jobs_that_fit(jobs, limits, log), len(todo))
+    slots: queue.Queue[int] = queue.Queue()
+    for slot in range(workers):
+        slots.put(slot)
+    printing = threading.Lock()
+
+    def one(student: str) -> Result:
+        slot = slots.get()
+        try:
+            result = grade_student(course, assignment, student, limits, sandbox=sandbox, slot=slot)
+        finally:
+            slots.put(slot)
+        with printing:
+            log(result.line())
+            for note in result.notes:
+                log(f"  {student}: {note}")
+        return result
+
+    start = time.monotonic()
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kvgrade") as pool:
+        results = list(pool.map(one, todo))
+    if len(todo) > 1:
+        log(f"{len(todo)} submissions graded in {time.monotonic() - start:.0f} s, {workers} at a time")
     return results
 
 

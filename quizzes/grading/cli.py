@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from .caps import Caps
+
 
 def _grade_init(args: argparse.Namespace) -> int:
     from .decide import Course
@@ -36,13 +38,25 @@ def _bytes(text: str) -> int:
 
 def _grade_autograde(args: argparse.Namespace) -> int:
     from .autograde import autograde
+    from .caps import Caps
     from .sandbox import Limits
 
-    limits = Limits(args.timeout, args.output_cap, max(args.submission_timeout, args.timeout))
+    try:
+        caps = Caps(None if args.no_memory_cap else args.memory_cap, args.processes, args.cpus, args.disk_cap)
+    except ValueError as err:
+        raise SystemExit(f"kvcourse grade autograde: {err}") from None
+    limits = Limits(args.timeout, args.output_cap, max(args.submission_timeout, args.timeout), caps)
     if args.unsafe_no_sandbox:
         print("WARNING: --unsafe-no-sandbox: students' code runs with your rights and can read and change "
               "your files. Use it only for a trial with submissions you trust.")
-    results = autograde(Path(args.course), args.assignment, args.student, limits, sandbox=not args.unsafe_no_sandbox)
+    if args.no_memory_cap:
+        print("WARNING: --no-memory-cap: one submission can take all of this machine's memory. Use it only for "
+              "a trial with submissions you trust.")
+    try:
+        results = autograde(Path(args.course), args.assignment, args.student, limits,
+                            sandbox=not args.unsafe_no_sandbox, jobs=args.jobs)
+    except RuntimeError as err:
+        raise SystemExit(f"kvcourse grade autograde: {err}") from None
     return 1 if any(r.status != "graded" for r in results) else 0
 
 
@@ -85,6 +99,18 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="time limit per submission, in seconds (default 300)")
     p.add_argument("--output-cap", type=_bytes, default=1_000_000,
                    help='output kept per cell, e.g. "1 MB" or 1000000 (default 1 MB)')
+    p.add_argument("--jobs", type=int, default=None,
+                   help="submissions graded at once, each within its own caps (default: one per core)")
+    p.add_argument("--memory-cap", type=_bytes, default=Caps.memory_bytes,
+                   help='memory per submission, all its processes together, e.g. "2 GiB" (default 2 GiB)')
+    p.add_argument("--no-memory-cap", action="store_true",
+                   help="grade without a memory cap: only for a trial with submissions you trust")
+    p.add_argument("--processes", type=int, default=Caps.processes,
+                   help=f"processes and threads per submission at once (default {Caps.processes})")
+    p.add_argument("--cpus", type=float, default=Caps.cpus,
+                   help=f"cores' worth of CPU time per submission (default {Caps.cpus:g})")
+    p.add_argument("--disk-cap", type=_bytes, default=Caps.disk_bytes,
+                   help='what a submission may write, its folder and /tmp together, e.g. "512 MiB" (default 512 MiB)')
     p.add_argument("--unsafe-no-sandbox", action="store_true",
                    help="run without bubblewrap: only for a trial on your own machine with submissions you trust")
     p.set_defaults(func=_grade_autograde)

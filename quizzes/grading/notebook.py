@@ -29,6 +29,7 @@ from .recovery import NotGradable, Submission, TemplateCell, read_bytes
 MAX_RESULTS_BYTES = 4_000_000
 TIMED_OUT = "Stopped: this cell ran for more than"  # sandbox_runner's TIMEOUT_NOTE (it imports nothing of ours)
 OUTPUT_CUT = "[... output cut"                       # its CUT_NOTE, and the cut _clean_outputs makes
+CAP_REACHED = re.compile(r"Stopped: (.+?) reached \(the grader's cap")  # its CAP_NOTE
 MAX_EXECUTED_BYTES = 64_000_000
 _KEEP_MIME = ("text/plain", "image/png", "image/jpeg")  # no HTML or JavaScript from a student reaches a grader's page
 
@@ -117,15 +118,19 @@ def read_outputs(path: Path, count: int, cap: int) -> list[list]:
 
 def limit_notes(executed: list[list], cell_timeout_s: float, output_cap_bytes: int) -> list[str]:
     """Notes for the log and the export when the grader's limits cut a run: cells stopped at the time
-    limit (sandbox_runner's TIMEOUT_NOTE), killed kernels, output dropped (its CUT_NOTE, or ours)."""
+    limit (sandbox_runner's TIMEOUT_NOTE), killed kernels, output dropped (its CUT_NOTE, or ours), and
+    each cap reached (its CAP_NOTE: "memory limit of 2 GiB reached in 1 cell(s)")."""
     stopped = died = cut = 0
+    caps: dict[str, int] = {}
     for outputs in executed:
         errors = [(out.get("ename"), _text(out.get("evalue"))) for out in outputs if out.get("output_type") == "error"]
         streams = [_text(out.get("text")) for out in outputs if out.get("output_type") == "stream"]
         stopped += any(name == "TimeoutError" and value.startswith(TIMED_OUT) for name, value in errors)
         died += any(name == "DeadKernel" for name, _ in errors)
         cut += any(OUTPUT_CUT in text for text in streams)
-    notes = []
+        for what in {m.group(1) for name, value in errors if name == "CapReached" and (m := CAP_REACHED.match(value))}:
+            caps[what] = caps.get(what, 0) + 1
+    notes = [f"{what} reached in {n} cell(s)" for what, n in caps.items()]
     if stopped:
         notes.append(f"{stopped} cell(s) stopped at the time limit of {cell_timeout_s:g} s per cell")
     if died:

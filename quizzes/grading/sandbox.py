@@ -1,29 +1,39 @@
-"""A throw-away sandbox for one submission: Debian's bubblewrap (`bwrap`), no network, one writable folder.
+"""A throw-away sandbox for one submission: Debian's bubblewrap (`bwrap`), no network, capped resources.
 
 What the student's code can see: the system's /usr, a few files of /etc, the Python installation
 and the course's own code, all read-only, minus the quizzes package (no bank, no unsealing);
-a private /tmp; and one writable folder, /grading, holding only this submission's grading
-notebook. It cannot see the course folder (source/, gradebook.db, instructor/, other students),
-the exchange or anyone's home; it has no network, its own process, IPC and UTS namespaces, no
-capabilities, and dies with the grader. Every file it writes is capped at FILE_SIZE_LIMIT.
+and a private, size-capped /tmp (a tmpfs of the disk cap) holding its home and its folder,
+/grading, where the grading notebook is read-only and only two files, out.ipynb and
+results.jsonl, are bound through to the grader's copy. So nothing it writes reaches the grader's
+disk except those two files (each capped at FILE_SIZE_LIMIT, as every file it writes), and all
+it writes is held in memory, counted against its memory cap where a cgroup holds it. It cannot
+see the course folder (source/, gradebook.db, instructor/, other students), the exchange or
+anyone's home; it has no network, its own process, IPC and UTS namespaces, no capabilities, and
+dies with the grader. Its memory, processes and CPU are capped before it starts (confine.py).
 """
 
 from __future__ import annotations
 
+import json
 import os
-import resource
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-INSIDE = Path("/grading")                     # where the throw-away copy appears in the sandbox
+from .caps import Caps, size_text
+from .confine import FILE_SIZE_LIMIT, Confinement, Enforcement, cores_for, enforcement
+
+INSIDE = Path("/grading")                     # the submission's folder, a link to SCRATCH/grading
+SCRATCH = Path("/tmp")                        # its one writable file system: a tmpfs of the disk cap
 RUNNER_INSIDE = Path("/kvgrade/sandbox_runner.py")
-FILE_SIZE_LIMIT = 256 * 2**20                 # bytes, per file written inside the sandbox
+COUNTERS_INSIDE = Path("/kvgrade/counters")   # the cgroup's counters, read-only, for the runner's notes
+RETURNED = ("out.ipynb", "results.jsonl")     # the only files that reach the grader's copy
+__all__ = ["FILE_SIZE_LIMIT", "INSIDE", "Limits", "Run", "bwrap_command", "preflight", "run_submission"]
 _ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "passwd", "group", "nsswitch.conf",
         "hosts", "ssl", "ca-certificates", "alternatives", "mime.types", "fonts", "os-release", "matplotlibrc")
 
@@ -35,11 +45,12 @@ MISSING_BWRAP = ("autograde runs every submission in a bubblewrap sandbox, and `
 
 @dataclass(frozen=True)
 class Limits:
-    """Time and output limits of one submission's run."""
+    """Time and output limits of one submission's run, and its caps on memory, processes, CPU and disk."""
 
     cell_timeout_s: float = 30.0
     output_cap_bytes: int = 1_000_000
     submission_timeout_s: float = 300.0
+    caps: Caps = field(default_factory=Caps)
 
     def __post_init__(self) -> None:
         if not 0 < self.cell_timeout_s <= 3600:
@@ -57,6 +68,7 @@ class Run:
     seconds: float
     returncode: int | None   # None: killed at the submission's time limit
     log: str                 # the runner's own stderr, cut to its end
+    reached: dict[str, int] = field(default_factory=dict)  # cap -> times its cgroup counted it reached
 
 
 def bwrap_path() -> str | None:
@@ -89,7 +101,8 @@ def runner_path() -> Path:
     return Path(__file__).resolve().with_name("sandbox_runner.py")
 
 
-def bwrap_command(copy: Path, hidden: list[Path], command: list[str], env: dict[str, str]) -> list[str]:
+def bwrap_command(copy: Path, hidden: list[Path], command: list[str], env: dict[str, str], *,
+                  disk_bytes: int | None = None, counters: dict[str, str] | None = None) -> list[str]:
     """The bwrap command line that runs `command` (in the sandbox's terms) on the copy (see the module docstring)."""
     cmd = [bwrap_path() or "bwrap", "--die-with-parent", "--new-session", "--unshare-all", "--cap-drop", "ALL",
            "--clearenv", "--ro-bind", "/usr", "/usr"]
@@ -102,7 +115,12 @@ def bwrap_command(copy: Path, hidden: list[Path], command: list[str], env: dict[
     for name in _ETC:
         cmd += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
     # The private /tmp first: a course or virtual environment that itself lives under /tmp is bound on top.
-    cmd += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--dir", "/tmp/home", "--dir", "/tmp/runtime"]
+    cmd += ["--proc", "/proc", "--dev", "/dev"]
+    if disk_bytes is not None:
+        cmd += ["--size", str(disk_bytes)]
+    folder = SCRATCH / "grading"
+    cmd += ["--tmpfs", str(SCRATCH), "--dir", "/tmp/home", "--dir", "/tmp/runtime", "--dir", str(folder),
+            "--symlink", str(folder), str(INSIDE)]
     roots = _exposed_roots()
     for root in roots:
         cmd += ["--ro-bind", str(root), str(root)]
@@ -110,8 +128,14 @@ def bwrap_command(copy: Path, hidden: list[Path], command: list[str], env: dict[
         path = path.resolve()
         if any(path == root or root in path.parents for root in roots) and path.exists():
             cmd += ["--tmpfs", str(path), "--remount-ro", str(path)]  # an empty, read-only folder instead
-    cmd += ["--ro-bind", str(runner_path()), str(RUNNER_INSIDE),
-            "--bind", str(copy), str(INSIDE), "--chdir", str(INSIDE)]
+    cmd += ["--ro-bind", str(runner_path()), str(RUNNER_INSIDE), "--ro-bind-try", str(copy / "grading.ipynb"),
+            str(folder / "grading.ipynb")]
+    for name in RETURNED:  # bound file by file: the student cannot add files to the grader's disk
+        (copy / name).touch()
+        cmd += ["--bind", str(copy / name), str(folder / name)]
+    for cap, path in (counters or {}).items():
+        cmd += ["--ro-bind", path, str(COUNTERS_INSIDE / cap)]
+    cmd += ["--chdir", str(INSIDE)]
     for key, value in env.items():
         cmd += ["--setenv", key, value]
     return cmd + ["--", *command]
@@ -126,52 +150,73 @@ def environment(student: str, home: str, runtime: str) -> dict[str, str]:
             "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
-def _limit_resources() -> None:
-    resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_SIZE_LIMIT, FILE_SIZE_LIMIT))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+def _runner_caps(confinement: Confinement, *, sandbox: bool) -> str:
+    """What the runner needs to say which cap a cell reached: the caps in words, and where their counters are."""
+    caps = confinement.caps
+    spec: dict = {"processes": f"process limit of {caps.processes} tasks",
+                  "disk": f"disk cap of {size_text(caps.disk_bytes)}",
+                  "file": f"file size limit of {size_text(FILE_SIZE_LIMIT)}",
+                  "counters": {cap: [str(COUNTERS_INSIDE / cap) if sandbox else path, key]
+                               for cap, (path, key) in confinement.counters().items()}}
+    if caps.memory_bytes is not None:
+        spec["memory"] = caps.memory_text()
+    return json.dumps(spec)
 
 
-def run_submission(copy: Path, student: str, limits: Limits, hidden: list[Path], *, sandbox: bool = True) -> Run:
-    """Run copy/grading.ipynb to copy/out.ipynb, in the sandbox (or, with sandbox=False, as a plain subprocess)."""
-    runner_args = ["grading.ipynb", "out.ipynb", "--timeout", f"{limits.cell_timeout_s:g}",
-                   "--output-cap", str(limits.output_cap_bytes)]
-    if sandbox:
-        if bwrap_path() is None:
-            raise RuntimeError(MISSING_BWRAP)
-        cmd = bwrap_command(copy, hidden, [sys.executable, str(RUNNER_INSIDE), *runner_args],
-                            environment(student, "/tmp/home", "/tmp/runtime"))
-        cwd = None
-    else:  # --unsafe-no-sandbox: the student's code runs with the grader's own rights
-        (copy / ".home").mkdir(exist_ok=True)
-        env = {**environment(student, str(copy / ".home"), str(copy / ".home" / "runtime"))}
-        cmd = [sys.executable, str(runner_path()), *runner_args]
-        cwd = copy
-    start = time.monotonic()
-    # stderr goes to a file, not a pipe: a student writing gigabytes to fd 2 fills a capped file, not our memory
-    with tempfile.TemporaryFile() as log:
-        process = subprocess.Popen(cmd, cwd=cwd, env=None if sandbox else env, stdin=subprocess.DEVNULL,
-                                   stdout=subprocess.DEVNULL, stderr=log, start_new_session=True,
-                                   preexec_fn=_limit_resources)
-        try:
-            code: int | None = process.wait(timeout=limits.submission_timeout_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)  # the whole sandbox: bwrap, the runner, the kernel
-            process.wait()
-            code = None
-        seconds = time.monotonic() - start
-        size = log.seek(0, os.SEEK_END)
-        log.seek(max(0, size - 4000))
-        tail = log.read().decode("utf-8", "replace")
-    return Run(seconds, code, tail)
+def run_submission(copy: Path, student: str, limits: Limits, hidden: list[Path], *, sandbox: bool = True,
+                   slot: int = 0) -> Run:
+    """Run copy/grading.ipynb to copy/out.ipynb under the caps, in the sandbox (or, with sandbox=False, as a
+    plain subprocess); `slot` tells submissions graded at once apart (which cores they are pinned to)."""
+    how = enforcement(limits.caps, sandbox=sandbox)
+    with Confinement(limits.caps, how, cores_for(slot, limits.caps)) as confinement:
+        runner_args = ["grading.ipynb", "out.ipynb", "--timeout", f"{limits.cell_timeout_s:g}",
+                       "--output-cap", str(limits.output_cap_bytes),
+                       "--caps", _runner_caps(confinement, sandbox=sandbox)]
+        if sandbox:
+            if bwrap_path() is None:
+                raise RuntimeError(MISSING_BWRAP)
+            cmd = bwrap_command(copy, hidden, [sys.executable, str(RUNNER_INSIDE), *runner_args],
+                                environment(student, "/tmp/home", "/tmp/runtime"),
+                                disk_bytes=limits.caps.disk_bytes, counters={cap: path for cap, (path, _) in confinement.counters().items()})
+            env, cwd = None, None
+        else:  # --unsafe-no-sandbox: the student's code runs with the grader's own rights
+            (copy / ".home").mkdir(exist_ok=True)
+            env = environment(student, str(copy / ".home"), str(copy / ".home" / "runtime"))
+            cmd = [sys.executable, str(runner_path()), *runner_args]
+            cwd = copy
+        start = time.monotonic()
+        # stderr goes to a file, not a pipe: a student writing gigabytes to fd 2 fills a capped file, not our memory
+        with tempfile.TemporaryFile() as log:
+            process = subprocess.Popen(confinement.command(cmd), cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                                       stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
+            try:
+                code: int | None = process.wait(timeout=limits.submission_timeout_s)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)  # the whole sandbox: bwrap, the runner, the kernel
+                process.wait()
+                code = None
+            seconds = time.monotonic() - start
+            size = log.seek(0, os.SEEK_END)
+            log.seek(max(0, size - 4000))
+            tail = log.read().decode("utf-8", "replace")
+        reached = confinement.reached()
+    return Run(seconds, code, tail, reached)
 
 
-_PREFLIGHT_PASSED: set[bool] = set()
+_PREFLIGHT_PASSED: set[tuple[bool, Caps]] = set()
+NO_MEMORY_CAP = ("this machine cannot cap a submission's memory ({why}); nothing was graded. Grade where a "
+                 "cgroup or RLIMIT_DATA holds (Linux; see quizzes/INSTRUCTORS.md), or pass --no-memory-cap for a "
+                 "trial with submissions you trust.")
 
 
-def preflight(limits: Limits, *, sandbox: bool = True) -> None:
-    """RuntimeError unless a one-cell notebook runs here (once per process): failures are then the submission's."""
-    if sandbox in _PREFLIGHT_PASSED:
-        return
+def preflight(limits: Limits, *, sandbox: bool = True) -> Enforcement:
+    """How the caps are enforced here; RuntimeError unless a one-cell notebook runs under them (once per
+    process) or when the memory cap cannot be enforced: failures are then the submission's."""
+    how = enforcement(limits.caps, sandbox=sandbox)
+    if limits.caps.memory_bytes is not None and not how.memory:
+        raise RuntimeError(NO_MEMORY_CAP.format(why=how.why or sys.platform))
+    if (sandbox, limits.caps) in _PREFLIGHT_PASSED:
+        return how
     import nbformat
 
     with tempfile.TemporaryDirectory(prefix="kvgrade-preflight-") as scratch:
@@ -179,11 +224,12 @@ def preflight(limits: Limits, *, sandbox: bool = True) -> None:
         nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print('kvgrade ' + 'ready')")])
         nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
         nbformat.write(nb, copy / "grading.ipynb")
-        run = run_submission(copy, "preflight", Limits(max(limits.cell_timeout_s, 60.0), 10_000, 300.0), [],
-                             sandbox=sandbox)
+        run = run_submission(copy, "preflight", Limits(max(limits.cell_timeout_s, 60.0), 10_000, 300.0, limits.caps),
+                             [], sandbox=sandbox)
         out = copy / "out.ipynb"
         if not out.is_file() or "kvgrade ready" not in out.read_text(encoding="utf-8", errors="replace"):
             tail = " | ".join(run.log.strip().splitlines()[-3:]) or "no message"
-            raise RuntimeError(f"the grading sandbox cannot run a notebook on this machine ({tail[:500]}); "
-                               "nothing was graded")
-    _PREFLIGHT_PASSED.add(sandbox)
+            raise RuntimeError(f"the grading sandbox cannot run a notebook on this machine under the caps "
+                               f"({tail[:500]}); nothing was graded")
+    _PREFLIGHT_PASSED.add((sandbox, limits.caps))
+    return how

@@ -8,6 +8,12 @@ again. A kernel that dies (os._exit) is started again too. After a restart the f
 cells (the set-up and the collector) run again, then the next cell. Each cell keeps at most
 ``--output-cap`` bytes of output, then one line saying how much was cut. OUT is rewritten after
 every cell, so a sandbox killed from outside still leaves the outputs so far.
+
+``--caps`` (JSON: the caps in words, and the cgroup counters bound in read-only) lets it say which
+cap a cell reached: a cgroup counter that went up during the cell (the memory cap killed a
+process, a fork or a thread was refused), or the error the cell ended with (MemoryError under
+RLIMIT_DATA, "No space left on device" in its scratch space, "File too large"). The note is an
+error output, CapReached, that the grader turns into a line of its log and of the export.
 """
 
 import argparse
@@ -26,6 +32,10 @@ from nbclient.util import run_sync  # noqa: E402
 
 TIMEOUT_NOTE = "Stopped: this cell ran for more than {limit:g} s (the grader's time limit per cell)."
 MAX_KERNELS = 20  # restarts are for a cell that kills or hangs its kernel, not a way to run forever
+CAP_NOTE = "Stopped: {what} reached (the grader's cap per submission){after}."
+CAP_ERRORS = (("memory", ("MemoryError",), ""), ("disk", ("OSError",), "[Errno 28]"),
+              ("file", ("OSError",), "[Errno 27]"), ("processes", ("BlockingIOError",), "[Errno 11]"),
+              ("processes", ("RuntimeError",), "can't start new thread"))
 CUT_NOTE = "\n[... output cut: this cell printed more than {cap:,} bytes; the rest was dropped by the grader ...]\n"
 
 
@@ -72,6 +82,45 @@ async def _answers(kc, seconds):
     return False
 
 
+def _counts(caps):
+    """cap -> the current value of its cgroup counter (a file like memory.events: 'oom_kill 2')."""
+    counts = {}
+    for cap, (path, key) in caps.get("counters", {}).items():
+        counts[cap] = 0
+        try:
+            with open(path) as f:
+                lines = f.read().splitlines()
+            if key:
+                counts[cap] = next((int(line.split()[1]) for line in lines if line.split()[:1] == [key]), 0)
+            else:  # a bare number (memory.failcnt, where the kernel counts no oom_kill)
+                counts[cap] = int(lines[0].split()[0])
+        except (OSError, ValueError, IndexError):
+            pass
+    return counts
+
+
+def _caps_reached(cell, before, after, caps):
+    """Which caps this cell reached: its cgroup counters, or the error it ended with."""
+    reached = [cap for cap in after if after[cap] > before.get(cap, 0)]
+    for out in cell.outputs:
+        if out.get("output_type") != "error":
+            continue
+        name, value = str(out.get("ename", "")), str(out.get("evalue", ""))
+        for cap, names, marker in CAP_ERRORS:
+            counted = cap == "processes" and "processes" in caps.get("counters", {})  # its counter decides
+            if any(n in name for n in names) and marker in value and cap not in reached and not counted:
+                reached.append(cap)
+    return [cap for cap in ("memory", "processes", "disk", "file") if cap in reached and cap in caps]
+
+
+def _note_caps(cell, before, caps, died):
+    after = _counts(caps)
+    for cap in _caps_reached(cell, before, after, caps):
+        after_text = "; the kernel was stopped and started again for the next cell" if died else ""
+        cell.outputs.append(_error("CapReached", CAP_NOTE.format(what=caps[cap], after=after_text)))
+    return after
+
+
 def _responsive(client, seconds=5.0):
     """Whether the kernel answers a trivial request within `seconds` (after a time-out)."""
     try:
@@ -80,9 +129,11 @@ def _responsive(client, seconds=5.0):
         return False
 
 
-def run(nb, out_path, timeout, cap, prelude, cwd):
+def run(nb, out_path, timeout, cap, prelude, cwd, caps=None):
     """Execute every code cell of nb in turn, restarting the kernel where it dies or will not stop."""
     code = [i for i, cell in enumerate(nb.cells) if cell.cell_type == "code"]
+    caps = caps or {}
+    counts = _counts(caps)
     start = 0
     for _ in range(MAX_KERNELS):
         if start >= len(code):
@@ -103,15 +154,18 @@ def run(nb, out_path, timeout, cap, prelude, cwd):
                     client.execute_cell(cell, index)
                 except DeadKernelError:
                     cell.outputs.append(_error("DeadKernel", "the kernel died in this cell; it was started again"))
+                    counts = _note_caps(cell, counts, caps, died=True)
                     nbformat.write(nb, out_path)
                     break
                 except CellTimeoutError:
                     cell.outputs.append(_error("TimeoutError", TIMEOUT_NOTE.format(limit=timeout)))
+                    counts = _note_caps(cell, counts, caps, died=False)
                     nbformat.write(nb, out_path)
                     run_sync(client.km.interrupt_kernel)()
                     if not _responsive(client):
                         break  # the kernel ignores interrupts: a fresh one for the next cell
                     continue
+                counts = _note_caps(cell, counts, caps, died=False)
                 nbformat.write(nb, out_path)
             else:
                 return
@@ -124,9 +178,10 @@ def main(argv=None):
     parser.add_argument("--timeout", type=float, default=30.0)
     parser.add_argument("--output-cap", type=int, default=1_000_000)
     parser.add_argument("--prelude", type=int, default=2)
+    parser.add_argument("--caps", type=json.loads, default={})
     args = parser.parse_args(argv)
     nb = nbformat.read(args.notebook, as_version=4)
-    run(nb, args.out, args.timeout, args.output_cap, args.prelude, cwd=".")
+    run(nb, args.out, args.timeout, args.output_cap, args.prelude, cwd=".", caps=args.caps)
     return 0
 
 

@@ -9,35 +9,34 @@ else. `pytest tests/quizzes/test_grading_hostile.py -s` prints the table (studen
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
-import json
 import math
-import os
-import sqlite3
-import subprocess
-import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import nbformat
 import pytest
 from guards import needs
+from hostile_course import (
+    ASSIGNMENT,
+    _release,
+    _role,
+    _snapshot,
+    _submit,
+    make_course,
+    notebook,
+    right_answers,
+    shared_run,
+)
 
 from kvcourse.quizzes.bank import load_quiz
 from kvcourse.quizzes.grading.autograde import autograde
 from kvcourse.quizzes.grading.decide import Course, code_cases, expected_answer
-from kvcourse.quizzes.grading.gradebook import export_grades, load_status
-from kvcourse.quizzes.grading.nbgrader_export import init_course
+from kvcourse.quizzes.grading.gradebook import export_grades
 from kvcourse.quizzes.grading.sandbox import Limits, bwrap_path, quizzes_dir
 
 pytestmark = needs("needs bubblewrap (apt-get install bubblewrap)" if bwrap_path() is None else None)
 
-ASSIGNMENT = "lesson07"
 LIMITS = Limits(cell_timeout_s=5.0, output_cap_bytes=1_000_000, submission_timeout_s=90.0)
-RIGHT_CODE = ("def kv_cache_bytes(num_layers, num_kv_heads, head_dim, num_tokens, num_users, bytes_per_value):\n"
-              "    return 2 * num_layers * num_kv_heads * head_dim * num_tokens * num_users * bytes_per_value\n")
-FREE_TEXT = "Weights are stored once; the cache grows with every token and every user, in 16 or 32 bits alike."
 NOT_GRADED = None  # the due "score" of a submission that must be reported, not scored
 
 
@@ -79,36 +78,6 @@ INNOCENTS = ["alice", "carol"]
 SLEEPER = Case("sleeper", 2, "an endless sleep that swallows interrupts, under the default limits (30 s per cell)")
 
 
-def _env(tmp: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    home = tmp / "home"
-    home.mkdir(exist_ok=True)
-    env.update(HOME=str(home), JUPYTER_CONFIG_DIR=str(home / ".jupyter"), JUPYTER_DATA_DIR=str(home / "data"),
-               PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}")
-    env.pop("NBGRADER_EXECUTION", None)
-    return env
-
-
-def _release(course_dir: Path) -> nbformat.NotebookNode:
-    return nbformat.read(course_dir / "release" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", as_version=4)
-
-
-def _role(cell) -> tuple[str, str]:
-    meta = cell.metadata.get("kvcourse", {})
-    return meta.get("role", ""), meta.get("question", "")
-
-
-def right_answers(course: Course, student: str) -> dict[str, str]:
-    """Honest, right answer cells for this student (their own parameterised values)."""
-    answers = {}
-    for q in load_quiz("07").questions:
-        if q.kind.value == "code":
-            answers[q.id] = RIGHT_CODE
-        elif q.kind.value != "free":
-            answers[q.id] = f"answer_{q.id} = {expected_answer(q, course, student)!r}"
-    return answers
-
-
 def neighbour(course: Course, student: str) -> str:
     """A classmate whose parameterised values differ from this student's on every such question."""
     params = [q for q in load_quiz("07").questions if q.kind.value == "param"]
@@ -116,37 +85,6 @@ def neighbour(course: Course, student: str) -> str:
         if all(expected_answer(q, course, friend) != expected_answer(q, course, student) for q in params):
             return friend
     raise AssertionError("no classmate with other values")
-
-
-def notebook(course_dir: Path, answers: dict[str, str], free: str | None = FREE_TEXT,
-             extra: dict[str, str] | None = None) -> nbformat.NotebookNode:
-    """The released notebook with these answer cells, and extra code cells after named cells."""
-    nb = _release(course_dir)
-    cells = []
-    for cell in nb.cells:
-        role, qid = _role(cell)
-        if role == "answer" and qid in answers:
-            cell.source = answers[qid]
-        if role == "free" and free is not None:
-            cell.source = free
-        cells.append(cell)
-        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id", "")
-        if extra and grade_id in extra:
-            cells.append(nbformat.v4.new_code_cell(extra[grade_id]))
-    nb.cells = cells
-    return nb
-
-
-def _submit(course_dir: Path, student: str, content: nbformat.NotebookNode | bytes | None) -> Path:
-    folder = course_dir / "submitted" / student / ASSIGNMENT
-    folder.mkdir(parents=True)
-    (folder / "timestamp.txt").write_text("2026-05-04 09:00:00.000000 UTC")
-    path = folder / f"{ASSIGNMENT}.ipynb"
-    if isinstance(content, bytes):
-        path.write_bytes(content)
-    elif content is not None:
-        nbformat.write(content, path)
-    return path
 
 
 def build_submissions(course_dir: Path, course: Course, names: list[str]) -> None:
@@ -342,41 +280,9 @@ def build_submissions(course_dir: Path, course: Course, names: list[str]) -> Non
         _submit(course_dir, name, content)
 
 
-def _snapshot(course_dir: Path, students: list[str], course_id: str) -> dict:
-    """Every byte of these students' files, their gradebook rows, and the instructor's own files."""
-    files = {}
-    for top in ("submitted", "autograded"):
-        for student in students:
-            for path in sorted((course_dir / top / student).rglob("*")):
-                if path.is_file():
-                    files[str(path.relative_to(course_dir))] = hashlib.sha256(path.read_bytes()).hexdigest()
-    for top in ("source", "release", "instructor/course.json", "nbgrader_config.py"):
-        root = course_dir / top
-        for path in sorted([root] if root.is_file() else root.rglob("*")):
-            if path.is_file():
-                files[str(path.relative_to(course_dir))] = hashlib.sha256(path.read_bytes()).hexdigest()
-    with sqlite3.connect(course_dir / "gradebook.db") as db:
-        rows = db.execute(
-            "select s.student_id, g.cell_id, g.auto_score, g.manual_score, g.needs_manual_grade "
-            "from grade g join submitted_notebook n on g.notebook_id = n.id "
-            "join submitted_assignment s on n.assignment_id = s.id order by 1, 2").fetchall()
-        stamps = db.execute("select student_id, timestamp from submitted_assignment order by 1").fetchall()
-        sources = db.execute("select name, source, checksum from source_cell order by 1").fetchall()
-    status = load_status(Course.load(course_dir), ASSIGNMENT)
-    return json.loads(json.dumps({"files": files, "grades": [r for r in rows if r[0] in students],
-                                  "stamps": [r for r in stamps if r[0] in students], "sources": sources,
-                                  "status": {s: status.get(s) for s in students}}))
-
-
 def _grade_everyone(tmp: Path) -> dict:
     """The innocent students graded, a snapshot, everyone else graded, a snapshot (JSON-able)."""
-    course_dir = tmp / "course"
-    init_course(course_dir, ["07"], course_id="kvhostile", exchange=str(tmp / "exchange"))
-    (tmp / "exchange").mkdir()
-    done = subprocess.run([str(Path(sys.executable).parent / "nbgrader"), "generate_assignment", ASSIGNMENT],
-                          cwd=course_dir, env=_env(tmp), capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout + done.stderr
-    course = Course.load(course_dir)
+    course_dir, course = make_course(tmp, "kvhostile")
     build_submissions(course_dir, course, INNOCENTS)
     log: list[str] = []
     results = autograde(course_dir, ASSIGNMENT, INNOCENTS, LIMITS, log=log.append)
@@ -393,19 +299,7 @@ def _grade_everyone(tmp: Path) -> dict:
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory, worker_id):
     """One grading run for the whole module, shared by both xdist workers (make test runs two)."""
-    if worker_id == "master":
-        data = _grade_everyone(tmp_path_factory.mktemp("hostile"))
-    else:
-        shared = tmp_path_factory.getbasetemp().parent / "hostile-grading"
-        shared.mkdir(exist_ok=True)
-        with open(shared / "lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            done = shared / "graded.json"
-            if not done.exists():
-                done.write_text(json.dumps(_grade_everyone(shared)))
-            data = json.loads(done.read_text())
-    data["course"] = Path(data["course"])
-    return data
+    return shared_run(tmp_path_factory, worker_id, "hostile-grading", _grade_everyone)
 
 
 def test_every_student_scores_exactly_what_its_honest_work_earns(graded, capsys):

@@ -381,7 +381,7 @@ def test_the_sandbox_hides_a_course_even_inside_the_repository(tmp_path):
                  f"print(sorted(os.listdir({str(quizzes_dir())!r})))\n"
                  f"print(tries(lambda: open({str(repo / 'README.md')!r}, 'a')))\n"
                  "print(tries(lambda: socket.create_connection(('1.1.1.1', 53), timeout=2)))\n"
-                 "open('/grading/written', 'w').write('ok')\n"
+                 "open('/grading/written', 'w').write('ok')\nopen('/grading/out.ipynb', 'w').write('ok')\n"
                  "import kvcourse.kernels.costs\nprint(tries(lambda: __import__('kvcourse.quizzes.sealing')))\n")
         cmd = bwrap_command(copy, [Path(course)], [sys.executable, "-c", probe], environment("s1", "/tmp", "/tmp"))
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
@@ -389,7 +389,8 @@ def test_the_sandbox_hides_a_course_even_inside_the_repository(tmp_path):
         assert done.returncode == 0, done.stderr
         assert lines[0] == "FileNotFoundError" and lines[1] == "[]" and lines[2] == "OSError"
         assert lines[3] == "OSError" and lines[4] == "ModuleNotFoundError"
-        assert (copy / "written").read_text() == "ok"
+        assert (copy / "out.ipynb").read_text() == "ok"  # a returned file reaches the copy; nothing else does
+        assert not (copy / "written").exists()
 
 
 def test_without_bwrap_autograde_refuses_and_names_the_package(monkeypatch, tmp_path):
