@@ -124,6 +124,7 @@ def cpu_dtype_note(dtype: torch.dtype, native_bf16: bool | None) -> str:
 
 def check_fast_paths() -> list[Check]:
     """One line per CPU fast path: on or off for the course's device and dtype, and why (kernels/model/cpu_fast.py)."""
+    from kvcourse.kernels.attention.cpu_paged import paged_decode_path
     from kvcourse.kernels.model.cpu_fast import FAST_PATHS_ENV, fast_path_report
     from kvcourse.models import ModelNotAvailableError, dtype_name, resolve_device, resolve_dtype
 
@@ -136,7 +137,7 @@ def check_fast_paths() -> list[Check]:
     switch = (f"{FAST_PATHS_ENV}=0 runs the textbook forms instead" if any(p.on for p in report)
               else f"unset {FAST_PATHS_ENV} for the fast paths")
     return [Check("fast paths", True, f"for {dtype_name(dtype)} on {device.type}; {switch}"),
-            *(Check("", True, str(path)) for path in report)]  # "packed linear: on (why)", one a line
+            *(Check("", True, str(path)) for path in (*report, paged_decode_path(dtype, device)))]
 
 
 def check_model() -> Check:

@@ -10,6 +10,7 @@ run one way: measure -> engine -> memory -> attention -> model.
 
 from kvcourse.kernels import costs, workload
 from kvcourse.kernels.attention.backend import AttentionBackend, StepMetadata
+from kvcourse.kernels.attention.cpu_paged import cpu_paged_decode, in_place_decode
 from kvcourse.kernels.attention.paged import (
     gather_kv,
     paged_attention_reference,
@@ -97,10 +98,12 @@ __all__ = [
     "beam_search",
     "block_hash",
     "costs",
+    "cpu_paged_decode",
     "first_difference",
     "gather_kv",
     "generate",
     "get_model_config",
+    "in_place_decode",
     "naive_attention",
     "next_token_agreement",
     "num_blocks_for_budget",

@@ -51,8 +51,9 @@ def blocks_on_demand(looks: pd.DataFrame, block_size: int, request: int) -> list
     return axes
 
 
-def block_size_trade(sweep: pd.DataFrame, timing: pd.DataFrame, default: int) -> list[Axes]:
-    """Left: % of busy memory without a token and in empty tails, by block size. Right: median time per call."""
+def block_size_trade(sweep: pd.DataFrame, timing: Mapping[str, pd.DataFrame], default: int) -> list[Axes]:
+    """Left: % of busy memory without a token and in empty tails, by block size. Right: each decode kernel's
+    median time per call (``timing``: kernel name -> ``timing_table``), with the middle half of its repeats."""
     axes = panels(2)
     sizes = list(sweep.index)
     waste = sweep["no token (%)"]
@@ -62,14 +63,15 @@ def block_size_trade(sweep: pd.DataFrame, timing: pd.DataFrame, default: int) ->
           title=f"waste grows with the block: {waste.iloc[0]:.1f}% at {sizes[0]}, {waste.iloc[-1]:.0f}% at {sizes[-1]}")
     mark(axes[0], default, f"the engine's default: {default}")
     _plain_ticks(axes[0], y=True)
-    median = timing["median (ms)"]
-    lines(list(timing.index), {"paged_decode_attention (median)": list(median)}, ax=axes[1], logx=True,
-          xlabel="block size (tokens, log scale)", ylabel="CPU ms per call",
-          title=f"on this CPU: slowest block size {median.max() / median.min():.2f}x the fastest")
-    axes[1].fill_between(list(timing.index), timing["25th pct (ms)"], timing["75th pct (ms)"], alpha=0.25,
-                         color="C0", label="middle half of the repeats")
-    axes[1].set_ylim(0, 1.3 * timing["75th pct (ms)"].max())
-    axes[1].legend(loc="lower right")
+    medians = {f"{name} (median)": list(table["median (ms)"]) for name, table in timing.items()}
+    first = next(iter(timing.values()))
+    lines(list(first.index), medians, ax=axes[1], logx=True, xlabel="block size (tokens, log scale)",
+          ylabel="CPU ms per call", title="decode attention on this CPU, by block size")
+    for i, table in enumerate(timing.values()):
+        axes[1].fill_between(list(table.index), table["25th pct (ms)"], table["75th pct (ms)"], alpha=0.25,
+                             color=f"C{i}", label="middle half of the repeats" if i == 0 else None)
+    axes[1].set_ylim(0, 1.3 * max(table["75th pct (ms)"].max() for table in timing.values()))
+    axes[1].legend(loc="upper right", fontsize=8)
     _plain_ticks(axes[1])
     return axes
 

@@ -4,6 +4,10 @@
 sequences, where each token's K/V goes (``slot_mapping``) and which blocks each sequence reads
 (``block_tables``, ``context_lens``). A fresh ``PagedAttentionBackend`` is made per step from
 the pool and that metadata, so nothing travels through a module global.
+
+Decode steps take one of three kernels (``DECODE_KERNELS``): "triton" (CUDA, triton_paged.py),
+"in place" (the CPU twin, cpu_paged.py, where numba runs it for the pool's dtype) and "gather"
+(the reference: blocks copied into a padded batch, then SDPA). ``decode_kernel`` chooses.
 """
 
 from __future__ import annotations
@@ -21,6 +25,26 @@ from kvcourse.kernels.attention.paged import (
     write_kv,
 )
 from kvcourse.kernels.checks import ceil_div
+
+DECODE_KERNELS = ("triton", "in place", "gather")
+
+
+def decode_kernel(device: torch.device, dtype: torch.dtype, use_triton: bool | None = None,
+                  in_place: bool = True) -> str:
+    """Which kernel decode steps take: Triton on CUDA (or where ``use_triton``), the in-place CPU kernel where
+    ``in_place`` (the model's fast paths are on) and numba runs it for ``dtype``, else the gather reference."""
+    if use_triton or (use_triton is None and device.type == "cuda"):
+        return "triton"
+    if in_place and device.type == "cpu":
+        from kvcourse.kernels.attention.cpu_paged import DTYPES, in_place_decode
+        from kvcourse.kernels.model.cpu_fast import FAST_PATHS_ENV, _say_once
+
+        ok, why = in_place_decode(dtype)
+        if ok:
+            return "in place"
+        if dtype in DTYPES:  # the machine, not the dtype, is missing something: say so, once per process
+            _say_once(f"{why} (the same results; {FAST_PATHS_ENV}=0 silences this by turning every fast path off)")
+    return "gather"
 
 
 class KVBlocks(Protocol):
@@ -81,10 +105,13 @@ class PagedMetadata:
 class PagedAttentionBackend:
     """Writes K/V into the pool at ``slot_mapping`` and attends through the block tables (lesson 10)."""
 
-    def __init__(self, pool: KVBlocks, metadata: PagedMetadata, use_triton: bool | None = None) -> None:
+    def __init__(self, pool: KVBlocks, metadata: PagedMetadata, kernel: str | None = None) -> None:
+        if kernel is not None and kernel not in DECODE_KERNELS:
+            raise ValueError(f"the decode kernel must be one of {DECODE_KERNELS}, got {kernel!r}")
         self.pool = pool
         self.metadata = metadata
-        self.use_triton = pool.k.is_cuda if use_triton is None else use_triton
+        self.kernel = kernel or decode_kernel(pool.k.device, pool.k.dtype)
+        self.use_triton = self.kernel == "triton"
         # The decode inputs, built once per step for the first layer and reused by the others, keyed
         # on the decoding sequences they were built for (None: every sequence of the batch).
         self._decode_inputs: dict[tuple[int, ...] | None, tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]] = {}
@@ -97,7 +124,7 @@ class PagedAttentionBackend:
             tables = meta.block_tables if rows is None else meta.block_tables[rows]
             context = meta.context_lens if rows is None else meta.context_lens[rows]
             mask = None
-            if not self.use_triton:
+            if self.kernel == "gather":
                 block_size = self.pool.block_size
                 num_blocks = ceil_div(int(context.max()), block_size)
                 tables = tables[:, :num_blocks]
@@ -108,10 +135,14 @@ class PagedAttentionBackend:
     def _decode(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                 seqs: tuple[int, ...] | None, scale: float) -> torch.Tensor:
         tables, context, mask = self._decode_batch(seqs)
-        if self.use_triton:
+        if self.kernel == "triton":
             from kvcourse.kernels.attention.triton_paged import triton_paged_decode
 
             return triton_paged_decode(q, k_cache, v_cache, tables, context, scale)
+        if self.kernel == "in place":
+            from kvcourse.kernels.attention.cpu_paged import cpu_paged_decode
+
+            return cpu_paged_decode(q, k_cache, v_cache, tables, context, scale)
         return paged_decode_attention(q, k_cache, v_cache, tables, context, scale, mask)
 
     def attend(self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:

@@ -14,7 +14,7 @@ import itertools
 
 import torch
 
-from kvcourse.kernels.attention.paged_backend import PagedAttentionBackend, PagedMetadata
+from kvcourse.kernels.attention.paged_backend import PagedAttentionBackend, PagedMetadata, decode_kernel
 from kvcourse.kernels.engine.batch import ScheduledBatch
 from kvcourse.kernels.memory.kv_pool import KVPool
 
@@ -26,6 +26,9 @@ class ModelRunner:
         self.model = model
         self.pool = pool
         self.use_triton = use_triton
+        # The CPU's in-place decode kernel is one of the model's fast paths: off where they are off.
+        fast = any(path.on for path in getattr(model, "fast_paths", ()))
+        self.decode_kernel = decode_kernel(pool.k.device, pool.k.dtype, use_triton, in_place=fast)
 
     @classmethod
     def for_model(cls, model: torch.nn.Module, num_blocks: int, block_size: int,
@@ -53,5 +56,5 @@ class ModelRunner:
         ends = list(itertools.accumulate(batch.num_scheduled_tokens))
         last_rows = [ends[i] - 1 for i in batch.sampled]
         logits_index = torch.tensor(last_rows, dtype=torch.long, device=device)
-        backend = PagedAttentionBackend(self.pool, meta, self.use_triton)
+        backend = PagedAttentionBackend(self.pool, meta, self.decode_kernel)
         return self.model(input_ids, meta.positions, backend, logits_index)  # (len(last_rows), vocab)

@@ -3,16 +3,20 @@
 ``sweep_table`` turns ``block_size_sweep``'s points into one row per block size; ``timing_table``
 summarises repeated timings of one call per block size by their median and middle half, and
 ``timing_verdict`` says in words whether their differences stand out of this run's own noise.
+``decode_kernels`` names the decode kernels this machine runs for a dtype, and ``time_kernels``
+times each of them on every block size's inputs, interleaved, in CPU time.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pandas as pd
+import torch
 
 
 def sweep_table(sweep: Mapping[int, Any]) -> pd.DataFrame:
@@ -48,3 +52,33 @@ def timing_verdict(timing: pd.DataFrame) -> str:
 def closest_option(factors: Mapping[str, float], ratio: float) -> str:
     """The option whose factor is nearest to ``ratio`` on a log scale (a prediction's measured answer)."""
     return min(factors, key=lambda option: abs(math.log(factors[option] / ratio)))
+
+
+def decode_kernels(dtype: torch.dtype) -> tuple[dict[str, Callable[..., torch.Tensor]], str]:
+    """The engine's CPU decode kernels that run here for ``dtype`` (name -> function), and why the in-place one is
+    or is not among them: the gather reference always, the in-place kernel where numba runs it (lesson 10)."""
+    from kvcourse.kernels.attention.cpu_paged import cpu_paged_decode, in_place_decode
+    from kvcourse.kernels.attention.paged import paged_decode_attention
+
+    kernels: dict[str, Callable[..., torch.Tensor]] = {"gather": paged_decode_attention}
+    ok, why = in_place_decode(dtype)
+    if ok:
+        kernels["in place"] = cpu_paged_decode
+    return kernels, why
+
+
+def time_kernels(kernels: Mapping[str, Callable[..., Any]], inputs: Mapping[int, tuple], rounds: int,
+                 ) -> dict[str, pd.DataFrame]:
+    """kernel name -> ``timing_table`` of its CPU time per call on each block size's inputs.
+
+    Rounds are interleaved (every kernel on every block size, then again), so a busy moment of the
+    machine hits them all alike; ``time.process_time`` counts this process's CPU time only.
+    """
+    times: dict[str, dict[int, list[float]]] = {name: {bs: [] for bs in inputs} for name in kernels}
+    for _ in range(rounds):
+        for bs, args in inputs.items():
+            for name, kernel in kernels.items():
+                start = time.process_time()
+                kernel(*args)
+                times[name][bs].append(time.process_time() - start)
+    return {name: timing_table(by_size) for name, by_size in times.items()}

@@ -87,7 +87,7 @@ def test_decode_inputs_are_kept_per_set_of_decoding_sequences():
     """The backend builds a step's decode tables once and reuses them, but only for the rows they were built for."""
     pool = KVPool.create(1, 8, 2, 1, 4)
     meta = PagedMetadata.build([[0, 1], [2, 3, 4], [5]], [3, 4, 0], [1, 1, 2], 2)
-    backend = PagedAttentionBackend(pool, meta, use_triton=False)
+    backend = PagedAttentionBackend(pool, meta, kernel="gather")
     first, second = backend._decode_batch((0,)), backend._decode_batch((1,))
     assert first[0].tolist() == [[0, 1]] and second[0].tolist() == [[2, 3, 4]]
     assert first[1].tolist() == [4] and second[1].tolist() == [5]

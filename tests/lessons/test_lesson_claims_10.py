@@ -27,6 +27,7 @@ from kvcourse.kernels import (
     paged_decode_attention,
     write_kv,
 )
+from kvcourse.kernels.attention import cpu_paged
 from kvcourse.simulators.block_table import BlockTableConfig, BlockTables, engine_tables, num_adjacent
 
 pytestmark = pytest.mark.usefixtures("one_cpu_thread")  # one thread: the lessons' setting, fastest for tiny models
@@ -70,6 +71,10 @@ def test_the_sources_the_lesson_shows_side_by_side_still_have_their_landmarks():
     start, end = triton_source.index("    for start in range"), triton_source.index("    out = acc")
     assert start < end and "block_tables_ptr" in triton_source[start:end] and "running_max" in triton_source[start:end]
     assert "    batch, num_heads" in inspect.getsource(paged_decode_attention)
+    twin = inspect.getsource(cpu_paged._kernel)  # the CPU twin's walk, cut by the lesson's two markers
+    walk = twin[twin.index("        for logical_block"):twin.index("\n        for g in range(group):\n            for d")]
+    assert "block_tables[seq, logical_block]" in walk and "k_cache[block, t, kv_head, d]" in walk
+    assert "running_max" in walk and "out[" not in walk
 
 
 def test_on_the_tiny_model_paged_with_scattered_blocks_equals_contiguous(tiny_model):

@@ -1,0 +1,88 @@
+"""The in-place CPU paged decode kernel (cpu_paged.py) equals the gather reference, and the engine chooses it
+only where it runs: every block size, ragged contexts, GQA / MQA / MHA head groupings, a shuffled pool;
+tokens identical through the engine; bf16, numba missing and the fast paths off all take the reference."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kvcourse.kernels.attention import cpu_paged
+from kvcourse.kernels.attention.paged import paged_decode_attention
+from kvcourse.kernels.attention.paged_backend import decode_kernel
+from kvcourse.kernels.model import cpu_fast
+from kvcourse.kernels.model.cpu_fast import FastPathFallback
+
+needs_kernel = pytest.mark.skipif(not cpu_paged.in_place_decode(torch.float32)[0],
+                                  reason=cpu_paged.in_place_decode(torch.float32)[1])
+
+
+def shuffled_pool(context_lens, block_size, num_kv_heads, head_dim, seed):
+    """A pool whose blocks are handed out in a random order, padded tables, and the blocks never used left random."""
+    gen = torch.Generator().manual_seed(seed)
+    need = [-(-n // block_size) for n in context_lens]
+    num_blocks = sum(need) + 3
+    order = torch.randperm(num_blocks, generator=gen).tolist()
+    tables = torch.zeros(len(context_lens), max(need), dtype=torch.long)
+    for row, n in enumerate(need):
+        tables[row, :n] = torch.tensor([order.pop() for _ in range(n)])
+    k = torch.randn(num_blocks, block_size, num_kv_heads, head_dim, generator=gen)
+    v = torch.randn(num_blocks, block_size, num_kv_heads, head_dim, generator=gen)
+    return k, v, tables, torch.tensor(context_lens)
+
+
+@needs_kernel
+@pytest.mark.parametrize("block_size", [1, 2, 8, 16, 32, 64])
+@pytest.mark.parametrize("num_heads,num_kv_heads", [(9, 3), (8, 1), (4, 4)], ids=["gqa", "mqa", "mha"])
+def test_in_place_kernel_equals_the_gather_reference(block_size, num_heads, num_kv_heads):
+    context_lens = [1, block_size, block_size + 1, 3 * block_size - 1, 97, 130]  # one token, full, ragged, long
+    k, v, tables, lens = shuffled_pool(context_lens, block_size, num_kv_heads, 64, seed=block_size)
+    q = torch.randn(len(context_lens), num_heads, 64, generator=torch.Generator().manual_seed(1))
+    want = paged_decode_attention(q, k, v, tables, lens, 64 ** -0.5)
+    got = cpu_paged.cpu_paged_decode(q, k, v, tables, lens, 64 ** -0.5)
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
+
+
+@needs_kernel
+def test_the_kernel_reads_only_the_blocks_its_table_names():
+    k, v, tables, lens = shuffled_pool([20, 7], 8, 3, 16, seed=3)
+    q = torch.randn(2, 9, 16)
+    before = cpu_paged.cpu_paged_decode(q, k, v, tables, lens, 0.25)
+    used = set(tables[0, :3].tolist()) | {int(tables[1, 0])}
+    for block in set(range(k.shape[0])) - used:  # every block no table reaches (padding included) set to NaN
+        k[block], v[block] = float("nan"), float("nan")
+    torch.testing.assert_close(cpu_paged.cpu_paged_decode(q, k, v, tables, lens, 0.25), before, rtol=0, atol=0)
+
+
+def test_the_engine_takes_the_reference_where_the_kernel_cannot_run(monkeypatch):
+    cpu = torch.device("cpu")
+    ok, why = cpu_paged.in_place_decode(torch.bfloat16)
+    assert not ok and "bfloat16" in why and decode_kernel(cpu, torch.bfloat16) == "gather"
+    assert decode_kernel(cpu, torch.float32, in_place=False) == "gather"  # the model's fast paths are off
+    assert decode_kernel(cpu, torch.float32, use_triton=True) == "triton"
+    monkeypatch.setattr(cpu_paged, "numba_installed", lambda: False)
+    cpu_paged.in_place_decode.cache_clear()
+    try:
+        ok, why = cpu_paged.in_place_decode(torch.float32)
+        assert not ok and "numba is not installed" in why
+        cpu_fast._say_once.cache_clear()
+        with pytest.warns(FastPathFallback, match="numba is not installed"):  # said once, as a fast path's fallback
+            assert decode_kernel(cpu, torch.float32) == "gather"
+    finally:
+        monkeypatch.undo()
+        cpu_paged.in_place_decode.cache_clear()
+
+
+@needs_kernel
+def test_engine_tokens_are_the_same_on_the_in_place_kernel_and_on_the_gather(tiny_hf, fast_paths_on):
+    from kvcourse.kernels import EngineConfig, LLMEngine, SamplingParams, Transformer
+
+    prompts = [[5, 9, 2, 7, 1, 3, 8][:n] for n in (3, 7, 5)]
+    params = SamplingParams(max_new_tokens=12, stop_on_eos=False)
+    tokens = {}
+    for fast in ("auto", "off"):
+        model = Transformer.from_hf(tiny_hf).accelerate(fast)
+        engine = LLMEngine(model, EngineConfig(max_num_seqs=3, num_blocks=24, block_size=4))
+        assert engine.model_runner.decode_kernel == ("in place" if fast == "auto" else "gather")
+        tokens[fast] = [out.tokens for out in engine.generate(prompts, params)]
+    assert tokens["auto"] == tokens["off"]
