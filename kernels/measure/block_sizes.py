@@ -72,13 +72,17 @@ def time_kernels(kernels: Mapping[str, Callable[..., Any]], inputs: Mapping[int,
     """kernel name -> ``timing_table`` of its CPU time per call on each block size's inputs.
 
     Rounds are interleaved (every kernel on every block size, then again), so a busy moment of the
-    machine hits them all alike; ``time.process_time`` counts this process's CPU time only.
+    machine hits them all alike; ``time.process_time`` counts this process's CPU time only. They run
+    on one thread: with several, CPU time would also count threads spinning while they wait for work.
     """
+    from kvcourse.kernels.engine.threads import thread_policy
+
     times: dict[str, dict[int, list[float]]] = {name: {bs: [] for bs in inputs} for name in kernels}
-    for _ in range(rounds):
-        for bs, args in inputs.items():
-            for name, kernel in kernels.items():
-                start = time.process_time()
-                kernel(*args)
-                times[name][bs].append(time.process_time() - start)
+    with thread_policy(1):
+        for _ in range(rounds):
+            for bs, args in inputs.items():
+                for name, kernel in kernels.items():
+                    start = time.process_time()
+                    kernel(*args)
+                    times[name][bs].append(time.process_time() - start)
     return {name: timing_table(by_size) for name, by_size in times.items()}
