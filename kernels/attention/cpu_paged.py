@@ -38,7 +38,6 @@ import torch
 
 from kvcourse.kernels.model.cpu_fast import FastPath
 
-prange = range  # numba's parallel range once compiled (_compiled); as plain Python the kernel runs, slowly, as is
 NEG_BIG = np.float32(-3.0e38)  # the running max before any key: finite, so fast-math may assume no infinities
 DTYPES = (torch.float32,)      # what numba computes in; bf16 pools take the gather reference
 
@@ -47,7 +46,7 @@ def _kernel(q, k_cache, v_cache, block_tables, context_lens, out, scale):  # pra
     batch, num_heads, head_dim = q.shape
     block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
     group = num_heads // num_kv_heads
-    for program in prange(batch * num_kv_heads):  # one program per (sequence, KV head), in parallel
+    for program in range(batch * num_kv_heads):  # one program per (sequence, KV head), one after another
         seq, kv_head = program // num_kv_heads, program % num_kv_heads
         context_len = context_lens[seq]
         num_blocks = (context_len + block_size - 1) // block_size
@@ -90,29 +89,27 @@ def numba_installed() -> bool:
 @functools.cache
 def _compiled():
     """The kernel compiled by numba (on first use; cached on disk by numba after that). numba is imported here,
-    not with the engine: it takes a moment, and only the CPU's decode steps need it."""
+    not with the engine: it takes a moment, and only the CPU's decode steps need it.
+
+    On one thread: run in parallel over the programs (numba's ``prange``) it gained 10 % on 2 cores
+    (0.72 to 0.64 ms a layer at batch 32), while numba's idle pool threads spun between calls and
+    slowed torch's own threads, and every other process, by far more.
+    """
     import numba
 
-    globals()["prange"] = numba.prange
-    return numba.njit(_kernel, parallel=True, nogil=True, cache=True,
-                      fastmath={"reassoc", "contract", "nsz", "arcp"})
+    return numba.njit(_kernel, nogil=True, cache=True, fastmath={"reassoc", "contract", "nsz", "arcp"})
 
 
 def cpu_paged_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
                      context_lens: torch.Tensor, scale: float) -> torch.Tensor:
     """q (B, num_heads, D) over one layer's pool (num_blocks, block_size, kv_heads, D) -> (B, num_heads, D).
 
-    Float32 CPU tensors; the pool is read where it lies (a view of it, no copy). The kernel runs on
-    as many threads as torch does (``torch.get_num_threads()``).
+    Float32 CPU tensors; the pool is read where it lies (a view of it, no copy). One thread (see ``_compiled``).
     """
     if q.dtype not in DTYPES or k_cache.dtype != q.dtype or q.device.type != "cpu":
         raise ValueError(f"the in-place CPU kernel computes in {DTYPES} on the CPU, got {q.dtype} on {q.device}")
-    import numba
-
     out = torch.empty_like(q)
-    kernel = _compiled()
-    numba.set_num_threads(max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS)))
-    kernel(q.contiguous().numpy(), k_cache.numpy(), v_cache.numpy(), block_tables.numpy(),
+    _compiled()(q.contiguous().numpy(), k_cache.numpy(), v_cache.numpy(), block_tables.numpy(),
                 context_lens.numpy(), out.numpy(), np.float32(scale))
     return out
 

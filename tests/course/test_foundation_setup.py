@@ -111,7 +111,7 @@ def test_doctor_reports_ok_per_package_device_and_model(capsys):
     checks = environment_report()
     names = [c.name for c in checks]
     # the fast paths' heading, then one unnamed line per path (packed linear, one-call RMSNorm, RoPE as a matrix)
-    assert names == [p[0] for p in PACKAGES] + ["device", "dtype", "fast paths", "", "", "", "model"]
+    assert names == [p[0] for p in PACKAGES] + ["device", "dtype", "fast paths", "", "", "", "", "model"]
     assert all(c.ok for c in checks), format_report(checks)
     assert main(["doctor"]) == 0
     out = capsys.readouterr().out
