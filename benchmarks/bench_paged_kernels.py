@@ -39,14 +39,14 @@ def main(argv: list[str] | None = None) -> dict:
     workload = Workload.make(BATCH, seed=1)
     engines = {bs: prefilled_engine(model, workload, BATCH, bs) for bs in BLOCK_SIZES}
     kernel = engines[BLOCK_SIZES[0]].model_runner.decode_kernel
+    if kernel != "in place":
+        raise SystemExit(f"the engine's decode kernel here is {kernel!r}, not the in-place one: nothing to compare "
+                         "(see `kvcourse doctor`)")
     measures = {}
     for bs, engine in engines.items():
         measures[f"step_{bs}"] = lambda e=engine: decode_steps(e, BATCH, args.steps) / args.steps
         measures[f"in_place_{bs}"] = lambda e=engine: attention_seconds(e, "in place")
         measures[f"gather_{bs}"] = lambda e=engine: attention_seconds(e, "gather")
-    if kernel != "in place":
-        raise SystemExit(f"the engine's decode kernel here is {kernel!r}, not the in-place one: nothing to compare "
-                         "(see `kvcourse doctor`)")
     samples = interleaved(measures, args.rounds, log=None)
     rows = []
     for bs in BLOCK_SIZES:

@@ -111,7 +111,6 @@ class PagedAttentionBackend:
         self.pool = pool
         self.metadata = metadata
         self.kernel = kernel or decode_kernel(pool.k.device, pool.k.dtype)
-        self.use_triton = self.kernel == "triton"
         # The decode inputs, built once per step for the first layer and reused by the others, keyed
         # on the decoding sequences they were built for (None: every sequence of the batch).
         self._decode_inputs: dict[tuple[int, ...] | None, tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]] = {}

@@ -25,7 +25,6 @@ class ModelRunner:
     def __init__(self, model: torch.nn.Module, pool: KVPool, use_triton: bool | None = None) -> None:
         self.model = model
         self.pool = pool
-        self.use_triton = use_triton
         # The CPU's in-place decode kernel is one of the model's fast paths: off where they are off.
         fast = any(path.on for path in getattr(model, "fast_paths", ()))
         self.decode_kernel = decode_kernel(pool.k.device, pool.k.dtype, use_triton, in_place=fast)

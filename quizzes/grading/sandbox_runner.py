@@ -83,7 +83,11 @@ async def _answers(kc, seconds):
 
 
 def _counts(caps):
-    """cap -> the current value of its cgroup counter (a file like memory.events: 'oom_kill 2')."""
+    """cap -> the current value of its cgroup counter (a file like memory.events: 'oom_kill 2').
+
+    The runner's own reading of what cgroups.Group.count reads outside: it is bound into the
+    sandbox alone, where the quizzes package is hidden, so it imports nothing of ours.
+    """
     counts = {}
     for cap, (path, key) in caps.get("counters", {}).items():
         counts[cap] = 0
