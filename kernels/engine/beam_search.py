@@ -11,7 +11,9 @@ no length penalty, no early stop on end-of-sequence.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -55,8 +57,10 @@ def _forward(runner: ModelRunner, manager: KVCacheManager, seqs: list[Sequence],
 
 @torch.inference_mode()
 def beam_search(model: torch.nn.Module, prompt_ids: list[int], beam_width: int, max_new_tokens: int,
-                block_size: int = 16, num_blocks: int | None = None) -> BeamSearchResult:
-    """Beam search over a paged pool where beams share blocks (lesson 12)."""
+                block_size: int = 16, num_blocks: int | None = None,
+                block_manager: Callable[..., Any] | None = None) -> BeamSearchResult:
+    """Beam search over a paged pool where beams share blocks (lesson 12); ``block_manager`` is the lab's
+    seam (lesson 18): a class called as ``block_manager(num_blocks, block_size)`` in place of KVCacheManager."""
     check_positive_int("beam_width", beam_width)
     check_positive_int("max_new_tokens", max_new_tokens)
     if not prompt_ids:
@@ -64,7 +68,7 @@ def beam_search(model: torch.nn.Module, prompt_ids: list[int], beam_width: int, 
     total = len(prompt_ids) + max_new_tokens
     if num_blocks is None:  # enough for every beam to hold a private copy
         num_blocks = beam_width * (ceil_div(total, block_size) + 1)
-    manager = KVCacheManager(num_blocks, block_size)
+    manager = (block_manager or KVCacheManager)(num_blocks, block_size)
     runner = ModelRunner.for_model(model, num_blocks, block_size)
     seq_ids = itertools.count()
     root = Sequence(next(seq_ids), list(prompt_ids), len(prompt_ids), block_size)
@@ -94,7 +98,7 @@ def beam_search(model: torch.nn.Module, prompt_ids: list[int], beam_width: int, 
         beams = survivors
         scores = torch.tensor([b.cumulative_logprob for b in beams], device=model.device)
     result = BeamSearchResult([b.completion_token_ids for b in beams], scores.tolist(),
-                              peak_shared, max(peak_unshared, 1), manager.events)
+                              peak_shared, max(peak_unshared, 1), getattr(manager, "events", EventLog()))
     for beam in beams:
         manager.free(beam)
     if manager.num_free_blocks != manager.num_blocks:

@@ -10,7 +10,9 @@ and keeps the request-level view.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 import torch
 
@@ -18,6 +20,7 @@ from kvcourse.kernels.checks import ceil_div
 from kvcourse.kernels.engine.batch import ScheduledBatch
 from kvcourse.kernels.engine.config import DEFAULT_NUM_BLOCKS, EngineConfig
 from kvcourse.kernels.engine.model_runner import ModelRunner
+from kvcourse.kernels.engine.policy import SchedulingPolicy
 from kvcourse.kernels.engine.request import Request, RequestOutput, RequestStatus
 from kvcourse.kernels.engine.sampling import (
     DEFAULT_MAX_NEW_TOKENS,
@@ -31,13 +34,22 @@ from kvcourse.kernels.engine.sequence import FinishReason, Sequence, SequenceSta
 from kvcourse.kernels.engine.threads import thread_policy
 from kvcourse.kernels.memory.budget import num_blocks_for_budget
 from kvcourse.kernels.memory.events import EventKind, EventLog
+from kvcourse.kernels.memory.eviction import EvictionPolicy
 from kvcourse.kernels.memory.kv_cache_manager import KVCacheManager
 
 
 class LLMEngine:
     """A small vLLM: paged KV pool, prefix caching, sharing, continuous batching (lessons 08-15)."""
 
-    def __init__(self, model: torch.nn.Module, config: EngineConfig | None = None) -> None:
+    def __init__(self, model: torch.nn.Module, config: EngineConfig | None = None, *,
+                 block_manager: Callable[..., Any] | None = None, eviction: EvictionPolicy | None = None,
+                 scheduling_policy: SchedulingPolicy | None = None) -> None:
+        """The engine on ``model``. The three keywords are the labs' seams (lessons 18-20): ``block_manager``
+        a class called as ``block_manager(num_blocks, block_size)`` in place of the KVCacheManager,
+        ``eviction`` the prefix cache's eviction policy, ``scheduling_policy`` admission and preemption."""
+        if block_manager is not None and eviction is not None:
+            raise ValueError("eviction is a policy of the engine's own KV-cache manager: give block_manager or "
+                             "eviction, not both")
         self.config = config if config is not None else EngineConfig()
         if self.config.fast_paths is not None:
             model.accelerate(self.config.fast_paths)
@@ -45,12 +57,16 @@ class LLMEngine:
         self.max_model_len = self.config.max_model_len or model.config.max_position_embeddings
         self.num_blocks = self._num_blocks()
         self.events = EventLog(self.config.max_events)
-        self.kv_cache_manager = KVCacheManager(self.num_blocks, self.config.block_size,
-                                               self.config.enable_prefix_caching, self.events)
+        if block_manager is None:
+            self.kv_cache_manager = KVCacheManager(self.num_blocks, self.config.block_size,
+                                                   self.config.enable_prefix_caching, self.events, eviction)
+        else:
+            self.kv_cache_manager = block_manager(self.num_blocks, self.config.block_size)
         self.eos_token_ids = (frozenset({self.config.eos_token_id}) if self.config.eos_token_id is not None
                               else frozenset(model.config.eos_token_ids))
         self.scheduler = Scheduler(self.kv_cache_manager, self.config.max_num_seqs,
-                                   self.config.max_num_batched_tokens, self.max_model_len, self.eos_token_ids)
+                                   self.config.max_num_batched_tokens, self.max_model_len, self.eos_token_ids,
+                                   scheduling_policy, self.events)
         self.model_runner = ModelRunner.for_model(model, self.num_blocks, self.config.block_size,
                                                   self.config.use_triton)
         self.pool = self.model_runner.pool
@@ -108,7 +124,7 @@ class LLMEngine:
             # One random stream per sample, seeded seed + i: sample i repeats alone (lesson 12).
             generators = [make_generator(params_for_sample(params, i), self.model.device) for i in range(params.n)]
             seq = Sequence(self.scheduler.next_seq_id(), list(ids), len(ids), self.config.block_size, params,
-                           req.request_id, generators[0], fork_generators=generators[1:])
+                           req.request_id, generators[0], fork_generators=generators[1:], arrival=self.num_steps)
             req.seqs.append(seq)
             self.scheduler.add(seq)
         return req.request_id
@@ -145,12 +161,26 @@ class LLMEngine:
         self.events.step = self.num_steps
         batch = self.scheduler.schedule()
         self.num_steps += 1
+        refused = self._refused_by_policy()
         if batch.is_empty:
-            return self._refuse_stuck_head()
+            return refused + self._refuse_stuck_head()
         self._mark_started(batch)
         logits = self.model_runner.run(batch)  # (len(batch.sampled), vocab)
         grown = self.scheduler.update(batch, self._sample(batch, logits))
-        return self._update_requests(grown)
+        return refused + self._update_requests(grown)
+
+    def _refused_by_policy(self) -> list[RequestOutput]:
+        """Requests the scheduling policy turned away this step: every sequence of each stops, with the reason."""
+        outputs = []
+        for seq, reason in self.scheduler.refused:
+            req = self.requests[seq.request_id]
+            for other in req.seqs:
+                if other.status is not SequenceStatus.FINISHED:
+                    self.scheduler.finish(other, FinishReason.ABORT)
+            req.refusal, req.status = reason, RequestStatus.REFUSED
+            outputs.append(req.output())
+        self.scheduler.refused = []
+        return outputs
 
     def _mark_started(self, batch: ScheduledBatch) -> None:
         for seq in batch.seqs:

@@ -6,6 +6,10 @@ waiting sequences, oldest first, while the token budget, the sequence limit and 
 allow. A request with n samples is admitted only with room for all n sequences. A preempted
 sequence loses its blocks and recomputes later (its full prefix blocks may still be cached).
 
+The two choices in there, who is admitted next and who gives way, belong to a ``SchedulingPolicy``
+(policy.py; lab C): ``FCFSPolicy`` unless the engine is given another. The scheduler checks every
+choice and carries it out; a policy can also turn a waiting request away, with a reason.
+
 ``update`` is everything that follows a forward pass: count the computed tokens, cache newly
 full blocks (``batch.finish_pass``), fork the samples of a request after its prompt, append the
 sampled tokens and retire the sequences that are done. The batch between the two is one
@@ -19,8 +23,15 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from kvcourse.kernels.engine.batch import ScheduledBatch, finish_pass
+from kvcourse.kernels.engine.policy import (
+    FCFSPolicy,
+    Refuse,
+    SchedulingPolicy,
+    SchedulingPolicyError,
+    SeqView,
+)
 from kvcourse.kernels.engine.sequence import FinishReason, Sequence, SequenceStatus
-from kvcourse.kernels.memory.events import EventKind
+from kvcourse.kernels.memory.events import EventKind, EventLog
 from kvcourse.kernels.memory.kv_cache_manager import KVCacheManager
 from kvcourse.kernels.memory.kv_pool import BlockCopy
 
@@ -43,9 +54,12 @@ class Scheduler:
     """FCFS continuous batching with recompute preemption (lessons 08 and 14)."""
 
     def __init__(self, kv_cache_manager: KVCacheManager, max_num_seqs: int, max_num_batched_tokens: int,
-                 max_model_len: int, eos_token_ids: frozenset[int] = frozenset()) -> None:
+                 max_model_len: int, eos_token_ids: frozenset[int] = frozenset(),
+                 policy: SchedulingPolicy | None = None, events: EventLog | None = None) -> None:
         self.kv_cache_manager = kv_cache_manager
-        self.events = kv_cache_manager.events
+        self.events = events if events is not None else kv_cache_manager.events
+        self.policy = policy if policy is not None else FCFSPolicy()
+        self.refused: list[tuple[Sequence, str]] = []  # turned away by the policy; the engine tells the requests
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_model_len = max_model_len
@@ -89,6 +103,7 @@ class Scheduler:
         self.running.remove(seq)
         self.kv_cache_manager.free(seq)
         seq.status = SequenceStatus.WAITING
+        seq.num_preemptions += 1
         self.waiting.appendleft(seq)
         self.events.record(EventKind.PREEMPT, seq.seq_id, detail="recompute")
 
@@ -108,7 +123,7 @@ class Scheduler:
             if seq.status is not SequenceStatus.RUNNING:
                 continue  # preempted earlier in this loop
             while not self.kv_cache_manager.can_append(seq):
-                victim = self.running[-1]  # the newest running sequence gives way
+                victim = self._victim(seq, batch.seqs)
                 self.preempt(victim)
                 batch.preempted.append(victim)
                 if victim is seq:
@@ -120,14 +135,72 @@ class Scheduler:
             budget -= batch.num_scheduled_tokens[-1]
         return budget
 
+    def view(self, seq: Sequence, preempted: list[Sequence] = ()) -> SeqView:
+        """What the policy sees of a sequence (blocks needed: to admit it when waiting, to append when running)."""
+        waiting = seq.status is SequenceStatus.WAITING
+        manager = self.kv_cache_manager
+        count = getattr(manager, "num_blocks_to_allocate" if waiting else "num_blocks_to_append", None)
+        # A manager without the count (a learner's, lab A) is read as one without sharing or prefix hits.
+        needed = count(seq) if count is not None else seq.num_blocks - len(seq.block_table)
+        return SeqView(seq.seq_id, seq.request_id, seq.arrival, seq.num_prompt_tokens, seq.num_tokens,
+                       seq.num_computed_tokens, seq.params.max_new_tokens or 0, seq.params.n, len(seq.block_table),
+                       needed, seq.num_preemptions, any(seq is p for p in preempted))
+
+    def _victim(self, needy: Sequence, scheduled: list[Sequence]) -> Sequence:
+        """The running sequence to preempt for ``needy``: one not given its tokens this step yet, or ``needy``."""
+        if type(self.policy) is FCFSPolicy:  # the default needs no views: the newest running sequence
+            return self.running[-1]
+        candidates = [s for s in self.running if not any(s is done for done in scheduled)]
+        choice = self.policy.choose_victim([self.view(s) for s in candidates], self.view(needy))
+        for seq in candidates:
+            if seq.seq_id == choice and not isinstance(choice, bool):
+                return seq
+        raise SchedulingPolicyError(f"choose_victim returned {choice!r}: not the seq_id of a running sequence "
+                                    f"still to run this step (candidates: {[s.seq_id for s in candidates]})")
+
+    def _admission(self, preempted: list[Sequence]) -> int | None:
+        """The policy's next admission as an index into ``waiting``, after carrying out its refusals."""
+        if type(self.policy) is FCFSPolicy:  # the default needs no views: the head, unless just preempted
+            return None if any(self.waiting[0] is p for p in preempted) else 0
+        while self.waiting:
+            views = [self.view(s, preempted) for s in self.waiting]
+            choice = self.policy.choose_admission(views, self.kv_cache_manager.num_free_blocks)
+            if isinstance(choice, Refuse):
+                if not isinstance(choice.reason, str) or not choice.reason.strip():
+                    raise SchedulingPolicyError(f"Refuse({choice.index!r}, {choice.reason!r}): a refusal needs a "
+                                                "reason, which the request's output shows")
+                seq = self._waiting_at(choice.index)
+                if seq.num_completion_tokens:
+                    raise SchedulingPolicyError(f"Refuse({choice.index}): sequence {seq.seq_id} has begun its answer "
+                                                "(it was preempted); only a request not started can be refused")
+                self.waiting.remove(seq)
+                seq.status, seq.finish_reason = SequenceStatus.FINISHED, FinishReason.ABORT
+                self.refused.append((seq, choice.reason.strip()))
+                self.events.record(EventKind.REFUSE, seq.seq_id, detail=choice.reason.strip())
+                continue
+            if choice is None:
+                return None
+            self._waiting_at(choice)
+            return choice
+        return None
+
+    def _waiting_at(self, index: object) -> Sequence:
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(self.waiting):
+            raise SchedulingPolicyError(f"choose_admission returned {index!r}: not an index into the "
+                                        f"{len(self.waiting)} waiting sequences (or None, or Refuse)")
+        return self.waiting[index]
+
     def _schedule_waiting(self, batch: _Draft, budget: int) -> None:
         while self.waiting and budget > 0:
-            seq = self.waiting[0]
+            index = self._admission(batch.preempted)
+            if index is None:
+                break
+            seq = self.waiting[index]
             if self.num_reserved_seqs + 1 + seq.num_pending_forks > self.max_num_seqs:
                 break
             if seq in batch.preempted or not self.kv_cache_manager.can_allocate(seq):
-                break  # first come, first served: nobody overtakes the head of the queue
-            self.waiting.popleft()
+                break  # the policy's choice does not fit this step: admissions end here
+            del self.waiting[index]
             self.kv_cache_manager.allocate(seq)
             self.events.record(EventKind.ADMIT, seq.seq_id,
                                detail=f"{seq.num_cached_tokens} tokens from the prefix cache")

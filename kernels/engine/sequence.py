@@ -53,6 +53,8 @@ class Sequence:
     finish_reason: FinishReason | None = None
     cumulative_logprob: float = 0.0  # beam search ranks sequences by this
     fork_generators: list[torch.Generator | None] = field(default_factory=list)  # streams of samples to fork
+    arrival: int = 0  # the engine step at which its request was added (the scheduling policy sees it)
+    num_preemptions: int = 0
 
     @property
     def num_tokens(self) -> int:
@@ -92,4 +94,4 @@ class Sequence:
         """A sibling with the same prompt, params and request, drawing from ``generator``; it gets
         blocks from the manager's fork."""
         return Sequence(seq_id, token_ids, self.num_prompt_tokens, self.block_size, self.params,
-                        self.request_id, generator)
+                        self.request_id, generator, arrival=self.arrival)

@@ -6,6 +6,10 @@ goes to the front, a freed block that is a prefix-cache entry goes to the back (
 ``allocate`` takes the front, so a cached block is reused, and forgotten, only when nothing
 colder is left; a prefix hit on a cached block in the queue takes it out again.
 
+With an ``EvictionPolicy`` (eviction.py, lab B) the pool still hands out an empty block first; only
+when every free block caches a prefix does the policy choose which one to forget. Without one, the
+queue's own order decides: least recently freed first, which is ``LRUEviction``.
+
 Prefix caching names a full block by ``hash(parent block's hash, its token ids)``, so equal
 hashes mean equal prefixes up to and including the block. SHA-256 is stable across runs, unlike
 Python's salted ``hash``; a token-equality check on every hit guards against a collision anyway.
@@ -21,6 +25,7 @@ from dataclasses import dataclass
 
 from kvcourse.kernels.checks import check_positive_int
 from kvcourse.kernels.memory.events import EventKind, EventLog
+from kvcourse.kernels.memory.eviction import EvictionCandidate, EvictionPolicy, EvictionPolicyError, rejection
 
 
 def block_hash(parent: bytes | None, token_ids: list[int]) -> bytes:
@@ -32,10 +37,13 @@ def block_hash(parent: bytes | None, token_ids: list[int]) -> bytes:
 
 @dataclass(frozen=True)
 class CachedBlock:
-    """What the prefix cache knows about one physical block: its hash and its tokens."""
+    """What the prefix cache knows about one physical block: its hash and tokens, its parent's hash, its place."""
 
     block_hash: bytes
     token_ids: tuple[int, ...]
+    parent: bytes | None = None
+    depth: int = 0
+    cached_at: int = 0
 
 
 class OutOfBlocksError(RuntimeError):
@@ -49,14 +57,20 @@ class BlockPoolInvariantError(AssertionError):
 class BlockPool:
     """Hands out physical blocks, counts their holders and remembers cached prefixes (lessons 11-13)."""
 
-    def __init__(self, num_blocks: int, events: EventLog | None = None) -> None:
+    def __init__(self, num_blocks: int, events: EventLog | None = None,
+                 eviction: EvictionPolicy | None = None) -> None:
         check_positive_int("num_blocks", num_blocks)
         self.num_blocks = num_blocks
         self.events = events if events is not None else EventLog()
+        self.eviction = eviction
         self.ref_counts = [0] * num_blocks
         self._free_queue: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))  # coldest first
         self._block_of_hash: dict[bytes, int] = {}
         self._cached: dict[int, CachedBlock] = {}
+        self._children: dict[bytes, int] = {}    # cached blocks per parent hash
+        self._clock = 0                          # ticks on every free and every prefix hit
+        self._last_used = [0] * num_blocks
+        self._hits = [0] * num_blocks
 
     @property
     def num_free_blocks(self) -> int:
@@ -82,14 +96,39 @@ class BlockPool:
         """The coldest free block, with reference count 1; a cached one forgets its prefix (eviction)."""
         if not self._free_queue:
             raise OutOfBlocksError(f"all {self.num_blocks} blocks are in use")
-        block_id, _ = self._free_queue.popitem(last=False)
+        block_id = next(iter(self._free_queue))  # empty blocks stand before cached ones
+        if block_id in self._cached and self.eviction is not None:
+            block_id = self._policy_choice()
+        del self._free_queue[block_id]
         if block_id in self._cached:
-            entry = self._cached.pop(block_id)
-            del self._block_of_hash[entry.block_hash]
+            self._forget(block_id)
             self.events.record(EventKind.EVICT, seq_id, block_id)
         self.ref_counts[block_id] = 1
         self.events.record(EventKind.ALLOCATE, seq_id, block_id)
         return block_id
+
+    def eviction_candidates(self) -> list[EvictionCandidate]:
+        """Every free block that caches a prefix, in the queue's order (least recently freed first)."""
+        return [EvictionCandidate(b, self._last_used[b], entry.cached_at, self._hits[b], entry.depth,
+                                  self._children.get(entry.block_hash, 0) > 0)
+                for b in self._free_queue if (entry := self._cached.get(b)) is not None]
+
+    def _policy_choice(self) -> int:
+        candidates = self.eviction_candidates()
+        choice = self.eviction.choose(list(candidates))
+        why = rejection(choice, candidates, self.ref_counts)
+        if why is not None:
+            raise EvictionPolicyError(why)
+        return choice
+
+    def _forget(self, block_id: int) -> None:
+        entry = self._cached.pop(block_id)
+        del self._block_of_hash[entry.block_hash]
+        if entry.parent is not None and entry.parent in self._children:
+            self._children[entry.parent] -= 1
+            if not self._children[entry.parent]:
+                del self._children[entry.parent]
+        self._hits[block_id] = 0
 
     def hold(self, block_id: int) -> None:
         """One more block table holds this block (sharing, or a prefix-cache hit)."""
@@ -107,6 +146,8 @@ class BlockPool:
         self.events.record(EventKind.FREE, seq_id, block_id)
         if self.ref_counts[block_id] > 0:
             return
+        self._clock += 1
+        self._last_used[block_id] = self._clock
         self._free_queue[block_id] = None  # a cached block: the back, evicted last
         if block_id not in self._cached:
             self._free_queue.move_to_end(block_id, last=False)  # worthless: the front, reused first
@@ -128,12 +169,23 @@ class BlockPool:
             return None
         return block_id
 
-    def cache_block(self, block_id: int, h: bytes, token_ids: list[int]) -> bool:
-        """Register a full, computed, held block; False when an equal block is already cached."""
+    def hit(self, block_id: int) -> None:
+        """A prefix hit: hold the cached block, and count the hit for the eviction policy (lesson 13)."""
+        self.hold(block_id)
+        self._clock += 1
+        self._last_used[block_id] = self._clock
+        self._hits[block_id] += 1
+
+    def cache_block(self, block_id: int, h: bytes, token_ids: list[int], parent: bytes | None = None,
+                    depth: int = 0) -> bool:
+        """Register a full, computed, held block (``parent`` is the hash of the block before it, ``depth``
+        its index in the prefix); False when an equal block is already cached."""
         if h in self._block_of_hash or block_id in self._cached:
             return False
         self._block_of_hash[h] = block_id
-        self._cached[block_id] = CachedBlock(h, tuple(token_ids))
+        self._cached[block_id] = CachedBlock(h, tuple(token_ids), parent, depth, self._clock)
+        if parent is not None:
+            self._children[parent] = self._children.get(parent, 0) + 1
         return True
 
     def is_cached(self, block_id: int) -> bool:

@@ -13,6 +13,7 @@ from typing import Protocol
 from kvcourse.kernels.checks import check_positive_int
 from kvcourse.kernels.memory.block_pool import BlockPool, block_hash
 from kvcourse.kernels.memory.events import EventKind, EventLog
+from kvcourse.kernels.memory.eviction import EvictionPolicy
 from kvcourse.kernels.memory.kv_pool import BlockCopy
 
 
@@ -38,12 +39,12 @@ class KVCacheManager:
     """Maps sequences to physical blocks, with sharing and prefix caching (lessons 10-13)."""
 
     def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = False,
-                 events: EventLog | None = None) -> None:
+                 events: EventLog | None = None, eviction: EvictionPolicy | None = None) -> None:
         check_positive_int("block_size", block_size)
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
         self.events = events if events is not None else EventLog()
-        self.block_pool = BlockPool(num_blocks, self.events)
+        self.block_pool = BlockPool(num_blocks, self.events, eviction)
 
     @property
     def num_blocks(self) -> int:
@@ -90,7 +91,7 @@ class KVCacheManager:
             raise ValueError(f"sequence {seq.seq_id} already has blocks")
         hits = self._prefix_hits(seq)
         for block_id, h in hits:
-            self.block_pool.hold(block_id)  # hold hits first so allocating cannot evict them
+            self.block_pool.hit(block_id)  # hold hits first so allocating cannot evict them
             seq.block_table.append(block_id)
             seq.block_hashes.append(h)
             self.events.record(EventKind.PREFIX_HIT, seq.seq_id, block_id)
@@ -155,5 +156,5 @@ class KVCacheManager:
             tokens = seq.block_tokens(i)
             h = block_hash(parent, tokens)
             seq.block_hashes.append(h)
-            if self.block_pool.cache_block(seq.block_table[i], h, tokens):
+            if self.block_pool.cache_block(seq.block_table[i], h, tokens, parent, depth=i):
                 self.events.record(EventKind.CACHE_INSERT, seq.seq_id, seq.block_table[i])

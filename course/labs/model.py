@@ -1,0 +1,45 @@
+"""The lab model and engine settings: a tiny random decoder that serves a trace in a second or two.
+
+The labs judge a policy on what the engine does with it, not on what the model knows, so the model
+is the textbook Transformer at toy size with seeded random weights: the same on every machine, fast
+on one core in the grading sandbox, and sharp enough (weights of std 0.5) that a corrupted block of
+K/V changes the tokens. Fast paths are off and one thread runs it, so every run of a trace is the
+same computation, in the learner's notebook, in the sandbox and in the grader's replay.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+import torch
+
+from kvcourse.kernels import EngineConfig, Transformer
+from kvcourse.kernels.model.config import ModelConfig
+
+from .traces import VOCAB, LabTrace
+
+LAB_MODEL = ModelConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_layers=2, num_heads=4,
+                        num_kv_heads=2, head_dim=None, rope_theta=10000.0, rms_norm_eps=1e-5,
+                        max_position_embeddings=128, tie_word_embeddings=False, attention_bias=False)
+TOKEN_BUDGET = 48  # tokens per engine step: long prompts are prefilled in chunks
+
+
+@cache
+def lab_model() -> Transformer:
+    """The tiny decoder every lab runs on (seeded: identical everywhere)."""
+    state = torch.random.get_rng_state()
+    torch.manual_seed(20261202)
+    try:
+        model = Transformer(LAB_MODEL)
+        model.reset_parameters(std=0.5)
+    finally:
+        torch.random.set_rng_state(state)
+    return model.eval()
+
+
+def lab_config(trace: LabTrace) -> EngineConfig:
+    """The engine settings a trace is served with."""
+    return EngineConfig(block_size=trace.block_size, num_blocks=trace.num_blocks, max_num_seqs=trace.max_num_seqs,
+                        max_num_batched_tokens=TOKEN_BUDGET, max_model_len=LAB_MODEL.max_position_embeddings,
+                        enable_prefix_caching=trace.lab == "eviction", fast_paths="off", num_threads=1,
+                        max_events=0)

@@ -1,0 +1,113 @@
+"""One entry for the three labs: record a policy's runs, judge them, and the learner's instant feedback.
+
+``record_runs`` is what runs where the learner's code runs (their notebook, or the grading sandbox):
+it serves each trace on the learner's policy, each within a time limit, and returns plain JSON logs.
+``judge_runs`` is what runs in the grader's process: it replays each log on the engine and scores it.
+``check`` does both on the public traces and prints the verdict of each, for a learner in a notebook.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Callable
+from contextlib import contextmanager
+
+from . import block_manager, eviction, scheduler
+from .common import LabViolation, TraceResult
+from .traces import LABS, LabTrace, public_traces
+
+TRACE_LIMIT_S = 60.0  # one trace served on the learner's policy
+
+_MODULES = {"block_manager": block_manager, "eviction": eviction, "scheduler": scheduler}
+LAB_TITLES = {"block_manager": "Lab A: your block manager", "eviction": "Lab B: your eviction policy",
+              "scheduler": "Lab C: your scheduler"}
+
+
+def _module(lab: str):
+    if lab not in _MODULES:
+        raise ValueError(f"no lab {lab!r}: the labs are {', '.join(LABS)}")
+    return _MODULES[lab]
+
+
+class _TooLong(Exception):
+    pass
+
+
+@contextmanager
+def _time_limit(seconds: float):
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        raise _TooLong()
+
+    previous = signal.signal(signal.SIGALRM, stop)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def learner_policy(lab: str, answer: object) -> object:
+    """What the engine is given: the class itself for lab A (it is called per pool), an instance otherwise."""
+    if not callable(answer) and lab == "block_manager":
+        raise LabViolation("the answer is not a class: define class MyBlockManager(BlockManagerBase)")
+    if isinstance(answer, type) and lab != "block_manager":
+        try:
+            return answer()
+        except Exception as err:  # noqa: BLE001
+            raise LabViolation(f"{answer.__name__}() raised {type(err).__name__}: {str(err)[:200]}") from None
+    return answer
+
+
+def record_runs(lab: str, answer: object, traces: list[dict]) -> list[dict]:
+    """Each trace served on the learner's policy, as plain logs (never raises for the learner's code)."""
+    module, logs = _module(lab), []
+    for plain in traces:
+        trace = LabTrace.from_plain(plain)
+        try:
+            with _time_limit(TRACE_LIMIT_S):
+                policy = learner_policy(lab, answer)  # a class gives a fresh instance per trace
+                logs.append(module.record(policy, trace))
+        except LabViolation as err:
+            logs.append({"entries": [], "beams": [], "error": str(err)})
+        except _TooLong:
+            logs.append({"entries": [], "beams": [], "error": f"the trace ran for more than {TRACE_LIMIT_S:g} s"})
+    return logs
+
+
+def judge_runs(lab: str, traces: list[LabTrace], logs: object) -> list[TraceResult]:
+    """Each recorded run replayed and scored, outside the learner's code (the grader's side)."""
+    module = _module(lab)
+    if not isinstance(logs, list) or len(logs) != len(traces):
+        return [TraceResult(t.name, t.public, 0.0, "the run handed back no log for this trace", kind="replay")
+                for t in traces]
+    return [module.judge(trace, log) for trace, log in zip(traces, logs)]
+
+
+def summary(results: list[TraceResult]) -> str:
+    """The verdict lines a learner reads: one per trace, the figures beside the engine's own policy's."""
+    lines = []
+    for r in results:
+        mark = "pass" if r.passed else f"{r.score:.0%}"
+        figures = ", ".join(f"{k} {v:g} (engine's own: {r.reference.get(k, float('nan')):g})"
+                            for k, v in r.metrics.items() if k in r.reference)
+        lines.append(f"  [{mark}] {r.name}: " + (r.reason or "every rule kept") + (f". {figures}" if figures else ""))
+    return "\n".join(lines)
+
+
+def check(lab: str, answer: object, traces: list[LabTrace] | None = None,
+          show: Callable[[str], None] = print) -> list[TraceResult]:
+    """Serve the public traces on your policy and print what the grader would say of each."""
+    traces = traces if traces is not None else public_traces(lab)
+    for trace in traces:
+        show(f"{trace.name}: {trace.describe()}")
+    results = judge_runs(lab, traces, record_runs(lab, answer, [t.to_plain() for t in traces]))
+    passed = sum(r.passed for r in results)
+    show(f"{LAB_TITLES[lab]}: {passed} of {len(results)} public traces pass, "
+         f"score {sum(r.score for r in results) / max(1, len(results)):.0%}\n" + summary(results))
+    return results

@@ -1,0 +1,161 @@
+"""The request traces a lab's policy is run on: public ones for feedback, hidden ones drawn per student.
+
+A trace is a small serving day for the tiny lab model: requests with their arrival step, their
+answer length, their samples (n) and, for lab A, beam searches; for lab B, conversations whose
+next turn extends the previous prompt and answer. ``public_traces(lab)`` are the ones a learner
+sees; ``draw_trace(lab, seed)`` draws one more of the same families from a seed (the grader's seeds
+come from the course secret, so nobody can predict them). A trace travels into the grading sandbox
+as plain JSON (``to_plain``/``from_plain``) and is validated on the way back in.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+LABS = ("block_manager", "eviction", "scheduler")
+VOCAB = 96  # the lab model's vocabulary (model.py)
+MAX_TOKENS_PER_SEQ = 120  # below the lab model's 128 positions
+
+
+@dataclass(frozen=True)
+class LabRequest:
+    """One request: its prompt, when it arrives, how it is sampled. ``follows`` names an earlier request
+    (its index) whose prompt and answer this prompt continues: the next turn of a conversation."""
+
+    prompt: tuple[int, ...]
+    max_new_tokens: int
+    arrival: int = 0
+    n: int = 1
+    temperature: float = 0.0
+    seed: int | None = None
+    follows: int | None = None
+
+
+@dataclass(frozen=True)
+class BeamRun:
+    """A beam search on the learner's manager (lab A)."""
+
+    prompt: tuple[int, ...]
+    beam_width: int
+    max_new_tokens: int
+
+
+@dataclass(frozen=True)
+class LabTrace:
+    """A named trace: requests, the pool they share, and (lab A) beam searches."""
+
+    name: str
+    lab: str
+    requests: tuple[LabRequest, ...]
+    num_blocks: int
+    block_size: int = 4
+    max_num_seqs: int = 8
+    beams: tuple[BeamRun, ...] = field(default=())
+    public: bool = True
+
+    def __post_init__(self) -> None:
+        if self.lab not in LABS:
+            raise ValueError(f"lab must be one of {LABS}, got {self.lab!r}")
+        for i, r in enumerate(self.requests):
+            if not r.prompt or min(r.prompt) < 0 or max(r.prompt) >= VOCAB:
+                raise ValueError(f"{self.name}: request {i} needs a prompt of token ids in [0, {VOCAB})")
+            if r.follows is not None and not 0 <= r.follows < i:
+                raise ValueError(f"{self.name}: request {i} follows {r.follows}, not an earlier request")
+
+    def describe(self) -> str:
+        """One line a learner reads: what the trace holds."""
+        n = sum(r.n > 1 for r in self.requests)
+        turns = sum(r.follows is not None for r in self.requests)
+        parts = [f"{len(self.requests)} requests", f"a pool of {self.num_blocks} blocks of {self.block_size}"]
+        if n:
+            parts.append(f"{n} with n > 1")
+        if self.beams:
+            parts.append(f"{len(self.beams)} beam search(es)")
+        if turns:
+            parts.append(f"{turns} follow-up turns")
+        return ", ".join(parts)
+
+    def to_plain(self) -> dict:
+        return {"name": self.name, "lab": self.lab, "num_blocks": self.num_blocks, "block_size": self.block_size,
+                "max_num_seqs": self.max_num_seqs, "public": self.public,
+                "requests": [[list(r.prompt), r.max_new_tokens, r.arrival, r.n, r.temperature, r.seed, r.follows]
+                             for r in self.requests],
+                "beams": [[list(b.prompt), b.beam_width, b.max_new_tokens] for b in self.beams]}
+
+    @classmethod
+    def from_plain(cls, data: dict) -> LabTrace:
+        requests = tuple(LabRequest(tuple(p), m, a, n, t, s, f) for p, m, a, n, t, s, f in data["requests"])
+        beams = tuple(BeamRun(tuple(p), w, m) for p, w, m in data["beams"])
+        return cls(data["name"], data["lab"], requests, data["num_blocks"], data["block_size"],
+                   data["max_num_seqs"], beams, data["public"])
+
+
+def _prompt(rng: random.Random, length: int) -> tuple[int, ...]:
+    return tuple(rng.randrange(VOCAB) for _ in range(length))
+
+
+def _block_manager_trace(rng: random.Random, name: str, public: bool) -> LabTrace:
+    """Greedy requests, parallel samples (n > 1) and beam searches on a pool tight enough to preempt."""
+    requests = []
+    for _ in range(rng.randint(5, 8)):
+        n = rng.choice([1, 1, 2, 3])
+        requests.append(LabRequest(_prompt(rng, rng.randint(3, 14)), rng.randint(4, 14), arrival=rng.randint(0, 6),
+                                   n=n, temperature=1.0 if n > 1 else 0.0, seed=rng.randrange(1000) if n > 1 else None))
+    requests.sort(key=lambda r: r.arrival)
+    beams = tuple(BeamRun(_prompt(rng, rng.randint(3, 9)), rng.randint(2, 3), rng.randint(4, 8))
+                  for _ in range(rng.randint(1, 2)))
+    return LabTrace(name, "block_manager", tuple(requests), rng.randint(14, 22), beams=beams, public=public)
+
+
+def _eviction_trace(rng: random.Random, name: str, public: bool) -> LabTrace:
+    """Shared system prompts of unequal popularity, one-off prompts and multi-turn chats, on a pool that
+    must evict: which cached blocks are worth keeping is the policy's call."""
+    systems = [_prompt(rng, 4 * rng.randint(2, 4)) for _ in range(rng.randint(2, 3))]
+    weights = sorted((rng.choice([1, 2, 3]) for _ in systems), reverse=True)
+    weights[0] += 4  # one system prompt is the popular one
+    requests: list[LabRequest] = []
+    totals: list[int] = []  # each request's prompt and answer, earlier turns included
+    step = 0
+    for _ in range(rng.randint(18, 26)):
+        step += rng.randint(0, 3)
+        open_chats = [i for i, total in enumerate(totals) if total < 70]
+        draw = rng.random()
+        if open_chats and draw < 0.25:
+            parent = rng.choice(open_chats)
+            request = LabRequest(_prompt(rng, rng.randint(2, 6)), rng.randint(3, 8), step, follows=parent)
+            totals.append(totals[parent] + len(request.prompt) + request.max_new_tokens)
+        else:
+            head = rng.choices(systems, weights)[0] if draw < 0.75 else _prompt(rng, 4 * rng.randint(2, 5))
+            request = LabRequest(head + _prompt(rng, rng.randint(2, 8)), rng.randint(3, 8), step)
+            totals.append(len(request.prompt) + request.max_new_tokens)
+        requests.append(request)
+    return LabTrace(name, "eviction", tuple(requests), rng.randint(14, 20), max_num_seqs=3, public=public)
+
+
+def _scheduler_trace(rng: random.Random, name: str, public: bool) -> LabTrace:
+    """A burst of short and long requests on a pool too small for all of them at once."""
+    requests = []
+    step = 0
+    for _ in range(rng.randint(10, 16)):
+        step += rng.choice([0, 0, 1, 2, 4])
+        long = rng.random() < 0.3
+        requests.append(LabRequest(_prompt(rng, rng.randint(8, 24) if long else rng.randint(2, 8)),
+                                   rng.randint(16, 40) if long else rng.randint(3, 10), step))
+    return LabTrace(name, "scheduler", tuple(requests), rng.randint(16, 24), max_num_seqs=6, public=public)
+
+
+_FAMILIES = {"block_manager": _block_manager_trace, "eviction": _eviction_trace, "scheduler": _scheduler_trace}
+PUBLIC_SEEDS = (11, 22, 33)
+
+
+def draw_trace(lab: str, seed: int, name: str | None = None, public: bool = False) -> LabTrace:
+    """One trace of the lab's families, drawn from ``seed``."""
+    if lab not in _FAMILIES:
+        raise ValueError(f"no lab {lab!r}: the labs are {', '.join(LABS)}")
+    return _FAMILIES[lab](random.Random(seed), name or f"hidden {seed % 10_000:04d}", public)
+
+
+def public_traces(lab: str) -> list[LabTrace]:
+    """The traces a learner is shown: the same for everyone."""
+    return [draw_trace(lab, seed, f"public {i + 1}", public=True) for i, seed in enumerate(PUBLIC_SEEDS)]
