@@ -1,0 +1,238 @@
+"""The three labs judged outside the learner's code: references score full marks, mistakes score what they earn.
+
+Everything here runs on the lab's tiny model in a second or two per trace; the sandboxed path through
+`kvcourse grade autograde` is tested in tests/quizzes/test_grading_labs.py.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from kvcourse.kernels.memory.kv_pool import BlockCopy
+from kvcourse.labs import LABS, Refuse, check, draw_trace, judge_runs, public_traces, record_runs
+from kvcourse.labs.model import lab_model
+from kvcourse.labs.traces import LabTrace
+from kvcourse.quizzes.labs import reference
+
+DRAWN = (101, 20261202, 987654321)  # seeds standing in for the grader's hidden draws
+
+
+def _judge(lab, answer, traces):
+    return judge_runs(lab, traces, record_runs(lab, answer, [t.to_plain() for t in traces]))
+
+
+def _traces(lab):
+    return public_traces(lab) + [draw_trace(lab, seed) for seed in DRAWN]
+
+
+@pytest.mark.parametrize("lab", LABS)
+def test_the_reference_scores_full_marks_on_every_trace(lab):
+    results = _judge(lab, reference(lab), _traces(lab))
+    assert [(r.name, r.score, r.reason) for r in results] == [(r.name, 1.0, "") for r in results]
+    assert all(r.metrics for r in results)
+
+
+@pytest.mark.parametrize("lab", LABS)
+def test_traces_travel_as_plain_json_and_are_validated(lab):
+    for trace in _traces(lab):
+        assert LabTrace.from_plain(copy.deepcopy(trace.to_plain())) == trace
+    assert public_traces(lab) == public_traces(lab) and draw_trace(lab, 5) != draw_trace(lab, 6)
+    plain = public_traces(lab)[0].to_plain()
+    plain["requests"][0][0] = [500]
+    with pytest.raises(ValueError, match="token ids"):
+        LabTrace.from_plain(plain)
+
+
+def test_the_lab_model_is_the_same_every_time():
+    state = lab_model().state_dict()
+    lab_model.cache_clear()
+    assert all((state[k] == v).all() for k, v in lab_model().state_dict().items())
+
+
+# -- lab A: block managers that break a rule -------------------------------------------------------
+
+
+Manager = reference("block_manager")
+
+
+class InPlace(Manager):
+    """Copy on write forgotten: a shared block is written in place."""
+
+    def can_append(self, seq):
+        return seq.num_blocks - len(seq.block_table) <= len(self.free_list)
+
+    def append_slots(self, seq):
+        while len(seq.block_table) < seq.num_blocks:
+            seq.block_table.append(self._take())
+        return []
+
+
+class Leaky(Manager):
+    def free(self, seq):
+        seq.block_table, seq.num_computed_tokens = [], 0
+
+
+class SilentCopy(Manager):
+    """Copies on write but does not tell the engine: the new block holds no K/V."""
+
+    def append_slots(self, seq):
+        super().append_slots(seq)
+        return []
+
+
+class DoubleBooked(Manager):
+    """Hands out a block another sequence holds."""
+
+    def allocate(self, seq):
+        super().allocate(seq)
+        if seq.seq_id == 1:
+            seq.block_table[0] = 0
+
+
+class Eager(Manager):
+    """Fork copies nothing and shares nothing."""
+
+    def fork(self, parent, child):
+        child.block_table = [self._take() for _ in parent.block_table]
+        child.num_computed_tokens = parent.num_computed_tokens
+
+
+@pytest.mark.parametrize(("manager", "kind", "words"), [
+    (InPlace, "copy on write", "copy on write missed"),
+    (Leaky, "leak", "leaks"),
+    (SilentCopy, "other", "without returning the copy"),
+    (DoubleBooked, "block in two tables", "still holds"),
+    (Eager, "fork", "forked sequences share every block"),
+    (reference("block_manager").__mro__[1], "raised", "write it (lab A"),
+])
+def test_block_manager_mistakes_score_zero_with_the_rule(manager, kind, words):
+    results = _judge("block_manager", manager, public_traces("block_manager"))
+    failed = [r for r in results if not r.passed]
+    assert failed and all(r.score == 0 for r in failed)
+    assert words in failed[0].reason and failed[0].kind == kind
+
+
+# -- lab B: eviction policies ---------------------------------------------------------------------
+
+
+class MostRecent:
+    def choose(self, candidates):
+        tails = [c for c in candidates if not c.has_cached_children] or candidates
+        return max(tails, key=lambda c: c.last_used).block_id
+
+
+class Heads:
+    def choose(self, candidates):
+        return min(candidates, key=lambda c: c.depth).block_id
+
+
+class Busy:
+    def choose(self, candidates):
+        free = {c.block_id for c in candidates}
+        return next(b for b in range(1000) if b not in free)
+
+
+def test_a_worse_eviction_policy_earns_its_share_of_lrus_hit_rate():
+    results = _judge("eviction", MostRecent, _traces("eviction"))
+    worse = [r for r in results if not r.passed]
+    assert worse, "most-recently-used must lose to LRU on some trace"
+    for r in worse:
+        assert 0 < r.score < 1 and r.kind == "hit rate"
+        assert r.score == pytest.approx(r.metrics["hit rate"] / r.reference["hit rate"], abs=1e-3)
+
+
+@pytest.mark.parametrize(("policy", "kind", "words"), [(Heads, "hash chain", "breaks the hash chain"),
+                                                      (Busy, "in use", "in use")])
+def test_an_eviction_the_pool_must_refuse_scores_zero(policy, kind, words):
+    results = _judge("eviction", policy, public_traces("eviction"))
+    failed = [r for r in results if not r.passed]
+    assert failed and all(r.score == 0 and r.kind == kind and words in r.reason for r in failed)
+
+
+# -- lab C: schedulers -------------------------------------------------------------------------------
+
+
+class Idle:
+    def choose_admission(self, waiting, free_blocks):
+        return None
+
+    def choose_victim(self, running, needy):
+        return running[-1].seq_id
+
+
+class Mute(Idle):
+    def choose_admission(self, waiting, free_blocks):
+        return Refuse(0, "")
+
+
+class Shedder(Idle):
+    """Turns long requests away, with a reason: never pays."""
+
+    def choose_admission(self, waiting, free_blocks):
+        if waiting and waiting[0].max_new_tokens > 15 and not waiting[0].num_preemptions:
+            return Refuse(0, "too long for today")
+        return None if not waiting or waiting[0].preempted_this_step else 0
+
+
+@pytest.mark.parametrize(("policy", "kind", "words"), [(Idle, "lost", "stood idle"),
+                                                      (Mute, "no reason", "needs a reason")])
+def test_a_scheduler_that_loses_a_request_scores_zero(policy, kind, words):
+    results = _judge("scheduler", policy, public_traces("scheduler"))
+    assert all(r.score == 0 and r.kind == kind and words in r.reason for r in results)
+
+
+def test_refusing_work_with_a_reason_never_pays():
+    results = _judge("scheduler", Shedder, public_traces("scheduler"))
+    refused = [r for r in results if r.metrics.get("refused")]
+    assert refused and all(r.score < 1 and r.kind in ("latency", "throughput") for r in refused)
+
+
+# -- the grader's side trusts no log ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("lab", LABS)
+def test_a_changed_or_borrowed_log_cannot_be_replayed(lab):
+    traces = public_traces(lab)
+    logs = record_runs(lab, reference(lab), [t.to_plain() for t in traces])
+    borrowed = [logs[1], logs[0], logs[2]]  # perfect logs, of other traces
+    results = judge_runs(lab, traces, borrowed)
+    assert all(r.score == 0 and r.kind == "replay" for r in results[:2])
+    tampered = copy.deepcopy(logs)
+    del tampered[2]["entries"][len(tampered[2]["entries"]) // 2]
+    assert judge_runs(lab, traces, tampered)[2].score == 0
+    for junk in (None, "x", {"entries": "no"}, {"entries": [["??"]]}):
+        assert judge_runs(lab, traces[:1], [junk])[0].score == 0
+    assert all(r.score == 0 for r in judge_runs(lab, traces, logs[:1]))
+
+
+def test_a_policy_that_patches_the_recorder_gains_nothing(monkeypatch):
+    """A learner's code can replace the recorder where it runs; the grader's replay still judges the run."""
+    import kvcourse.labs.block_manager as module
+
+    traces = public_traces("block_manager")
+    honest = record_runs("block_manager", InPlace, [t.to_plain() for t in traces])
+    monkeypatch.setattr(module, "record", lambda cls, trace: {"entries": [], "beams": [], "error": None})
+    faked = record_runs("block_manager", InPlace, [t.to_plain() for t in traces])
+    monkeypatch.undo()
+    for logs in (honest, faked):
+        assert all(r.score == 0 for r in judge_runs("block_manager", traces, logs))
+
+
+def test_check_prints_a_verdict_per_public_trace():
+    lines: list[str] = []
+    results = check("block_manager", reference("block_manager").__mro__[1], show=lines.append)
+    text = "\n".join(lines)
+    assert len(results) == 3 and "0 of 3 public traces pass" in text
+    assert "NotImplementedError" in text and "write it (lab A, step 1)" in text
+    lines.clear()
+    check("block_manager", reference("block_manager"), show=lines.append)
+    assert "3 of 3 public traces pass, score 100%" in "\n".join(lines)
+
+
+def test_block_copy_is_what_the_base_class_documents():
+    from kvcourse.labs import BlockManagerBase
+
+    assert "BlockCopy(src, dst)" in BlockManagerBase.append_slots.__doc__
+    assert BlockCopy(1, 2).dst == 2
