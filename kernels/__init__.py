@@ -29,6 +29,7 @@ from kvcourse.kernels.baselines.reservation import ReservationAllocator
 from kvcourse.kernels.engine.beam_search import BeamSearchResult, beam_search
 from kvcourse.kernels.engine.generate import CACHE_MODES, GenerationResult, Phase, StepStats, generate
 from kvcourse.kernels.engine.llm_engine import EngineConfig, LLMEngine
+from kvcourse.kernels.engine.policy import FCFSPolicy, Refuse, SchedulingPolicy, SeqView
 from kvcourse.kernels.engine.request import RequestOutput, RequestStatus
 from kvcourse.kernels.engine.sampling import SamplingParams, sample
 from kvcourse.kernels.engine.sequence import FinishReason, Sequence
@@ -52,6 +53,7 @@ from kvcourse.kernels.memory.block_pool import BlockPool, block_hash
 from kvcourse.kernels.memory.budget import MemoryBudget, num_blocks_for_budget
 from kvcourse.kernels.memory.cache_int8 import quantize_int8
 from kvcourse.kernels.memory.events import EventKind
+from kvcourse.kernels.memory.eviction import EvictionCandidate, EvictionPolicy, LRUEviction
 from kvcourse.kernels.memory.kv_cache_manager import KVCacheManager
 from kvcourse.kernels.model.config import ModelConfig
 from kvcourse.kernels.model.config_table import EXAMPLE_13B, MODEL_CONFIGS, get_model_config
@@ -73,21 +75,28 @@ __all__ = [
     "BlockPool",
     "EngineConfig",
     "EventKind",
+    "EvictionCandidate",
+    "EvictionPolicy",
+    "FCFSPolicy",
     "FinishReason",
     "GenerationResult",
     "KVCacheManager",
     "LLMEngine",
+    "LRUEviction",
     "MemoryBudget",
     "MemoryReport",
     "ModelConfig",
     "PagingReplay",
     "Phase",
-    "ReservationAllocator",
-    "ReservationReplay",
+    "Refuse",
     "RequestOutput",
     "RequestStatus",
     "RequestStory",
+    "ReservationAllocator",
+    "ReservationReplay",
     "SamplingParams",
+    "SchedulingPolicy",
+    "SeqView",
     "Sequence",
     "ServedTrace",
     "StepMetadata",

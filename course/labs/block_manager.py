@@ -97,9 +97,10 @@ def _call(what: str, method: Callable, *args):
 class RecordingManager:
     """The learner's manager as the engine sees it, writing down every call (in the learner's process)."""
 
-    def __init__(self, inner, entries: list) -> None:
-        self.inner, self.entries = inner, entries
-        self.num_blocks, self.block_size = inner.num_blocks, inner.block_size
+    def __init__(self, manager_class: Callable, num_blocks: int, block_size: int, entries: list) -> None:
+        name = getattr(manager_class, "__name__", "the manager class")
+        self.inner = _call(f"{name}({num_blocks}, {block_size})", manager_class, num_blocks, block_size)
+        self.entries, self.num_blocks, self.block_size = entries, num_blocks, block_size
 
     @property
     def num_free_blocks(self) -> int:
@@ -309,13 +310,13 @@ def record(manager_class: Callable, trace: LabTrace) -> dict:
     model, log = lab_model(), {"entries": [], "beams": [], "error": None}
     try:
         engine = LLMEngine(model, lab_config(trace),
-                           block_manager=lambda nb, bs: RecordingManager(manager_class(nb, bs), log["entries"]))
+                           block_manager=lambda nb, bs: RecordingManager(manager_class, nb, bs, log["entries"]))
         serve(engine, trace)
         for run in trace.beams:
             entries: list = []
             log["beams"].append(entries)
             beam_search(model, list(run.prompt), run.beam_width, run.max_new_tokens, trace.block_size,
-                        block_manager=lambda nb, bs, e=entries: RecordingManager(manager_class(nb, bs), e))
+                        block_manager=lambda nb, bs, e=entries: RecordingManager(manager_class, nb, bs, e))
     except LabViolation as err:
         log["error"] = str(err)
     except Exception as err:  # noqa: BLE001 - whatever the learner's manager makes the engine raise
