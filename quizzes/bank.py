@@ -4,8 +4,9 @@ A file holds ``lesson = "NN"`` and a list of ``[[question]]`` tables. Each quest
 fields sit in the open; its secret fields (answer, right option, explanations, solution,
 model answer, planted mistakes) sit in one ``sealed`` string (see sealing.py). Authors may write them as a plain
 ``[question.secret]`` table instead and seal the file with ``python -m kvcourse.quizzes.authoring
-seal``; the shipped bank holds only sealed questions (a test checks this).
-Every error names the file and the question.
+seal``; the shipped bank holds only sealed questions (a test checks this). A lab question (lessons
+18-20) only names its lab (``lab = "block_manager"``): it has no secret, its reference solution being
+kvcourse.quizzes.labs'. Every error names the file and the question.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ _PUBLIC = {
     Kind.PARAMETERISED: {"unit", "rel_tol", "abs_tol", "formula", "params"},
     Kind.CODE: {"function", "starter", "cases"},
     Kind.FREE: {"min_chars"},
+    Kind.LAB: {"lab"},
 }
 _SECRET = {
     Kind.CHOICE: {"correct", "why"},
@@ -31,6 +33,7 @@ _SECRET = {
     Kind.PARAMETERISED: {"explanation", "mistakes"},
     Kind.CODE: {"solution", "explanation"},
     Kind.FREE: {"model_answer"},
+    Kind.LAB: set(),  # nothing to seal: the reference solution lives in kvcourse.quizzes.labs
 }
 
 
@@ -54,12 +57,18 @@ def _question(entry: dict, lesson: str, index: int, source: str) -> Question:
     unknown = set(entry) - _COMMON - _PUBLIC[kind]
     if unknown:
         raise ValueError(f"{where}: unknown fields {sorted(unknown)} for a {kind.value} question")
-    if ("sealed" in entry) == ("secret" in entry):
+    if kind is Kind.LAB:
+        if "sealed" in entry or "secret" in entry:
+            raise ValueError(f"{where}: a lab question has no secret to seal (its reference solution is "
+                             "kvcourse.quizzes.labs'): drop 'sealed' or [secret]")
+        secret = {}
+    elif ("sealed" in entry) == ("secret" in entry):
         raise ValueError(f"{where}: give exactly one of 'sealed' or a [secret] table")
-    try:
-        secret = entry["secret"] if "secret" in entry else unseal(entry["sealed"], lesson, str(qid))
-    except ValueError as err:
-        raise ValueError(f"{where}: {err}") from None
+    else:
+        try:
+            secret = entry["secret"] if "secret" in entry else unseal(entry["sealed"], lesson, str(qid))
+        except ValueError as err:
+            raise ValueError(f"{where}: {err}") from None
     unknown = set(secret) - _SECRET[kind]
     if unknown:
         raise ValueError(f"{where}: unknown secret fields {sorted(unknown)} for a {kind.value} question")

@@ -7,12 +7,11 @@ that says what was wrong, never a traceback.
 from __future__ import annotations
 
 import math
-import signal
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from kvcourse.time_limit import time_limit
 
 from .formulas import compute_answer, draw_params, evaluate, facts, render
 from .model import Kind, Question
@@ -45,6 +44,7 @@ def check(question: Question, answer: Any, seed: str = "") -> Verdict:
         Kind.PARAMETERISED: _check_parameterised,
         Kind.CODE: _check_code,
         Kind.FREE: _check_free,
+        Kind.LAB: _check_lab,
     }[question.kind]
     return checker(question, answer, seed)
 
@@ -130,26 +130,6 @@ def _check_parameterised(question: Question, answer: Any, seed: str) -> Verdict:
                          seed)
 
 
-@contextmanager
-def time_limit(seconds: float) -> Iterator[None]:
-    """Raise TimeoutError in the block after `seconds` (main thread on Unix; elsewhere no limit)."""
-    usable = hasattr(signal, "SIGALRM") and threading.current_thread() is threading.main_thread()
-    if not usable:
-        yield
-        return
-
-    def _stop(signum, frame):
-        raise TimeoutError(f"it ran for more than {seconds:g} s; is there an endless loop?")
-
-    previous = signal.signal(signal.SIGALRM, _stop)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
-
 def compile_function(source: str, name: str) -> Callable:
     """The function ``name`` defined by ``source``; ValueError says why there is none."""
     namespace: dict[str, Any] = {}
@@ -217,6 +197,22 @@ def _check_free(question: Question, answer: Any, seed: str) -> Verdict:
     return Verdict(False, "Answer saved. Nothing checks free text here: compare yours with this model answer "
                           "and judge for yourself whether it makes the same points.",
                    question.model_answer, self_assessed=True)
+
+
+def _check_lab(question: Question, answer: Any, seed: str) -> Verdict:
+    """A lab's class on its public traces (kvcourse.labs); a graded course adds hidden traces."""
+    if answer is None or isinstance(answer, (str, int, float, list, dict)):
+        call = f"check_answer({question.lesson!r}, {question.id!r}, {question.class_name})"
+        return Verdict(False, f"Pass your class itself, as in {call}.", malformed=True)
+    from kvcourse.labs import judge_runs, public_traces, record_runs
+
+    traces = public_traces(question.lab)
+    results = judge_runs(question.lab, traces, record_runs(question.lab, answer, [t.to_plain() for t in traces]))
+    passed = sum(r.passed for r in results)
+    if passed == len(results):
+        return Verdict(True, f"All {len(results)} public traces pass.")
+    first = next(r for r in results if not r.passed)
+    return Verdict(False, f"{passed} of {len(results)} public traces pass. {first.name}: {first.reason}")
 
 
 def expected_number(question: Question, seed: str = "") -> float:

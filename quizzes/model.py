@@ -17,16 +17,17 @@ from .units import DIMENSIONS, format_quantity, within_tolerance
 
 
 class Kind(Enum):
-    """The five kinds of question."""
+    """The six kinds of question."""
 
     CHOICE = "choice"        # multiple choice, one right option, an explanation for every option
     NUMERIC = "numeric"      # a number (optionally with a unit), within a tolerance
     PARAMETERISED = "param"  # numeric, values drawn from a seed, answer computed by kvcourse.kernels.costs
     CODE = "code"            # a small function, checked against a reference on test cases
     FREE = "free"            # free text: graded by hand in nbgrader; self-learners compare with a model answer
+    LAB = "lab"              # a build-it lab (lessons 18-20): the learner's class, judged on traces (kvcourse.labs)
 
 
-DEFAULT_POINTS = {Kind.CHOICE: 1, Kind.NUMERIC: 1, Kind.PARAMETERISED: 2, Kind.CODE: 2, Kind.FREE: 2}
+DEFAULT_POINTS = {Kind.CHOICE: 1, Kind.NUMERIC: 1, Kind.PARAMETERISED: 2, Kind.CODE: 2, Kind.FREE: 2, Kind.LAB: 10}
 OPTION_KEYS = "abcdefgh"
 _ID = re.compile(r"[a-z][a-z0-9_]{0,30}")
 _NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
@@ -73,6 +74,8 @@ class Question:
     # free response
     model_answer: str = ""
     min_chars: int = 40
+    # lab: which of kvcourse.labs.LABS; the class to write and the reference are kvcourse.quizzes.labs'
+    lab: str | None = None
     where: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
@@ -89,6 +92,7 @@ class Question:
             Kind.PARAMETERISED: self._check_parameterised,
             Kind.CODE: self._check_code,
             Kind.FREE: self._check_free,
+            Kind.LAB: self._check_lab,
         }[self.kind](where)
 
     def _check_choice(self, where: str) -> None:
@@ -178,6 +182,21 @@ class Question:
     def _check_free(self, where: str) -> None:
         if not self.model_answer.strip():
             _fail(where, "a free-response question needs a model answer")
+
+    def _check_lab(self, where: str) -> None:
+        from .labs import CLASS_NAMES, LAB_LESSONS  # the reference solutions' table: no engine imported
+
+        if self.lab not in CLASS_NAMES:
+            _fail(where, f"lab must be one of {sorted(CLASS_NAMES)}, got {self.lab!r}")
+        if LAB_LESSONS[self.lab] != self.lesson:
+            _fail(where, f"lab {self.lab!r} is the lab of lesson {LAB_LESSONS[self.lab]}, not of lesson {self.lesson}")
+
+    @property
+    def class_name(self) -> str:
+        """The class a lab question's answer defines (MyBlockManager, ...)."""
+        from .labs import CLASS_NAMES
+
+        return CLASS_NAMES.get(self.lab or "", "")
 
     @property
     def option_keys(self) -> tuple[str, ...]:

@@ -3,7 +3,8 @@
 Nothing about the answer is shown before an attempt. After a wrong attempt a "Show answer"
 button appears; using it is recorded as revealed, not as passed. A free response is submitted,
 not checked: the model answer appears after it for self-assessment, and progress records the
-question as answered, not passed.
+question as answered, not passed. A lab's question (lessons 18-20) is the lab itself: it shows how
+to check the class written in the lesson, in code, where progress records it.
 """
 
 from __future__ import annotations
@@ -50,7 +51,8 @@ class QuestionView:
                                    f"{_html(prompt_for(question, seed))}")
         self.input = self._make_input()
         label = "Submit" if question.kind is Kind.FREE else "Check"
-        self.check_button = widgets.Button(description=label, button_style="primary")
+        self.check_button = widgets.Button(description=label, button_style="primary",
+                                           layout=widgets.Layout(display="none" if question.kind is Kind.LAB else None))
         self.reveal_button = widgets.Button(description="Show answer", layout=widgets.Layout(display="none"))
         self.feedback = widgets.HTML("")
         self.check_button.on_click(lambda _: self.submit())
@@ -75,6 +77,13 @@ class QuestionView:
             return widgets.Text(placeholder=DESCRIPTIONS[q.unit], layout=wide)
         if q.kind is Kind.CODE:
             return widgets.Textarea(value=q.starter.lstrip("\n"), layout=widgets.Layout(width="95%", height="8em"))
+        if q.kind is Kind.LAB:  # the class is written in the lesson's cells, not in a box
+            run = f'check("{q.lab}", {q.class_name})'
+            record = f'check_answer("{q.lesson}", "{q.id}", {q.class_name})'
+            return widgets.HTML(feedback.info(
+                f"This question is the lab itself: write <code>{q.class_name}</code> in the lab's cells above and run "
+                f"<code>{run}</code>, which serves the public traces on it. When every trace passes, run "
+                f"<code>{record}</code> (from <code>kvcourse.quizzes</code>) to record it here.", escape=False))
         return widgets.Textarea(placeholder=f"Your answer (at least {q.min_chars} characters)",
                                 layout=widgets.Layout(width="95%", height="6em"))
 
@@ -122,6 +131,10 @@ def answer_text(question: Question, seed: str) -> str:
         return f"The answer is {format_quantity(expected, q.unit)}.\n{verdict.explanation}"
     if q.kind is Kind.CODE:
         return f"A solution:\n{q.solution.strip()}\n{q.explanation}"
+    if q.kind is Kind.LAB:
+        from .labs import solution_source
+
+        return f"A solution:\n{solution_source(q.lab).strip()}"
     return q.model_answer
 
 

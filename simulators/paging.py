@@ -6,7 +6,8 @@ The model drives the engine's own allocators, so it is not a second implementati
 demand, step for step as LLMEngine would serve the trace; tests/simulators/test_sim_paging.py checks both
 against the engine). Both see the same requests arrive at the same steps, in a pool of the same size;
 Step plays ``steps_per_click`` engine steps on both, and the figure shows their utilisation so
-far and the two pools slot by slot at the latest step.
+far and the two pools slot by slot at the latest step. Lab C (lesson 20) serves the trace on the
+learner's scheduling policy beside first come, first served (``scheduling_policy``; learner_policy.py).
 
 The helpers below serve lesson 11's measurements: ``utilisation_curve`` (a rolling share of busy
 memory that holds tokens), ``block_size_sweep`` (the same trace at several block sizes) and
@@ -26,6 +27,7 @@ import torch
 from matplotlib.colors import ListedColormap
 from matplotlib.patches import Patch
 
+from kvcourse.feedback import info
 from kvcourse.kernels import MemoryReport, PagingReplay, ReservationReplay, workload
 from kvcourse.kernels.baselines.fragmentation import CATEGORIES
 from kvcourse.kernels.checks import ceil_div
@@ -115,7 +117,7 @@ class PagingSim:
 
     @property
     def done(self) -> bool:
-        return self.reservation.done and self.paging.done
+        return all(replay.done for replay in self.replays)
 
     @property
     def step_index(self) -> int:
@@ -137,7 +139,7 @@ class PagingSim:
         """Play both replays to the end: (reservation report, paging report)."""
         while not self.done:
             self.step(10_000)
-        return self.reservation.report, self.paging.report
+        return self.reports
 
     def reset(self) -> None:
         """Back to step 0 on the same trace."""
@@ -148,7 +150,8 @@ class PagingSim:
     # -- what the lesson and the view read ------------------------------------------------------
     @property
     def reports(self) -> tuple[MemoryReport, MemoryReport]:
-        return self.reservation.report, self.paging.report
+        first, second = self.replays
+        return first.report, second.report
 
     @property
     def more_running(self) -> float:
@@ -251,7 +254,8 @@ class PagingView(SimulatorView):
                  arrivals_per_step: float = workload.LESSON_TRACE.arrivals_per_step,
                  answer_mean: float = workload.LESSON_TRACE.answer_mean,
                  answer_limit: int = workload.LESSON_TRACE.answer_limit, seed: int = workload.LESSON_TRACE.seed,
-                 steps_per_click: int = 200) -> None:
+                 steps_per_click: int = 200, *, scheduling_policy: Any = None) -> None:
+        self.scheduling_policy = scheduling_policy  # lab C: the learner's policy, beside first come, first served
         controls = {
             "block_size": int_control("Block size (tokens)", block_size),
             "pool_slots": int_control("Pool (token slots)", pool_slots, width="240px"),
@@ -269,7 +273,11 @@ class PagingView(SimulatorView):
         buttons.children = (*buttons.children, self.run_button)
 
     def build(self, values: dict[str, Any]) -> PagingSim:
-        sim = PagingSim(PagingConfig(**values))
+        if self.scheduling_policy is None:
+            sim = PagingSim(PagingConfig(**values))
+        else:
+            from kvcourse.simulators.learner_policy import LearnerPagingSim  # (it builds on this module)
+            sim = LearnerPagingSim(PagingConfig(**values), self.scheduling_policy)
         sim.step()  # the first picture already shows some traffic
         return sim
 
@@ -278,14 +286,21 @@ class PagingView(SimulatorView):
         if self.model is None or self._error is not None:
             return
         if not self.model.done:
-            self.model.run()
+            try:
+                self.model.run()
+            except InvalidInput as err:  # a learner's policy stopped the run (lab C): say why, keep the figure
+                self.message.value = info(str(err), escape=True)
+                return
         self._redraw()
 
     def draw(self, model: PagingSim) -> str:
         curve_ax, map_ax = self.axes
-        self._draw_curves(curve_ax, model)
+        if self.scheduling_policy is not None:  # lab C: when each request finished, on both policies
+            model.draw_finished(curve_ax)
+        else:
+            self._draw_curves(curve_ax, model)
         self._draw_pools(map_ax, model)
-        return self._summary(model)
+        return self._summary(model) if self.scheduling_policy is None else model.summary()
 
     @staticmethod
     def _draw_curves(ax: Any, sim: PagingSim) -> None:
@@ -321,7 +336,7 @@ class PagingView(SimulatorView):
             if replay.done:  # an empty strip would say nothing: say why it is empty
                 ax.text(width / 2, i * (rows + gap) + rows / 2, f"every request served by step "
                         f"{replay.step_index - 1:,}: the pool is empty", ha="center", va="center", fontsize=9)
-        ax.set_yticks([rows / 2, rows + gap + rows / 2], ["reservation", "paging"])
+        ax.set_yticks([rows / 2, rows + gap + rows / 2], [replay.name.replace(", ", ",\n") for replay in sim.replays])
         ax.set_xticks([])
         ax.set_xlabel(f"the pool: {c.pool_slots:,} token slots, {width:,} per row, at step {sim.step_index - 1:,}")
         present = set(np.unique(image).tolist())

@@ -17,7 +17,7 @@ tests/simulators/test_sim_prefix_cache.py checks the hits and the evictions agai
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import ipywidgets as widgets
@@ -189,7 +189,7 @@ class PrefixCache:
             hits.append(block_id)
         # 2. Hold the hits first (so nothing evicts them), then take fresh blocks for the rest.
         for block_id in hits:
-            self.pool.hold(block_id)
+            self.pool.hit(block_id)  # counts the hit and when, as the engine's manager does
         eviction_order = [b for b in self.pool.free_block_ids if b in self._origin]
         table = hits + [self.pool.allocate(number) for _ in range(ceil_div(len(ids), bs) - len(hits))]
         evicted = []
@@ -200,7 +200,7 @@ class PrefixCache:
                 evicted.append(origin)
         # 3. The prompt is computed; every full block gets its name and becomes findable.
         for i, h in enumerate(hashes):
-            if self.pool.cache_block(table[i], h, ids[i * bs:(i + 1) * bs]):
+            if self.pool.cache_block(table[i], h, ids[i * bs:(i + 1) * bs], hashes[i - 1] if i else None, depth=i):
                 self._origin[table[i]] = (number, i)
         # 4. The request ends: its blocks go back, the tail first, so tails are reclaimed before heads.
         for block_id in reversed(table):
@@ -237,7 +237,6 @@ class _Tokenizer:
     """Text -> token ids: a real tokenizer's encode, or one word per token."""
 
     encode: Callable[[str], list[int]] | None = None
-    names: list[str] = field(default_factory=list)
 
     def __call__(self, texts: list[str]) -> list[list[int]]:
         if self.encode is None:
@@ -255,7 +254,9 @@ class PrefixCacheView(SimulatorView):
     """Edit the requests' prompts; see which blocks hit, the chained hashes, and the pool's LRU order (lesson 13)."""
 
     def __init__(self, prompts: Sequence[str] = EXAMPLE_PROMPTS, *, block_size: int = 4, num_blocks: int = 24,
-                 tokenize: Callable[[str], list[int]] | None = None, num_served: int | None = None) -> None:
+                 tokenize: Callable[[str], list[int]] | None = None, num_served: int | None = None,
+                 eviction: Any = None) -> None:
+        self.eviction = eviction  # lab B: the learner's policy, served beside the engine's own order
         if not 1 <= len(prompts) <= MAX_REQUESTS:
             raise ValueError(f"give between 1 and {MAX_REQUESTS} prompts, got {len(prompts)}")
         self.tokenize = _Tokenizer(tokenize)
@@ -278,7 +279,10 @@ class PrefixCacheView(SimulatorView):
         texts = [values[name] for name in self.controls if name.startswith("prompt_")]
         config = PrefixCacheConfig(tuple(tuple(p) for p in self.tokenize(texts)), values["block_size"],
                                    values["num_blocks"])
-        return PrefixCache(config, self.num_to_serve)
+        if self.eviction is None:
+            return PrefixCache(config, self.num_to_serve)
+        from kvcourse.simulators.learner_policy import LearnerPrefixCache  # (it builds on this module)
+        return LearnerPrefixCache(config, self.num_to_serve, self.eviction)
 
     def advance(self, model: PrefixCache) -> None:
         model.step()
@@ -297,7 +301,7 @@ class PrefixCacheView(SimulatorView):
             self._laid_out = True
         self._draw_requests(req_ax, model)
         self._draw_pool(pool_ax, model)
-        return self._summary(model)
+        return self._summary(model) + ("" if self.eviction is None else f" {model.comparison()}")
 
     def _draw_requests(self, ax: Any, m: PrefixCache) -> None:
         c = m.config
@@ -342,7 +346,8 @@ class PrefixCacheView(SimulatorView):
                    Patch(facecolor=MISS_COLOUR, alpha=0.55, hatch="///", label="partial block: never cached"),
                    Patch(color=WAITING_COLOUR, label="not served yet")]
         if m.evicted_by:
-            handles.append(ax.plot([], [], "x", color="k", label="evicted later (least recently used)")[0])
+            why = "least recently used" if self.eviction is None else "chosen by your policy"
+            handles.append(ax.plot([], [], "x", color="k", label=f"evicted later ({why})")[0])
         ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3, fontsize=LABEL_PT,
                   frameon=False)
         reused = (f"{m.num_cached_tokens:,} of {m.num_prompt_tokens:,} prompt tokens reused" if m.num_cached_tokens
@@ -350,9 +355,8 @@ class PrefixCacheView(SimulatorView):
         ax.set_title(f"{reused}\na block hits only if every block before it matched too "
                      "(labels: each block's chained hash)", fontsize=9)
 
-    @staticmethod
-    def _draw_pool(ax: Any, m: PrefixCache) -> None:
-        blocks = m.pool_blocks()
+    def _draw_pool(self, ax: Any, m: PrefixCache) -> None:
+        blocks, order = m.pool_blocks(), "1 = evicted first" if self.eviction is None else "your policy chooses"
         ax.set_axis_off()
         num_cached = sum(b.origin is not None for b in blocks)
         if len(blocks) > MAX_DRAWN_POOL:
@@ -373,7 +377,7 @@ class PrefixCacheView(SimulatorView):
                 ax.text(x + 0.45, y + 0.45, str(b.eviction_rank), ha="center", va="center", color="white",
                         fontsize=LABEL_PT)
         ax.set_title(f"the pool after request {m.num_served}:\n{num_cached} of {len(blocks)} blocks keep a prefix\n"
-                     "(colour: whose; 1 = evicted first)", fontsize=9)
+                     f"(colour: whose; {order})", fontsize=9)
 
     def _summary(self, m: PrefixCache) -> str:
         c = m.config
@@ -391,9 +395,6 @@ class PrefixCacheView(SimulatorView):
                 f"({r.num_cached_tokens:,} tokens reused), {r.num_computed_tokens:,} tokens computed. ")
         if r.evicted:
             owners = sorted({q + 1 for q, _ in r.evicted})
-            text += (f"It evicted {plural(len(r.evicted), 'cached block')} of {named('request', owners)}, "
-                     "least recently used first. ")
-        text += so_far
-        if not m.done:
-            text += " Press <b>Serve next request</b>."
-        return text
+            how = "least recently used first" if self.eviction is None else "as your policy chose"
+            text += f"It evicted {plural(len(r.evicted), 'cached block')} of {named('request', owners)}, {how}. "
+        return text + so_far + ("" if m.done else " Press <b>Serve next request</b>.")

@@ -8,7 +8,8 @@ into a block held by more than one table first copies it (copy on write), and a 
 tokens outgrow its last block gets a new one. Full blocks are never written again, so only the
 prompt's partly filled last block is ever copied. A step that needs more blocks than are free is
 refused with a message. tests/simulators/test_sim_sharing.py checks every table and count against the
-engine's manager and a real ``LLMEngine`` run.
+engine's manager and a real ``LLMEngine`` run. Lab A (lesson 18) runs the same steps on the learner's
+block manager, the engine's own beside it (``block_manager``; simulators/learner_policy.py).
 """
 
 from __future__ import annotations
@@ -95,7 +96,7 @@ class Sharing:
 
     def reset(self) -> None:
         c = self.config
-        self.manager = KVCacheManager(c.num_blocks, c.block_size)
+        self.manager = self.new_manager()
         prompt = Sequence(0, [0] * c.prompt_len, c.prompt_len, c.block_size)
         self.manager.allocate(prompt)
         prompt.num_computed_tokens = c.prompt_len  # the prefill wrote the prompt's K/V
@@ -105,6 +106,10 @@ class Sharing:
         self.num_copies = 0
         self.last_copies: list[CopyOnWrite] = []
         self.last_new_blocks = 0
+
+    def new_manager(self) -> Any:
+        """The block manager the sequences live in: the engine's own (lab A's simulator gives the learner's)."""
+        return KVCacheManager(self.config.num_blocks, self.config.block_size)
 
     @property
     def tables(self) -> list[list[int]]:
@@ -220,7 +225,8 @@ class SharingView(SimulatorView):
     """Fork a prompt into n samples, step them, and watch the shared blocks split (lesson 12)."""
 
     def __init__(self, prompt_len: int = 94, block_size: int = 16, num_samples: int = 4, tokens_per_step: int = 1,
-                 num_blocks: int = 48) -> None:
+                 num_blocks: int = 48, *, block_manager: Any = None) -> None:
+        self.block_manager = block_manager  # lab A: the learner's manager class, run beside the engine's own
         controls = {
             "prompt_len": int_control("Prompt length (tokens)", prompt_len),
             "block_size": int_control("Block size (tokens)", block_size),
@@ -231,8 +237,13 @@ class SharingView(SimulatorView):
         super().__init__(controls, num_axes=2, figsize=(11.5, 4.4), step_label="Fork")
 
     def build(self, values: dict[str, Any]) -> Sharing:
-        return Sharing(SharingConfig(values["prompt_len"], values["block_size"], values["num_samples"],
-                                     values["tokens_per_step"], values["num_blocks"]))
+        config = SharingConfig(values["prompt_len"], values["block_size"], values["num_samples"],
+                               values["tokens_per_step"], values["num_blocks"])
+        if self.block_manager is None:
+            return Sharing(config)
+        from kvcourse.simulators.learner_policy import LearnerSharing  # it builds on this module
+
+        return LearnerSharing(config, self.block_manager)
 
     def draw(self, model: Sharing) -> str:
         tables_ax, pool_ax = self.axes
@@ -241,7 +252,8 @@ class SharingView(SimulatorView):
         self._draw_pool(pool_ax, model, copied)
         if self.step_button is not None:
             self.step_button.description = "Write tokens" if model.forked else "Fork"
-        return self._summary(model)
+        summary = self._summary(model)
+        return summary if self.block_manager is None else f"{summary} {model.comparison()}"
 
     @staticmethod
     def _draw_tables(ax: Any, m: Sharing, copied: set[int]) -> None:
@@ -310,8 +322,11 @@ class SharingView(SimulatorView):
         ax.set_yticks([])
         more = f", first {drawn} drawn" if drawn < c.num_blocks else ""
         label = "; label: id ×count" if drawn <= 64 else ("; label ×count" if drawn <= 128 else "")
-        ax.set_xlabel(f"the pool: {c.num_blocks:,} physical blocks{more}{label}")
-        ax.set_title(f"{m.num_used_blocks} blocks in use; {m.num_blocks_unshared} without sharing")
+        engine = getattr(m, "engine", None)  # lab A: the engine's own manager, beside the learner's
+        whose = "your manager's pool" if engine else "the pool"
+        ax.set_xlabel(f"{whose}: {c.num_blocks:,} physical blocks{more}{label}")
+        beside = f" (engine's own: {engine.num_used_blocks})" if engine else ""
+        ax.set_title(f"{m.num_used_blocks} blocks in use{beside}; {m.num_blocks_unshared} without sharing")
         ax.legend(handles=[Patch(color=_block_colour(c.num_samples, c.num_samples), label="shared (count ≥ 2)"),
                            Patch(color=PRIVATE, label="private (count 1)"), Patch(color=FREE, label="free"),
                            Patch(facecolor="white", edgecolor=COPIED, lw=2, label="copied this step")],

@@ -55,9 +55,14 @@ VIEW_CELLS: dict[str, tuple[str, str]] = {
     "15": ("context_window", "ContextWindowView()"),
     "16": ("shrink", "ShrinkView()"),
     "17": ("timing", "TimingView()"),
+    # the labs: each lesson's simulator replaying the reference solution, as a learner's skeleton does
+    "18": ("sharing", 'SharingView(10, 4, 3, num_blocks=18, block_manager=reference("block_manager"))'),
+    "19": ("prefix_cache", 'PrefixCacheView(eviction=reference("eviction")())'),
+    "20": ("paging", 'PagingView(steps_per_click=50, scheduling_policy=reference("scheduler")())'),
 }
-VIEW_IMPORTS = "import numpy as np\nfrom kvcourse.simulators.qkv import QKV\n" + "\n".join(
-    f"from kvcourse.simulators.{module} import *" for module, _ in VIEW_CELLS.values())
+VIEW_IMPORTS = ("import numpy as np\nfrom kvcourse.quizzes.labs import reference\nfrom kvcourse.simulators.qkv import QKV\n"
+                + "\n".join(
+    f"from kvcourse.simulators.{module} import *" for module, _ in VIEW_CELLS.values()))
 
 
 def build_view(lesson: str) -> SimulatorView:

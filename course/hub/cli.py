@@ -80,6 +80,6 @@ def add_hub(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--config", default=None,
                    help="your own jupyterhub_config.py, loaded after the course's: a real authenticator or spawner "
                         "(quizzes/INSTRUCTORS.md)")
-    p.add_argument("--lessons", default="00-17",
-                   help='the course\'s assignments, when the hub creates it on first start (default 00-17)')
+    p.add_argument("--lessons", default="00-20",
+                   help='the course\'s assignments, when the hub creates it on first start (default 00-20: the lessons and the three labs)')
     p.set_defaults(func=hub_command)

@@ -8,10 +8,9 @@ it serves each trace on the learner's policy, each within a time limit, and retu
 
 from __future__ import annotations
 
-import signal
-import threading
 from collections.abc import Callable
-from contextlib import contextmanager
+
+from kvcourse.time_limit import time_limit
 
 from . import block_manager, eviction, scheduler
 from .common import LabViolation, TraceResult
@@ -28,28 +27,6 @@ def _module(lab: str):
     if lab not in _MODULES:
         raise ValueError(f"no lab {lab!r}: the labs are {', '.join(LABS)}")
     return _MODULES[lab]
-
-
-class _TooLong(Exception):
-    pass
-
-
-@contextmanager
-def _time_limit(seconds: float):
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def stop(signum, frame):
-        raise _TooLong()
-
-    previous = signal.signal(signal.SIGALRM, stop)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def learner_policy(lab: str, answer: object) -> object:
@@ -70,12 +47,12 @@ def record_runs(lab: str, answer: object, traces: list[dict]) -> list[dict]:
     for plain in traces:
         trace = LabTrace.from_plain(plain)
         try:
-            with _time_limit(TRACE_LIMIT_S):
+            with time_limit(TRACE_LIMIT_S):
                 policy = learner_policy(lab, answer)  # a class gives a fresh instance per trace
                 logs.append(module.record(policy, trace))
         except LabViolation as err:
             logs.append({"entries": [], "beams": [], "error": str(err)})
-        except _TooLong:
+        except TimeoutError:
             logs.append({"entries": [], "beams": [], "error": f"the trace ran for more than {TRACE_LIMIT_S:g} s"})
     return logs
 

@@ -130,7 +130,9 @@ def _eviction_trace(rng: random.Random, name: str, public: bool) -> LabTrace:
             request = LabRequest(head + _prompt(rng, rng.randint(2, 8)), rng.randint(3, 8), step)
             totals.append(len(request.prompt) + request.max_new_tokens)
         requests.append(request)
-    return LabTrace(name, "eviction", tuple(requests), rng.randint(14, 20), max_num_seqs=3, public=public)
+    longest = -(-max(totals) // 4)  # blocks of 4 for the longest turn, earlier turns included
+    return LabTrace(name, "eviction", tuple(requests), max(rng.randint(14, 20), longest + 1), max_num_seqs=3,
+                    public=public)
 
 
 def _scheduler_trace(rng: random.Random, name: str, public: bool) -> LabTrace:

@@ -18,6 +18,7 @@ from kvcourse.kernels.baselines.replay import (  # noqa: F401  (re-exported: les
 )
 from kvcourse.kernels.baselines.reservation import Region, ReservationAllocator
 from kvcourse.kernels.checks import ceil_div
+from kvcourse.kernels.engine.policy import SchedulingPolicy
 from kvcourse.kernels.engine.sampling import SamplingParams
 from kvcourse.kernels.engine.scheduler import Scheduler
 from kvcourse.kernels.engine.sequence import Sequence, SequenceStatus
@@ -120,11 +121,16 @@ class PagingReplay(_Replay):
     budget or sequence limit that could bind (the pool runs out first), so block for block the
     replay equals an engine with such roomy limits (tests/simulators/test_sim_paging.py checks it on a tiny
     model). A sampled token gets its slot in the next step, when its K/V is computed.
+
+    ``scheduling_policy`` (lab C) makes the scheduler's two choices, who is admitted and who gives
+    way, as ``LLMEngine(..., scheduling_policy=...)`` does; without one it is first come, first served.
+    ``finish_steps`` records when each request finished (engine steps done by then).
     """
 
     name = "paging"
 
-    def __init__(self, trace: list[TraceRequest], num_blocks: int, block_size: int = 16) -> None:
+    def __init__(self, trace: list[TraceRequest], num_blocks: int, block_size: int = 16,
+                 scheduling_policy: SchedulingPolicy | None = None) -> None:
         longest = max(r.final_len for r in trace) if trace else 0
         blocks_needed = ceil_div(longest, block_size)
         if blocks_needed > num_blocks:
@@ -135,14 +141,25 @@ class PagingReplay(_Replay):
         self.manager = KVCacheManager(num_blocks, block_size)
         # one step never computes more tokens than the pool holds, nor runs more sequences than blocks
         self.scheduler = Scheduler(self.manager, max_num_seqs=num_blocks,
-                                   max_num_batched_tokens=num_blocks * block_size, max_model_len=longest)
+                                   max_num_batched_tokens=num_blocks * block_size, max_model_len=longest,
+                                   policy=scheduling_policy)
         self.num_recomputed_tokens = 0  # tokens whose K/V a preemption threw away
+        self.finish_steps: dict[int, int] = {}  # request -> engine steps done when it finished
         self._recorded: list[tuple[int, list[int], int]] = []  # (request, block table, tokens stored)
         self._free_category = "idle"
 
     @property
     def running(self) -> list[Sequence]:
         return self.scheduler.running
+
+    @property
+    def num_refused(self) -> int:
+        """Requests the scheduling policy turned away (never with first come, first served)."""
+        return len(self.scheduler.refused)
+
+    @property
+    def done(self) -> bool:
+        return self.num_finished + self.num_refused == len(self.trace)
 
     @property
     def waiting(self) -> list[Sequence]:
@@ -153,7 +170,7 @@ class PagingReplay(_Replay):
             req = self.trace[rid]
             params = SamplingParams(max_new_tokens=req.num_output_tokens, stop_on_eos=False)
             self.scheduler.add(Sequence(rid, [DUMMY_TOKEN] * req.num_prompt_tokens, req.num_prompt_tokens,
-                                        self.block_size, params))
+                                        self.block_size, params, request_id=rid, arrival=self.step_index))
 
     def step(self) -> StepRecord:
         self._arrive()
@@ -167,7 +184,9 @@ class PagingReplay(_Replay):
         record = self._record()
         if not batch.is_empty:
             grown = self.scheduler.update(batch, [[DUMMY_TOKEN] for _ in batch.sampled_seqs])
-            self.num_finished += sum(seq.status is SequenceStatus.FINISHED for seq in grown)
+            finished = [seq.seq_id for seq in grown if seq.status is SequenceStatus.FINISHED]
+            self.finish_steps.update(dict.fromkeys(finished, self.step_index))
+            self.num_finished += len(finished)
         if self.done and self.manager.num_free_blocks != self.manager.num_blocks:
             raise RuntimeError(f"the paging replay leaked {self.manager.num_used_blocks} blocks")
         return record

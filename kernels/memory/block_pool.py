@@ -114,7 +114,8 @@ class BlockPool:
                 for b in self._free_queue if (entry := self._cached.get(b)) is not None]
 
     def _policy_choice(self) -> int:
-        candidates = self.eviction_candidates()
+        # By block id: the policy decides from what it is told of each block, not from the queue's order.
+        candidates = sorted(self.eviction_candidates(), key=lambda c: c.block_id)
         choice = self.eviction.choose(list(candidates))
         why = rejection(choice, candidates, self.ref_counts)
         if why is not None:

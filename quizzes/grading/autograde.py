@@ -16,6 +16,7 @@ A submission that cannot be read at all is reported in one line and marked "not 
 
 from __future__ import annotations
 
+import json
 import queue
 import shutil
 import tempfile
@@ -24,6 +25,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import nbformat
 
@@ -34,7 +36,7 @@ from .confine import available_cores, memory_available
 from .decide import Course, decide, decide_free
 from .gradebook import check_assignment, read_timestamp, save_status, write_gradebook
 from .nbgrader_export import answer_name, lesson_of
-from .notebook import graded_notebook, grading_notebook, limit_notes, read_outputs, read_records
+from .notebook import graded_notebook, grading_notebook, limit_notes, read_outputs, read_records, student_code
 from .recovery import NotGradable, match_cells, read_cells, shown_student_id, template_cells
 from .sandbox import INSIDE, Limits, preflight, run_submission
 
@@ -56,6 +58,10 @@ class Result:
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
     verdicts: dict[str, str] = field(default_factory=dict)
+    # Instructor-only, for `kvcourse grade report` (report.py); a status file written before has none of them.
+    points: dict[str, float | None] = field(default_factory=dict)  # per question; None: to grade by hand
+    answers: dict[str, Any] = field(default_factory=dict)  # the plain value handed over: "b", 8, "3.2 GB"
+    details: dict[str, dict] = field(default_factory=dict)  # a Decision's details (a lab's traces), as JSON
 
     def line(self) -> str:
         if self.status != "graded":
@@ -63,6 +69,30 @@ class Result:
         manual = f", {self.manual_points:g} to grade by hand" if self.manual_points else ""
         return (f"graded {self.student}: {self.score:g} of {self.auto_max:g} automatic points"
                 f"{manual} ({self.seconds:.1f} s)")
+
+
+MAX_KEPT_CHARS = 200  # an answer kept for the report: a letter, a number, "3.2 GB"; not an essay
+
+
+def kept_answers(records: dict[str, dict], question_ids: list[str]) -> dict[str, Any]:
+    """The plain value each question's answer handed over (None, a bool, a number or a short string);
+    a missing, unreadable or list answer (a function's results) is not kept."""
+    kept = {}
+    for qid in question_ids:
+        record = records.get(qid) or {}
+        value = record.get("value")
+        if "value" not in record or "missing" in record or not isinstance(value, (str, int, float, type(None))):
+            continue
+        kept[qid] = value[:MAX_KEPT_CHARS] if isinstance(value, str) else value
+    return kept
+
+
+def plain_details(decision: Any) -> dict | None:
+    """A Decision's optional `details` (a lab's traces) as plain JSON, or None where it has none."""
+    details = getattr(decision, "details", None)
+    if not isinstance(details, dict):
+        return None
+    return json.loads(json.dumps(details, default=str))  # a value JSON cannot hold is kept as its text
 
 
 # What travels with a graded notebook, as nbgrader's own autograde copies it: above all
@@ -141,7 +171,9 @@ def grade_student(course: Course, assignment: str, student: str, limits: Limits,
     if run.reached.get("memory") and run.returncode != 0 and not any("memory limit" in n for n in result.notes):
         result.notes.append(f"{limits.caps.memory_text()} reached: the run stopped there")
     outputs = {index: executed[i] for i, index in enumerate(origin) if index is not None}
-    decisions = {q.id: decide(q, records.get(q.id), course, student) for q in quiz.questions if q.auto_graded}
+    code = student_code(sub, template)  # a lab's answer is read for the engine's own implementation
+    decisions = {q.id: decide(q, records.get(q.id), course, student, code if q.kind is Kind.LAB else "")
+                 for q in quiz.questions if q.auto_graded}
     stub = next((c.source for c in template if c.role == "free"), "")
     for q in quiz.questions:
         if not q.auto_graded:
@@ -157,6 +189,9 @@ def grade_student(course: Course, assignment: str, student: str, limits: Limits,
     result.score = sum(d.points or 0.0 for d in decisions.values())
     result.manual_points = sum(d.max_points for d in decisions.values() if d.points is None)
     result.verdicts = {qid: d.verdict for qid, d in decisions.items()}
+    result.points = {qid: d.points for qid, d in decisions.items()}
+    result.answers = kept_answers(records, list(names))
+    result.details = {qid: kept for qid, d in decisions.items() if (kept := plain_details(d)) is not None}
     with _STORE:
         write_gradebook(course, assignment, student, timestamp, scores, answered)
         result.seconds = time.monotonic() - start

@@ -1,4 +1,4 @@
-"""The instructor's `kvcourse grade init|autograde|export|answers` subcommands (quizzes/INSTRUCTORS.md)."""
+"""The instructor's `kvcourse grade init|autograde|export|answers|report` subcommands (quizzes/INSTRUCTORS.md)."""
 
 from __future__ import annotations
 
@@ -76,13 +76,27 @@ def _grade_answers(args: argparse.Namespace) -> int:
     return 0
 
 
+def _grade_report(args: argparse.Namespace) -> int:
+    from .decide import Course
+    from .report import build_report
+    from .report_page import check_html_path, default_html_path, render_text, write_html
+
+    course = Course.load(Path(args.course))
+    report = build_report(course, args.assignment)
+    path = check_html_path(course, Path(args.html)) if args.html else default_html_path(course, args.assignment)
+    print(render_text(report))
+    print(f"\nHTML report (instructors only, never release it): {write_html(report, path)}")
+    return 0
+
+
 def register(sub: argparse._SubParsersAction) -> None:
-    """Add `grade init|autograde|export|answers` to the kvcourse command line."""
+    """Add `grade init|autograde|export|answers|report` to the kvcourse command line."""
     grade = sub.add_parser("grade", help="instructors: an nbgrader course from the question bank, graded safely")
     grade_sub = grade.add_subparsers(dest="grade_command", metavar="ACTION", required=True)
     p = grade_sub.add_parser("init", help="write nbgrader_config.py and one source assignment per lesson")
     p.add_argument("directory", help="the course folder to create (must be empty or absent)")
-    p.add_argument("--lessons", default="00-17", help='which lessons, e.g. "01-05" or "03,07,16" (default: all, 00-17)')
+    p.add_argument("--lessons", default="00-20",
+                   help='which lessons, e.g. "01-05" or "03,07,16" (default: all, 00-20, the labs 18-20 included)')
     p.add_argument("--course-id", default="kvcourse", help="nbgrader course id (default kvcourse)")
     p.add_argument("--exchange", default=None,
                    help="exchange folder for release/fetch/submit, created if it can be (default: nbgrader's own, "
@@ -125,3 +139,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--student", required=True, help="the student id")
     p.add_argument("--course", default=".", help="the course folder (default: the current one)")
     p.set_defaults(func=_grade_answers)
+
+    p = grade_sub.add_parser("report", help="what the class got wrong: the most common misconceptions first")
+    p.add_argument("assignment", help="e.g. lesson07 (graded with `kvcourse grade autograde` first)")
+    p.add_argument("--course", default=".", help="the course folder (default: the current one)")
+    p.add_argument("--html", default=None,
+                   help="where to write the HTML page (default: instructor/reports/ASSIGNMENT.html in the course)")
+    p.set_defaults(func=_grade_report)

@@ -1,12 +1,14 @@
 """What the sandboxed kernel runs at grading time, in place of the test cells: it hands over plain values.
 
 `kvcourse grade autograde` puts this file's code in a cell of the throw-away copy it grades, and a
-call after every answer cell: ``record(question, name)`` writes the answer's value, and
-``record_calls(question, name, cases)`` the results of the student's function on the test cases,
-as one JSON line each. Only None, bools, ints, floats, strings and short lists of them are handed
-over; anything else is written as "unreadable". Nothing here knows a right answer, and nothing it
-writes is trusted: the instructor's process reads the lines as JSON (plain values by construction),
-checks them again and decides the points (autograde.py).
+call after every answer cell: ``record(question, name)`` writes the answer's value,
+``record_calls(question, name, cases)`` the results of the student's function on the test cases, and
+``record_lab(question, name, lab, traces)`` the runs of a lab's class on the traces (kvcourse.labs'
+record_runs, which replays nothing and judges nothing), as one JSON line each. Only None, bools,
+ints, floats, strings and short lists of them are handed over; anything else is written as
+"unreadable". Nothing here knows a right answer, and nothing it writes is trusted: the instructor's
+process reads the lines as JSON, checks them again, replays a lab's runs on the engine and decides
+the points (autograde.py, decide.py).
 """
 
 import json
@@ -14,6 +16,7 @@ import signal
 
 RESULTS = "results.jsonl"   # set by the injected cell
 CALL_LIMIT_S = 5.0          # one call of the student's function
+LAB_LOG_LIMIT = 1_500_000   # characters of one lab's runs (the reference's are about 60,000)
 _MISSING = object()
 
 
@@ -76,13 +79,50 @@ def record_calls(question, name, cases):
     _write({"q": question, "calls": results})
 
 
+def record_lab(question, name, lab, traces):
+    """Hand over the runs of the lab's class ``name`` on each trace (plain JSON logs, replayed outside).
+    Runs cut short by the time limit of the cell stay in; the traces after them are handed over as stopped."""
+    answer = globals().get(name, _MISSING)
+    if answer is _MISSING:
+        _write({"q": question, "missing": name})
+        return
+    logs = []
+    try:
+        from kvcourse.labs import record_runs
+
+        for trace in traces:
+            logs += record_runs(lab, answer, [trace])
+    except BaseException as err:  # noqa: BLE001 - the time limit of the cell, or SystemExit from the class
+        try:
+            why = f"the run stopped: {type(err).__name__}: {str(err)[:200]}"
+        except BaseException:  # noqa: BLE001 - an exception whose str() fails
+            why = "the run stopped"
+        logs += [{"entries": [], "beams": [], "error": why}] * (len(traces) - len(logs))
+    try:
+        text = json.dumps({"q": question, "lab": logs}, allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as err:
+        text = json.dumps({"q": question, "lab": None, "error": f"the runs' logs are not plain JSON ({type(err).__name__})"})
+    if len(text) > LAB_LOG_LIMIT:
+        text = json.dumps({"q": question, "lab": None,
+                           "error": f"the runs' logs hold {len(text):,} characters, more than {LAB_LOG_LIMIT:,}"})
+    with open(RESULTS, "a", encoding="utf-8") as f:
+        f.write(text + "\n")
+
+
 def record_missing(questions):
-    """At the end: hand over every answer not handed over yet (its cell moved, or was merged into another)."""
+    """At the end: hand over every answer not handed over yet (its cell moved, or was merged into another).
+    Each entry is (question, name, detail): a code question's cases, a lab's {"lab", "traces"}, or None."""
     try:
         with open(RESULTS, encoding="utf-8") as f:
             done = {json.loads(line).get("q") for line in f if line.strip()}
     except (OSError, ValueError, AttributeError):
         done = set()
-    for question, name, cases in questions:
-        if question not in done:
-            record_calls(question, name, cases) if cases else record(question, name)
+    for question, name, detail in questions:
+        if question in done:
+            continue
+        if isinstance(detail, dict):
+            record_lab(question, name, detail["lab"], detail["traces"])
+        elif detail:
+            record_calls(question, name, detail)
+        else:
+            record(question, name)

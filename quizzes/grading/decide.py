@@ -8,9 +8,13 @@ instructor/course.json, and never sent into a student's sandbox:
 - parameterised questions: the formula on the values drawn for this student from the course salt;
 - code questions: the reference solution on the bank's public cases and on three hidden cases
   drawn for this student from the course secret (HMAC), so a function that only knows the public
-  examples fails.
+  examples fails;
+- labs (lessons 18-20): the runs the sandbox recorded on the lab's public traces and on three hidden
+  traces drawn for this student from the course secret, replayed here on the engine and scored
+  (kvcourse.labs.judge_runs); the points are the question's times the mean trace score. A lab whose
+  code uses the engine's own implementation, or the grader's own code, scores 0 (lab_guard.py).
 Feedback says right or wrong and why (a planted mistake of the bank by name, as the quick check does),
-never a hidden case or a right value the student got wrong.
+never a hidden case, a hidden trace or a right value the student got wrong.
 """
 
 from __future__ import annotations
@@ -20,17 +24,23 @@ import hashlib
 import hmac
 import itertools
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..checking import choice_key, compile_function, named_mistake, same_value, time_limit
 from ..formulas import compute_answer, draw_params
 from ..model import Kind, Question
 from ..units import AnswerFormatError, format_quantity, parse_quantity, shown, within_tolerance
+from .lab_guard import lab_shortcut
 from .nbgrader_export import COURSE_FILE, INSTRUCTOR_DIR
 
+if TYPE_CHECKING:
+    from kvcourse.labs import LabTrace, TraceResult
+
 NUM_HIDDEN_CASES = 3
+NUM_HIDDEN_TRACES = 3  # per lab, drawn per student, beside the lab's public traces
 
 
 @dataclass(frozen=True)
@@ -123,6 +133,9 @@ def expected_answer(question: Question, course: Course, student: str) -> Any:
     if question.kind is Kind.CODE:
         cases = code_cases(question, course, student)
         return list(zip(cases, reference_calls(question, cases)))
+    if question.kind is Kind.LAB:
+        return (f"every trace passing: the lab's public traces and {NUM_HIDDEN_TRACES} hidden ones (the reference: "
+                f"kvcourse.quizzes.labs.solution_source({question.lab!r}))")
     return question.model_answer
 
 
@@ -134,20 +147,28 @@ class Decision:
     max_points: float
     verdict: str           # one line: right, wrong, unreadable, no answer
     feedback: str = ""     # the bank's explanation, where it gives nothing away
+    details: dict | None = None  # plain data for the instructor's report: a lab's {"traces": [...]}
 
     @property
     def right(self) -> bool:
         return self.points is not None and self.points == self.max_points
 
 
-def decide(question: Question, record: dict | None, course: Course, student: str) -> Decision:
-    """Points for one auto-graded question from the collector's record (plain JSON values, or None)."""
+def decide(question: Question, record: dict | None, course: Course, student: str, source: str = "") -> Decision:
+    """Points for one auto-graded question from the collector's record (plain JSON values, or None);
+    ``source`` is the student's code, which a lab's answer is read for (``lab_shortcut``)."""
     points = float(question.points)
+    if question.kind is Kind.LAB and (shortcut := lab_shortcut(source)):
+        what = _LAB_WORK.get(question.lab, "policy")
+        return Decision(0.0, points, f"Not graded on its runs: your code uses {shortcut}: write your own {what} "
+                                     f"(0 of {points:g} points).")
     if record is None or "missing" in record:
-        name = question.function if question.kind is Kind.CODE else f"answer_{question.id}"
+        name = {Kind.CODE: question.function, Kind.LAB: question.class_name}.get(question.kind, f"answer_{question.id}")
         return Decision(0.0, points, f"No answer: {name} was not defined when the notebook ran.")
     if question.kind is Kind.CODE:
         return _decide_code(question, record.get("calls"), course, student)
+    if question.kind is Kind.LAB:
+        return _decide_lab(question, record, course, student)
     value = record.get("value")
     if isinstance(value, dict) or "value" not in record:
         why = value.get("unreadable", "not a plain value") if isinstance(value, dict) else "nothing"
@@ -200,6 +221,62 @@ def _decide_code(question: Question, calls: Any, course: Course, student: str) -
     if passed == len(expected):
         return Decision(points, points, f"Right: all {len(expected)} test cases pass.", question.explanation)
     return Decision(0.0, points, f"{passed} of {len(expected)} test cases pass; {first_failure}.")
+
+
+# -- labs ------------------------------------------------------------------------------------------
+
+_LAB_WORK = {"block_manager": "block manager", "eviction": "eviction policy", "scheduler": "scheduler"}
+
+
+def lab_traces(question: Question, course: Course, student: str) -> list[LabTrace]:
+    """The traces a lab is graded on: its public traces, then NUM_HIDDEN_TRACES drawn for this student from
+    the course secret (nobody without the secret can predict them)."""
+    from kvcourse.labs import draw_trace, public_traces
+
+    hidden = [draw_trace(question.lab, course.draw(question.lesson, question.id, student, "trace", str(i)),
+                         name=f"hidden {i + 1}") for i in range(NUM_HIDDEN_TRACES)]
+    return public_traces(question.lab) + hidden
+
+
+def _cut(text: str, limit: int = 300) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _judged(lab: str, trace: LabTrace, log: Any) -> TraceResult:
+    """One trace replayed and scored; a log the replay cannot even read scores 0, never a crash."""
+    from kvcourse.labs import TraceResult, judge_runs
+
+    try:
+        return judge_runs(lab, [trace], [log])[0]
+    except Exception as err:  # noqa: BLE001 - a forged log: whatever it makes the replay raise
+        return TraceResult(trace.name, trace.public, 0.0, f"the recorded run cannot be replayed ({type(err).__name__})",
+                           kind="replay")
+
+
+def _decide_lab(question: Question, record: dict, course: Course, student: str) -> Decision:
+    points = float(question.points)
+    logs = record.get("lab")
+    if not isinstance(logs, list):
+        why = record.get("error") if isinstance(record.get("error"), str) else "no runs were handed over"
+        return Decision(0.0, points, f"Unreadable answer: {_cut(why, 200)}.")
+    traces = lab_traces(question, course, student)
+    if len(logs) != len(traces):
+        return Decision(0.0, points, f"Unreadable answer: {len(logs)} runs handed over for {len(traces)} traces.")
+    results = [_judged(question.lab, trace, log) for trace, log in zip(traces, logs)]
+    mean = sum(r.score for r in results) / len(results)
+    got = points if all(r.passed for r in results) else math.floor(points * mean * 10 + 1e-9) / 10
+    details = {"traces": [{"name": r.name, "public": r.public, "score": r.score, "kind": r.kind,
+                           "reason": _cut(r.reason)} for r in results]}
+    passed = sum(r.passed for r in results)
+    public = sum(t.public for t in traces)
+    counts = f"{public} public, {len(traces) - public} hidden"
+    if passed == len(results):
+        return Decision(points, points, f"Right: all {len(results)} traces pass ({counts}).", details=details)
+    first = next(r for r in results if not r.passed)
+    label = first.name if first.public else "a hidden trace"
+    why = _cut(first.reason).rstrip(".")
+    return Decision(got, points, f"{passed} of {len(results)} traces pass ({counts}), mean score {mean:.0%}: "
+                                 f"{got:g} of {points:g} points. First failure, {label}: {why}.", details=details)
 
 
 def decide_free(question: Question, text: str | None, stub: str) -> Decision:

@@ -7,15 +7,19 @@ Free responses are manually graded Markdown cells. Every cell also carries
 ``metadata.kvcourse = {"role", "question"}`` and a fixed cell id, which is how autograde.py finds a
 student's answers even in a damaged notebook.
 
-The notebooks need nothing from the course package: the set-up cell holds plain-Python helpers
-(student_helpers.py), and test cells only check that an answer is readable. Points are decided by
-`kvcourse grade autograde`, outside the student's kernel. `init_course` also writes
-instructor/course.json (never released): the course's secret, from which per-student hidden test
-cases are drawn, and its public salt, from which per-student values are drawn.
+The notebooks need nothing from the course package but a lab's cells (lessons 18-20), which import
+kvcourse.labs: the class to subclass, and the public traces' check. The set-up cell holds plain-Python
+helpers (student_helpers.py); a test cell checks that an answer is readable, or, for a lab, runs the
+public traces. Points are decided by `kvcourse grade autograde`, outside the student's kernel.
+`init_course` also writes instructor/course.json (never released): the course's secret, from which
+per-student hidden test cases and lab traces are drawn, and its public salt, from which per-student
+values are drawn.
 """
 
 from __future__ import annotations
 
+import ast
+import inspect
 import json
 import re
 import secrets
@@ -90,7 +94,9 @@ def lesson_of(assignment: str) -> str:
 
 
 def answer_name(question: Question) -> str:
-    """The variable (or function) a student's answer cell defines."""
+    """The variable (or function, or a lab's class) a student's answer cell defines."""
+    if question.kind is Kind.LAB:
+        return question.class_name
     return question.function if question.kind is Kind.CODE else f"answer_{question.id}"
 
 
@@ -119,6 +125,16 @@ def _prompt_cell(question: Question) -> nbformat.NotebookNode:
                  "a unit goes in a string, a bare number is read in the question's unit.")
     elif question.kind is Kind.CODE:
         text += f"\n\nComplete `{question.function}` below."
+    elif question.kind is Kind.LAB:
+        from kvcourse.labs.traces import PUBLIC_SEEDS
+
+        from .decide import NUM_HIDDEN_TRACES
+
+        text += (f"\n\nComplete `{question.class_name}` in the cell below: each of its methods raises until you "
+                 "write it. The cell after it serves the public traces on your class and prints what the grader "
+                 f"says of each. After you submit, your class is graded on those {len(PUBLIC_SEEDS)} traces and on "
+                 f"{NUM_HIDDEN_TRACES} hidden ones drawn for your student id: {question.points} points times the "
+                 "mean trace score.")
     else:
         text += "\n\nWrite your answer in the cell below (graded by hand)."
     return _cell(new_markdown_cell, text, f"prompt_{question.id}", "prompt", question.id, locked=True)
@@ -136,9 +152,54 @@ def _show_cell(question: Question, lesson: str) -> nbformat.NotebookNode:
     return _cell(new_code_cell, source, f"show_{question.id}", "show", question.id, locked=True)
 
 
+def lab_answer_source(question: Question) -> str:
+    """A lab's answer cell: the reference solution split so that nbgrader's release leaves a class to complete.
+
+    The reference's imports and class header stand outside the solution regions; each method the base
+    class leaves to the learner keeps its header and the base's docstring, with the reference's body in
+    a region of its own; the reference's own state and helpers (``__init__``, ``_take``...) close the last
+    region. Released, every region becomes nbgrader's ``raise NotImplementedError()`` inside a method,
+    so the cell still defines a subclass of the base whose methods raise until written.
+    """
+    import kvcourse.labs as labs
+    from kvcourse.labs.run import LAB_TITLES
+
+    from ..labs import LAB_LESSONS, solution_source
+
+    source = solution_source(question.lab)
+    lines = source.splitlines()
+    tree = ast.parse(source)
+    cls = next(node for node in tree.body if isinstance(node, ast.ClassDef))
+    base_name = cls.bases[0].id
+    base = getattr(labs, base_name)
+    members = [node for node in cls.body if not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant))]
+    methods = [node for node in members if isinstance(node, ast.FunctionDef) and not node.name.startswith("_")
+               and hasattr(base, node.name)]
+    helpers = [node for node in members if node not in methods]
+
+    out = [*lines[:cls.lineno - 1 - len(cls.decorator_list)], f"class {cls.name}({base_name}):",
+           f'    """{LAB_TITLES[question.lab]} (lesson {LAB_LESSONS[question.lab]}): write each method below, and '
+           f'add the state and helpers you need.\n    {base_name} says what the engine expects of each."""']
+    for number, method in enumerate(methods):
+        first = method.decorator_list[0].lineno if method.decorator_list else method.lineno
+        doc = inspect.getdoc(getattr(base, method.name)) or ""
+        out += ["", *lines[first - 1:method.body[0].lineno - 1]]
+        if doc:
+            out.append('        """' + doc.replace("\n", "\n        ") + '"""')
+        out += ["        ### BEGIN SOLUTION", *lines[method.body[0].lineno - 1:method.end_lineno]]
+        if number == len(methods) - 1:
+            for helper in helpers:
+                decorators = getattr(helper, "decorator_list", None)
+                out += ["", *lines[(decorators[0] if decorators else helper).lineno - 1:helper.end_lineno]]
+        out.append("        ### END SOLUTION")
+    return "\n".join(out)
+
+
 def _answer_cell(question: Question) -> nbformat.NotebookNode:
     var = answer_name(question)
-    if question.kind is Kind.CODE:
+    if question.kind is Kind.LAB:
+        source = lab_answer_source(question)
+    elif question.kind is Kind.CODE:
         header, _, _ = question.starter.strip().partition("\n")
         body = question.solution.strip().split("\n", 1)[1]  # the solution's lines after its def line
         source = f"{header}\n    ### BEGIN SOLUTION\n{body}\n    ### END SOLUTION"
@@ -166,6 +227,13 @@ def _test_cell(question: Question) -> nbformat.NotebookNode:
         check = f'check_form({var}, "number")'
     source = (f"# Checks that {var} can be read. Its {question.points} point(s) are decided after you submit,\n"
               f"# outside this notebook, by comparing your answer with the right one.\n{check}")
+    if question.kind is Kind.LAB:
+        source = (f"# Serves the public traces on {var}: the grader's verdict on each, beside the engine's own figures.\n"
+                  f"# Its {question.points} points are decided after you submit, outside this notebook, on these "
+                  "traces and on\n# hidden ones drawn for your student id.\n"
+                  "from kvcourse.labs import check\n\n"
+                  f"if not all(trace.passed for trace in check({question.lab!r}, {var})):\n"
+                  '    raise AssertionError("not every public trace passes yet: the lines above say why")')
     return _cell(new_code_cell, source, f"test_{question.id}", "test", question.id, grade=True, locked=True,
                  points=question.points)
 
@@ -206,9 +274,10 @@ def setup_source(salt: str) -> str:
 
 def build_notebook(quiz: Quiz, salt: str = "") -> nbformat.NotebookNode:
     """The source (instructor) notebook of one lesson's quick check."""
+    written = "a function or a class" if any(q.kind is Kind.LAB for q in quiz.questions) else "a function"
     intro = (f"# Lesson {quiz.lesson}: {quiz.title} (graded quick check)\n\n"
              "Answer each question by assigning a plain Python value (a letter as a string, a number, "
-             'or a string with a unit such as `"0.8 MB"`) or by completing a function. Run every cell, '
+             f'or a string with a unit such as `"0.8 MB"`) or by completing {written}. Run every cell, '
              "then submit. Do not rename the answer variables.")
     cells = [_cell(new_markdown_cell, intro, "intro", "intro", locked=True),
              _cell(new_code_cell, setup_source(salt), "setup", "setup", locked=True)]

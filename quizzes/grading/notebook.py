@@ -2,9 +2,10 @@
 
 `grading_notebook` lays out what the sandbox executes: the locked set-up cell, the collector
 (collector.py), the student's own code cells in their order, and after each answer a call that
-hands it over as plain JSON. `read_records` and `read_outputs` read what the sandbox wrote,
-which is the student's to forge: sizes are capped, JSON is parsed defensively, and only text,
-PNG/JPEG images and errors survive as outputs. `graded_notebook` is what formgrader and nbgrader's
+hands it over as plain JSON (for a lab, its runs on the public traces and on the student's hidden
+ones); `student_code` is the source of those cells, which a lab's answer is read for. `read_records`
+and `read_outputs` read what the sandbox wrote, which is the student's to forge: sizes are capped,
+JSON is parsed defensively, and only text, PNG/JPEG images and errors survive as outputs. `graded_notebook` is what formgrader and nbgrader's
 feedback show: the released notebook with the student's answers, their outputs and a verdict under
 each question (the set-up cell as one line, a written answer marked as graded by hand), never a
 hidden test case or a right value the student did not give.
@@ -22,11 +23,13 @@ import nbformat
 
 from ..checking import prompt_for
 from ..model import Kind, Quiz
-from .decide import Course, Decision, code_cases
+from .decide import Course, Decision, code_cases, lab_traces
+from .lab_guard import CELL_BREAK
 from .nbgrader_export import answer_name
 from .recovery import NotGradable, Submission, TemplateCell, read_bytes
 
 MAX_RESULTS_BYTES = 4_000_000
+MAX_LINE_CHARS = 1_600_000  # one record: a lab's runs are its longest (collector.LAB_LOG_LIMIT and its wrapping)
 TIMED_OUT = "Stopped: this cell ran for more than"  # sandbox_runner's TIMEOUT_NOTE (it imports nothing of ours)
 OUTPUT_CUT = "[... output cut"                       # its CUT_NOTE, and the cut _clean_outputs makes
 CAP_REACHED = re.compile(r"Stopped: (.+?) reached \(the grader's cap")  # its CAP_NOTE
@@ -50,18 +53,18 @@ def grading_notebook(sub: Submission, template: list[TemplateCell], quiz: Quiz, 
     for question, indices in sub.answers.items():
         last_answer[indices[-1]].append(question)
     roles = {cell.grade_id: cell.role for cell in template}
-    calls = {q.id: _record_call(q, course, student) for q in quiz.questions if q.auto_graded}
+    details = {q.id: _detail(q, course, student) for q in quiz.questions if q.auto_graded}
+    calls = {q.id: _record_call(q, details[q.id]) for q in quiz.questions if q.auto_graded}
     for index, cell in enumerate(sub.cells):
-        if cell.cell_type != "code" or roles.get(cell.grade_id) in ("setup", "show", "test"):
-            continue  # locked cells: the set-up ran first; show and test cells are the grader's own
+        if not _runs(cell, roles):
+            continue
         cells.append(nbformat.v4.new_code_cell(cell.source))
         origin.append(index)
         for question in last_answer.get(index, []):
             if question in calls:
                 cells.append(nbformat.v4.new_code_cell(calls[question]))
                 origin.append(None)
-    pending = [(q.id, answer_name(q), code_cases(q, course, student) if q.kind is Kind.CODE else None)
-               for q in quiz.questions if q.auto_graded]
+    pending = [(q.id, answer_name(q), details[q.id]) for q in quiz.questions if q.auto_graded]
     cells.append(nbformat.v4.new_code_cell(f"record_missing({pending!r})"))
     origin.append(None)
     nb = nbformat.v4.new_notebook(cells=cells)
@@ -69,9 +72,32 @@ def grading_notebook(sub: Submission, template: list[TemplateCell], quiz: Quiz, 
     return nb, origin
 
 
-def _record_call(question, course: Course, student: str) -> str:
+def _runs(cell, roles: dict[str, str]) -> bool:
+    """Whether the sandbox runs this submission cell: a code cell, not a locked one (the set-up runs first;
+    show and test cells are the grader's own)."""
+    return cell.cell_type == "code" and roles.get(cell.grade_id) not in ("setup", "show", "test")
+
+
+def student_code(sub: Submission, template: list[TemplateCell]) -> str:
+    """The source of every cell the sandbox runs for this submission, joined by CELL_BREAK (lab_guard.py)."""
+    roles = {cell.grade_id: cell.role for cell in template}
+    return CELL_BREAK.join(cell.source for cell in sub.cells if _runs(cell, roles))
+
+
+def _detail(question, course: Course, student: str) -> list | dict | None:
+    """What the collector needs beside the name: a code question's cases, a lab's name and traces (as JSON)."""
     if question.kind is Kind.CODE:
-        return f"record_calls({question.id!r}, {question.function!r}, {code_cases(question, course, student)!r})"
+        return code_cases(question, course, student)
+    if question.kind is Kind.LAB:
+        return {"lab": question.lab, "traces": [trace.to_plain() for trace in lab_traces(question, course, student)]}
+    return None
+
+
+def _record_call(question, detail: list | dict | None) -> str:
+    if question.kind is Kind.CODE:
+        return f"record_calls({question.id!r}, {question.function!r}, {detail!r})"
+    if question.kind is Kind.LAB:
+        return f"record_lab({question.id!r}, {answer_name(question)!r}, {detail['lab']!r}, {detail['traces']!r})"
     return f"record({question.id!r}, {answer_name(question)!r})"
 
 
@@ -86,7 +112,7 @@ def read_records(path: Path) -> dict[str, dict]:
         return {}
     records: dict[str, dict] = {}
     for line in raw.decode("utf-8", "replace").splitlines():
-        if len(line) > 200_000:
+        if len(line) > MAX_LINE_CHARS:
             continue
         try:
             entry = json.loads(line)

@@ -189,7 +189,7 @@ def _normal(text: str) -> str:
 
 
 def _assigns(name: str) -> re.Pattern:
-    return re.compile(rf"(?m)^[ \t]*(?:def[ \t]+{re.escape(name)}[ \t]*\(|(?:[A-Za-z_][\w \t]*,[ \t]*)?"
+    return re.compile(rf"(?m)^[ \t]*(?:(?:def|class)[ \t]+{re.escape(name)}[ \t]*[(:]|(?:[A-Za-z_][\w \t]*,[ \t]*)?"
                       rf"{re.escape(name)}[ \t]*(?::[^=\n]*)?=(?!=))")
 
 

@@ -87,9 +87,10 @@ def test_makefile_installs_torch_first_and_the_model_without_deps():
     assert "bash .ci/run" not in makefile and "make test" in (REPO_ROOT / ".ci/run").read_text()
 
 
-def test_syllabus_has_the_eighteen_lessons_of_the_architecture():
+def test_syllabus_has_the_lessons_of_the_architecture_and_the_three_labs():
     lessons = load_syllabus()
-    assert [lesson.number for lesson in lessons] == [f"{i:02d}" for i in range(18)]
+    assert [lesson.number for lesson in lessons] == [f"{i:02d}" for i in range(21)]
+    assert [get_lesson(n).title[:5] for n in (18, 19, 20)] == ["Lab A", "Lab B", "Lab C"]
     assert get_lesson(7).title == "The memory appetite"
     assert get_lesson("13").seed == "000 §13, 003"
     for lesson in lessons:

@@ -1,6 +1,7 @@
 """The nbgrader export: generated metadata, and the whole real pipeline in a temporary course:
 `kvcourse grade init` (its printed next step run as printed), nbgrader's release, fetch, submit and
-collect, `kvcourse grade autograde` in the sandbox, nbgrader's feedback, and `kvcourse grade export`."""
+collect, `kvcourse grade autograde` in the sandbox, nbgrader's feedback, and `kvcourse grade export`,
+for a quick check (lesson 07) and a lab (lesson 18, graded on public and hidden traces)."""
 
 from __future__ import annotations
 
@@ -17,9 +18,10 @@ from nbgrader_cli import NBGRADER, nbgrader_env
 
 from kvcourse.cli import main
 from kvcourse.quizzes.bank import load_quiz
-from kvcourse.quizzes.grading.decide import Course, code_cases, expected_answer
+from kvcourse.quizzes.grading.decide import Course, code_cases, expected_answer, lab_traces
 from kvcourse.quizzes.grading.nbgrader_export import build_notebook, parse_lessons
 from kvcourse.quizzes.grading.sandbox import bwrap_path
+from kvcourse.quizzes.labs import solution_source
 
 STUB = "# YOUR CODE HERE\nraise NotImplementedError()"
 
@@ -29,8 +31,9 @@ def test_parse_lessons():
     assert parse_lessons("7,16, 3") == ["03", "07", "16"]
     with pytest.raises(ValueError, match="backwards"):
         parse_lessons("05-01")
+    assert parse_lessons("17-20") == ["17", "18", "19", "20"]  # the three labs
     with pytest.raises(KeyError):
-        parse_lessons("18")
+        parse_lessons("21")
 
 
 def test_source_notebooks_have_valid_nbgrader_metadata():
@@ -125,6 +128,20 @@ def _student_works(env, students: Path, name: str, answers: dict, tamper: bool, 
     _nbgrader(env, folder, "submit", "lesson07", f"--student={name}")
 
 
+def _student_does_the_lab(env, students: Path, name: str) -> None:
+    """Lesson 18 as a student does it: fetch, the reference's class in the lab's cell, right choices, submit."""
+    env, folder = _as_student(env, students, name), students / name
+    _nbgrader(env, folder, "fetch_assignment", "lesson18")
+    path = folder / "lesson18" / "lesson18.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    for q in load_quiz("18").questions:
+        cell = _cell(nb, f"answer_{q.id}")
+        assert "raise NotImplementedError()" in cell.source
+        cell.source = solution_source(q.lab) if q.lab else f"answer_{q.id} = {q.correct!r}"
+    nbformat.write(nb, path)
+    _nbgrader(env, folder, "submit", "lesson18", f"--student={name}")
+
+
 @pytest.mark.slow
 @needs("needs bubblewrap (apt-get install bubblewrap)" if bwrap_path() is None else None)
 def test_full_nbgrader_pipeline(tmp_path, capsys):
@@ -132,20 +149,22 @@ def test_full_nbgrader_pipeline(tmp_path, capsys):
     course_dir, exchange, students = tmp_path / "course", tmp_path / "exchange", tmp_path / "students"
     exchange.mkdir()
     students.mkdir()
-    assert main(["grade", "init", str(course_dir), "--lessons", "07", "--course-id", "kvtest",
+    assert main(["grade", "init", str(course_dir), "--lessons", "07,18", "--course-id", "kvtest",
                  "--exchange", str(exchange)]) == 0
     hint = capsys.readouterr().out.strip().splitlines()[-1].strip()
     assert hint.startswith("cd ") and "nbgrader generate_assignment lesson07" in hint
+    assert "nbgrader generate_assignment lesson18" in hint
     shell = {**env, "PATH": os.environ.get("PATH", "")}  # the shell `grade init` ran in
     done = subprocess.run(["bash", "-c", hint], env=shell, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr  # the printed next step works as printed
     (students / "nbgrader_config.py").write_text(
         f"c = get_config()\nc.CourseDirectory.course_id = 'kvtest'\nc.Exchange.root = {str(exchange)!r}\n")
     _nbgrader(env, course_dir, "release_assignment", "lesson07")
+    _nbgrader(env, course_dir, "release_assignment", "lesson18")
     course = Course.load(course_dir)
 
     # Released notebooks: no answer, no secret, nothing imported from the course, no gradebook.
-    shipped = [course_dir / "release" / "lesson07" / "lesson07.ipynb", *exchange.rglob("*.ipynb")]
+    shipped = [course_dir / "release" / "lesson07" / "lesson07.ipynb", *exchange.rglob("lesson07.ipynb")]
     assert len(shipped) == 2
     for path in shipped:
         text = path.read_text()
@@ -153,10 +172,21 @@ def test_full_nbgrader_pipeline(tmp_path, capsys):
                        "expected_number", "from kvcourse", "num_tokens * num_users", "The weights are stored once"):
             assert secret not in text, f"{secret!r} leaked into {path}"
     assert not list(exchange.rglob("*.db")) and not list(exchange.rglob("course.json"))
+    # The lab's: no solution, no hidden trace (they are drawn at grading time), only the lab's public check.
+    lab_hidden = [t.to_plain() for t in lab_traces(load_quiz("18").question("block_manager"), course, "alice")[3:]]
+    shipped = [course_dir / "release" / "lesson18" / "lesson18.ipynb", *exchange.rglob("lesson18.ipynb")]
+    assert len(shipped) == 2
+    for path in shipped:
+        text = path.read_text()
+        for secret in ("BEGIN SOLUTION", "self.free_list", "ref_counts", course.secret, "hidden 1", "record_runs"):
+            assert secret not in text, f"{secret!r} leaked into {path}"
+        assert "from kvcourse.labs import check" in text and "class MyBlockManager(BlockManagerBase)" in text
 
     _student_works(env, students, "alice", _alice(course), tamper=False, fetch=True)
     _student_works(env, students, "bob", BOB, tamper=True, fetch=False, shown_id="root")
+    _student_does_the_lab(env, students, "alice")
     _nbgrader(env, course_dir, "collect", "lesson07")
+    _nbgrader(env, course_dir, "collect", "lesson18")
     out = _nbgrader(env, course_dir, "autograde", "lesson07", "--student=bob", ok=False)  # nbgrader's own: refused, with the reason
     assert "kvcourse grade autograde" in out
     assert main(["grade", "autograde", "lesson07", "--course", str(course_dir)]) == 0
@@ -166,6 +196,8 @@ def test_full_nbgrader_pipeline(tmp_path, capsys):
     assert "bob: 1 locked cells were missing" in log and "bob: 1 locked cells were edited" in log
     assert "bob: check by hand: its values were drawn for student id 'root', but it was collected as 'bob'" in log
     assert "alice:" not in log.replace("graded alice:", "")  # an untouched notebook logs no warnings
+    assert main(["grade", "autograde", "lesson18", "--course", str(course_dir)]) == 0
+    assert "graded alice: 13 of 13 automatic points" in capsys.readouterr().out
 
     _nbgrader(env, course_dir, "generate_feedback", "lesson07")
     feedback = (course_dir / "feedback" / "bob" / "lesson07" / "lesson07.html").read_text()
@@ -175,6 +207,11 @@ def test_full_nbgrader_pipeline(tmp_path, capsys):
     secrets = [", ".join(map(str, case)) for case in hidden] + [f"{right:,.0f}", f"{right:.0f}", "record_calls"]
     for secret in secrets:
         assert secret not in feedback, secret
+    _nbgrader(env, course_dir, "generate_feedback", "lesson18")
+    feedback = (course_dir / "feedback" / "alice" / "lesson18" / "lesson18.html").read_text()
+    assert "Right: all 6 traces pass (3 public, 3 hidden)." in feedback and "record_lab" not in feedback
+    for trace in lab_hidden:
+        assert not any(str(prompt)[1:-1] in feedback for prompt, *_ in trace["requests"] if len(prompt) >= 6)
 
     # The feedback reaches the students: released to the exchange, fetched by each into their own folder.
     _nbgrader(env, course_dir, "release_feedback", "lesson07")
@@ -186,6 +223,9 @@ def test_full_nbgrader_pipeline(tmp_path, capsys):
 
     assert main(["grade", "export", "--course", str(course_dir), "--to", str(tmp_path / "grades.csv")]) == 0
     with open(tmp_path / "grades.csv", newline="") as f:
-        rows = {r["student_id"]: r for r in csv.DictReader(f)}
+        every = list(csv.DictReader(f))
+    rows = {r["student_id"]: r for r in every if r["assignment"] == "lesson07"}
     assert {name: float(r["score"]) for name, r in rows.items()} == {"alice": 8.0, "bob": 1.0}
     assert rows["alice"]["status"] == "to grade by hand" and float(rows["alice"]["max_score"]) == 10.0
+    lab = next(r for r in every if r["assignment"] == "lesson18" and r["student_id"] == "alice")
+    assert lab["status"] == "graded" and float(lab["score"]) == float(lab["max_score"]) == 13.0

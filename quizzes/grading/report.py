@@ -1,0 +1,399 @@
+"""`kvcourse grade report ASSIGNMENT`: what the class got wrong, the biggest problem first (quizzes/INSTRUCTORS.md).
+
+From instructor/status/<assignment>.json (autograde's outcome per student, each raw answer with it) and the
+lesson's bank:
+- a choice question: the share of the class on each option, the right one marked, and for each wrong
+  option the misconception the bank's explanation of it names;
+- a numeric or parameterised question: the wrong answers grouped by what they mean: one of the bank's
+  planted mistakes (checking.named_mistake, on each student's drawn values), else a simple factor off the
+  right answer (2 for keys and values, the layers, the bytes per value, 1024 vs 1000...), else unexplained;
+- a lab: the score distribution and the rule and the trace that cost points most often;
+- a code question: the pass rate; a free response: how many answered.
+The findings (one named wrong option, or one named numeric slip, and the share of the class making it) are
+ranked, the largest first. The report names no student; report_page.py prints it as plain text and writes it
+as one self-contained HTML page under instructor/reports/.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from ..bank import load_quiz
+from ..checking import choice_key, named_mistake
+from ..formulas import draw_params, facts
+from ..model import Kind, Question, Quiz
+from ..units import AnswerFormatError, format_quantity, parse_quantity
+from .decide import Course, expected_answer
+from .gradebook import status_path
+from .nbgrader_export import lesson_of
+
+_SEVERAL = "That number fits more than one slip. "  # how checking.named_mistake starts two slips' words
+_VERDICT_KEY = re.compile(r"(?:Right: |Not )\(([a-h])\)\.")  # a choice verdict: "Right: (b)." or "Not (a)."
+
+
+class ReportError(ValueError):
+    """Why there is no report: no such assignment, nothing graded yet, a damaged status file."""
+
+
+def short(text: str, limit: int = 100, *, sentence: bool = True) -> str:
+    """The first sentence of a text (or the text, with sentence=False), cut at `limit` characters."""
+    text = " ".join(text.split())
+    first = re.split(r"(?<=[.!?])\s", text, maxsplit=1)[0] if sentence else text
+    return first if len(first) <= limit else first[: limit - 3].rstrip() + "..."
+
+
+# -- what a wrong number means ---------------------------------------------------------------------------
+
+
+class How(Enum):
+    """How a wrong number is explained."""
+
+    PLANTED = "planted"          # one of the bank's planted mistakes, in its words
+    FACTOR = "factor"            # a simple factor off the right answer
+    OFF_BY_ONE = "off by one"    # a count one too many or one too few
+    UNEXPLAINED = "unexplained"
+
+
+@dataclass(frozen=True)
+class Slip:
+    """What a wrong number means: a planted mistake (the bank's words), a simple factor off, or nothing known."""
+
+    how: How
+    label: str                 # how far off: "x1/2", "x1.07", "+1"
+    words: tuple[str, ...]     # the bank's sentence, or the factors it may be
+
+    @property
+    def named(self) -> bool:
+        return self.how is not How.UNEXPLAINED
+
+    @property
+    def meaning(self) -> str:
+        if self.how is How.FACTOR:
+            return ("a factor left out: " if self.label.startswith("x1/") else "a factor too many: ") + \
+                " or ".join(self.words)
+        return " Or: ".join(self.words) if self.words else self.how.value
+
+
+def ratio_label(number: float, expected: float) -> str:
+    """How many times the right answer a number is: "x2", "x1/2", "x3.7"; "" where no ratio says it."""
+    if expected == 0 or number == 0 or (number < 0) != (expected < 0):
+        return ""
+    ratio = number / expected
+    return f"x{ratio:.3g}" if ratio >= 1 else f"x1/{1 / ratio:.3g}"
+
+
+def simple_factors(question: Question, seed: str = "") -> list[tuple[float, str]]:
+    """The factors a common slip multiplies a right answer by, or divides it by, with what each would mean:
+    the K-and-V 2 of lessons 06-07's formula, the bytes per value, the drawn model's shape, 1024 vs 1000."""
+    names = facts(draw_params(question, seed)) if question.kind is Kind.PARAMETERISED else {}
+    found = [(2.0, "2 (keys and values: each token keeps both)")]
+    if isinstance(names.get("bytes_per_value"), (int, float)):
+        found.append((names["bytes_per_value"], f"the bytes per value ({names['bytes_per_value']})"))
+    else:
+        found += [(2.0, "2 bytes per value (16-bit)"), (4.0, "4 bytes per value (32-bit)")]
+    for name, words in (("num_layers", "the layers"), ("num_users", "the users"), ("num_tokens", "the tokens")):
+        if isinstance(names.get(name), (int, float)):
+            found.append((names[name], f"{words} ({names[name]:,})"))
+    heads, kv_heads = names.get("num_heads"), names.get("num_kv_heads")
+    if heads and kv_heads and heads != kv_heads:
+        found.append((heads / kv_heads, f"query heads per key/value head ({heads}/{kv_heads})"))
+    found += [(1.024, "1024 vs 1000 (KiB vs kB)"), (1.024**2, "1024 vs 1000 (MiB vs MB)"),
+              (1.024**3, "1024 vs 1000 (GiB vs GB)"), (1e3, "1,000 (a unit prefix: kB vs bytes)"),
+              (1024.0, "1,024 (a binary prefix: KiB vs bytes)"), (1e6, "1,000,000 (two unit prefixes)")]
+    if question.unit == "percent":
+        found.append((100.0, "100 (a fraction, not a percentage)"))
+    return [(float(f), words) for f, words in found if f > 0 and f != 1]
+
+
+def explain_number(question: Question, number: float, expected: float, seed: str = "") -> Slip:
+    """What a wrong number means for this question (and this student's drawn values)."""
+    label = ratio_label(number, expected)
+    planted = named_mistake(question, number, seed)
+    if planted:  # two slips may give the same number on some drawn values: each is a candidate
+        return Slip(How.PLANTED, label, tuple(planted.removeprefix(_SEVERAL).split(" Or: ")))
+
+    def close(target: float) -> bool:
+        return math.isclose(number, target, rel_tol=max(question.rel_tol, 1e-6), abs_tol=question.abs_tol)
+
+    factors = simple_factors(question, seed)
+    words = [w for f, w in factors if close(expected * f)] or [w for f, w in factors if close(expected / f)]
+    if words and label:
+        return Slip(How.FACTOR, label, tuple(dict.fromkeys(words)))
+    if question.unit == "count" and abs(number - expected) == 1 and abs(expected) > 2:
+        return Slip(How.OFF_BY_ONE, f"{number - expected:+g}", ("one too many" if number > expected else "one too few",))
+    return Slip(How.UNEXPLAINED, label, ())
+
+
+# -- the report ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of a question's table: an answer (or a group of answers), how many gave it, what it means."""
+
+    answer: str
+    count: int
+    meaning: str = ""
+    right: bool = False
+    group: str = ""   # the figure's colour: a finding's key, "unexplained", "no answer" or "failed"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One named wrong option or numeric slip, and the share of the class making it."""
+
+    question: str
+    answer: str
+    meaning: str
+    count: int
+    share: float
+
+    @property
+    def key(self) -> str:
+        return f"{self.question} {self.answer}"
+
+
+@dataclass
+class QuestionReport:
+    """One question's table, and the one-line summary above it."""
+
+    question: Question
+    summary: str
+    rows: list[Row] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+
+
+@dataclass
+class Report:
+    """What the class got wrong on one assignment: the ranked findings, then question by question."""
+
+    assignment: str
+    title: str
+    num_graded: int
+    num_not_graded: int
+    questions: list[QuestionReport]
+
+    @property
+    def findings(self) -> list[Finding]:
+        order = {q.question.id: i for i, q in enumerate(self.questions)}
+        found = [f for q in self.questions for f in q.findings]
+        return sorted(found, key=lambda f: (-f.count, order[f.question], f.answer))
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One graded student's answer to one question, as the status file keeps it."""
+
+    student: str
+    value: Any
+    kept: bool              # False: no raw answer kept (not handed over, or graded before reports existed)
+    points: float | None
+    verdict: str
+    details: dict | None
+    max_points: float
+
+    @property
+    def right(self) -> bool:
+        if self.points is not None:
+            return self.points >= self.max_points
+        return self.verdict.startswith("Right")
+
+    @property
+    def absent(self) -> str:
+        """"no answer" or "unreadable" where the verdict says so, else ""."""
+        return "no answer" if self.verdict.startswith("No answer") else \
+            "unreadable" if self.verdict.startswith("Unreadable") else ""
+
+
+def _part(entry: dict, name: str) -> dict:
+    value = entry.get(name)
+    return value if isinstance(value, dict) else {}
+
+
+def answers_to(question: Question, graded: dict[str, dict]) -> list[Answer]:
+    """Every graded student's answer to this question (a student graded without it is left out)."""
+    found = []
+    for student, entry in sorted(graded.items()):
+        verdicts, answers, points = _part(entry, "verdicts"), _part(entry, "answers"), _part(entry, "points")
+        if question.id not in verdicts:
+            continue
+        got, details = points.get(question.id), _part(entry, "details").get(question.id)
+        found.append(Answer(student, answers.get(question.id), question.id in answers,
+                            float(got) if isinstance(got, (int, float)) else None, str(verdicts[question.id]),
+                            details if isinstance(details, dict) else None, float(question.points)))
+    return found
+
+
+def _choice(q: Question, answers: list[Answer], n: int) -> QuestionReport:
+    counts: Counter[str] = Counter()
+    for a in answers:
+        key = choice_key(q, a.value) if a.kept else None
+        match = _VERDICT_KEY.fullmatch(a.verdict)
+        counts[key or (match.group(1) if match else a.absent or "unreadable")] += 1
+    report = QuestionReport(q, f"{counts[q.correct]} of {n} right ({q.correct})")
+    for key, option in zip(q.option_keys, q.options):
+        right = key == q.correct
+        meaning = "the right answer" if right else short(q.explanations[key])
+        report.rows.append(Row(f"({key}) {short(option, 40)}", counts[key], meaning, right, f"{q.id} ({key})"))
+        if not right and counts[key]:
+            report.findings.append(Finding(q.id, f"({key})", meaning, counts[key], counts[key] / n))
+    report.rows += [Row(other, counts[other], group="no answer") for other in ("unreadable", "no answer")
+                    if counts[other]]
+    return report
+
+
+def _numeric(q: Question, answers: list[Answer], n: int, course: Course) -> QuestionReport:
+    right, absent = 0, Counter()
+    slips: list[tuple[Slip, float]] = []
+    for a in answers:
+        if a.right:
+            right += 1
+        elif a.absent or not a.kept:
+            absent[a.absent or "wrong (its answer was not kept: autograde again to see it)"] += 1
+        else:
+            try:
+                number = parse_quantity(a.value, q.unit)
+            except AnswerFormatError:
+                absent["unreadable"] += 1
+                continue
+            slips.append((explain_number(q, number, expected_answer(q, course, a.student), course.seed(a.student)),
+                          number))
+    report = QuestionReport(q, f"{right} of {n} right")
+    report.rows.append(Row("right", right, "the right answer", True))
+    for slip, members, ambiguous in _groups(slips):
+        if q.kind is Kind.NUMERIC:
+            shown = [format_quantity(v, q.unit).split(" (")[0] for v in dict.fromkeys(members)]
+        else:  # each student's values differ: how far off, not the numbers
+            shown = list(dict.fromkeys(label or "?" for label in slip.label.split(", ")))
+        answer = ", ".join(shown[:3]) + (", ..." if len(shown) > 3 else "")
+        if q.kind is Kind.NUMERIC and slip.label and slip.named:
+            answer += f" ({slip.label})"
+        meaning = short(slip.meaning, 140) if slip.named else "unexplained"
+        if ambiguous:
+            meaning += f" ({ambiguous} of these also fit another slip on their drawn values)"
+        report.rows.append(Row(answer, len(members), meaning, group=f"{q.id} {answer}" if slip.named
+                               else "unexplained"))
+        if slip.named:
+            report.findings.append(Finding(q.id, answer, meaning, len(members), len(members) / n))
+    report.rows += [Row(what, count, group="no answer") for what, count in absent.items()]
+    return report
+
+
+def _groups(slips: list[tuple[Slip, float]]) -> list[tuple[Slip, list[float], int]]:
+    """Wrong numbers grouped by what they mean, the largest group first: (the slip, the numbers, how many
+    of them fit another planted slip too). A number that fits several planted slips joins the one most
+    students' numbers fit; the same ratio off makes one group of a factor, whatever the drawn values."""
+    fits = Counter(w for slip, _ in slips if slip.how is How.PLANTED for w in slip.words)
+    groups: dict[tuple, tuple[Slip, list[float], list[int]]] = {}
+    for slip, number in slips:
+        if slip.how is How.PLANTED:
+            word = max(slip.words, key=fits.__getitem__)  # the first of the most common, in the bank's order
+            key, one = (How.PLANTED, word), Slip(How.PLANTED, slip.label, (word,))
+        else:
+            key, one = (slip.how, slip.label if slip.named else ""), slip
+        old, numbers, ambiguous = groups.get(key, (one, [], []))
+        labels = ", ".join(dict.fromkeys([*old.label.split(", "), slip.label]))
+        words = old.words if slip.how is How.PLANTED else tuple(dict.fromkeys([*old.words, *slip.words]))
+        groups[key] = (Slip(old.how, labels, words), numbers + [number], ambiguous + [len(slip.words) > 1])
+    ranked = sorted(groups.values(), key=lambda g: (-len(g[1]), not g[0].named))
+    return [(slip, numbers, sum(ambiguous) if slip.how is How.PLANTED else 0) for slip, numbers, ambiguous in ranked]
+
+
+def _code(q: Question, answers: list[Answer], n: int) -> QuestionReport:
+    passed = sum(a.right for a in answers)
+    absent = Counter(a.absent for a in answers if not a.right and a.absent)
+    failed = len(answers) - passed - sum(absent.values())
+    report = QuestionReport(q, f"pass rate {passed} of {n} ({passed / n:.0%})")
+    report.rows = [Row("all test cases pass", passed, "", True), Row("some test cases fail", failed, group="failed")]
+    report.rows += [Row(what, count, group="no answer") for what, count in absent.items()]
+    return report
+
+
+_BINS = ((1.0, "full marks"), (0.75, "75-99%"), (0.5, "50-74%"), (0.25, "25-49%"), (1e-9, "1-24%"), (-1.0, "0"))
+
+
+def _lab(q: Question, answers: list[Answer], n: int) -> QuestionReport:
+    scores = [a.points / a.max_points if a.points is not None and a.max_points else 0.0 for a in answers]
+    bins = Counter(next(name for low, name in _BINS if s >= low) for s in scores)
+    rules, traces = Counter(), Counter()
+    for a in answers:
+        judged = (a.details or {}).get("traces")
+        failing = [t for t in judged if isinstance(t, dict) and isinstance(t.get("score"), (int, float))
+                   and t["score"] < 1] if isinstance(judged, list) else []
+        rules.update({str(t.get("kind") or "unnamed") for t in failing})
+        traces.update({str(t.get("name", "?")) if t.get("public") else "a hidden trace (drawn per student)"
+                       for t in failing})
+    mean = sum(scores) / len(scores) if scores else 0.0
+    worst = f"; the rule broken most often: {rules.most_common(1)[0][0]}" if rules else ""
+    report = QuestionReport(q, f"mean score {mean:.0%}, {bins['full marks']} of {n} full marks{worst}")
+    report.rows = [Row(f"score {name}", bins[name], "", name == "full marks", "failed") for _, name in _BINS]
+    report.rows += [Row(f"rule: {kind}", count, "students losing points on it") for kind, count in rules.most_common(5)]
+    report.rows += [Row(f"trace: {name}", count, "students failing it") for name, count in traces.most_common(3)]
+    return report
+
+
+def _free(q: Question, answers: list[Answer], n: int) -> QuestionReport:
+    written = sum(a.points is None and not a.verdict.startswith("No response") for a in answers)
+    report = QuestionReport(q, f"{written} of {n} answered (graded by hand)")
+    report.rows = [Row("answered", written, "to grade by hand", True), Row("no response", len(answers) - written)]
+    return report
+
+
+def analyse(quiz: Quiz, assignment: str, graded: dict[str, dict], course: Course, num_not_graded: int = 0) -> Report:
+    """The report from the status entries of the graded students (autograde's Result, as JSON)."""
+    n = len(graded)
+    if not n:
+        raise ReportError(f"nothing graded yet for {assignment}: run `kvcourse grade autograde {assignment}` first")
+    questions = []
+    for q in quiz.questions:
+        answers = answers_to(q, graded)
+        if q.kind is Kind.CHOICE:
+            questions.append(_choice(q, answers, n))
+        elif q.kind in (Kind.NUMERIC, Kind.PARAMETERISED):
+            questions.append(_numeric(q, answers, n, course))
+        elif q.kind is Kind.CODE:
+            questions.append(_code(q, answers, n))
+        elif q.kind is Kind.FREE:
+            questions.append(_free(q, answers, n))
+        else:  # a lab (kind "lab"): scored on traces
+            questions.append(_lab(q, answers, n))
+    return Report(assignment, quiz.title, n, num_not_graded, questions)
+
+
+def read_status(course: Course, assignment: str) -> dict[str, dict]:
+    """The status file, or ReportError: nothing graded yet, or a damaged file."""
+    path = status_path(course, assignment)
+    again = f"kvcourse grade autograde {assignment}"
+    if not path.is_file():
+        raise ReportError(f"nothing graded yet for {assignment}: run `{again}` first")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        why = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+        raise ReportError(f"the status file {path} is damaged ({short(why, 80)}): run `{again}` to grade "
+                          "everyone again, which rewrites it") from None
+    if not isinstance(data, dict) or not all(isinstance(e, dict) for e in data.values()):
+        raise ReportError(f"the status file {path} is damaged (not one entry per student): run `{again}` to "
+                          "grade everyone again, which rewrites it")
+    return data
+
+
+def build_report(course: Course, assignment: str) -> Report:
+    """The report of one assignment of a course, or ReportError saying why there is none."""
+    lesson = lesson_of(assignment)
+    source = course.directory / "source"
+    if not (source / assignment).is_dir():
+        have = sorted(p.name for p in source.iterdir() if p.is_dir()) if source.is_dir() else []
+        raise ReportError(f"no assignment {assignment} in {course.directory} (it has: {', '.join(have) or 'none'})")
+    status = read_status(course, assignment)
+    graded = {s: e for s, e in status.items() if e.get("status") == "graded"}
+    if not graded:
+        raise ReportError(f"nothing graded yet for {assignment} ({len(status)} could not be graded: see "
+                          f"`kvcourse grade export`): run `kvcourse grade autograde {assignment}` first")
+    return analyse(load_quiz(lesson), assignment, graded, course, len(status) - len(graded))
