@@ -60,6 +60,7 @@ VIEW_CELLS: dict[str, tuple[str, str]] = {
     "19": ("prefix_cache", 'PrefixCacheView(eviction=reference("eviction")())'),
     "20": ("paging", 'PagingView(steps_per_click=50, scheduling_policy=reference("scheduler")())'),
 }
+LAB_VIEWS = ("18", "19", "20")  # the lab lessons' views: a lesson's simulator with the learner's policy
 VIEW_IMPORTS = ("import numpy as np\nfrom kvcourse.quizzes.labs import reference\nfrom kvcourse.simulators.qkv import QKV\n"
                 + "\n".join(
     f"from kvcourse.simulators.{module} import *" for module, _ in VIEW_CELLS.values()))

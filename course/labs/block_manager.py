@@ -24,6 +24,7 @@ tokens, and compares each request's tokens with the engine's own manager's.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import lru_cache
 
 from kvcourse.kernels import LLMEngine, beam_search
 from kvcourse.kernels.memory.kv_pool import BlockCopy
@@ -173,6 +174,7 @@ def record(manager_class: Callable, trace: LabTrace) -> dict:
     return log
 
 
+@lru_cache(maxsize=64)  # a class's public traces are judged once per student: serve the reference once
 def _reference(trace: LabTrace) -> tuple[Served, list[list[list[int]]]]:
     model = lab_model()
     served = serve(LLMEngine(model, lab_config(trace)), trace)

@@ -11,6 +11,8 @@ trace: at LRU's rate or above, full marks; below it, the share of LRU's rate tha
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from kvcourse.kernels import LLMEngine
 from kvcourse.kernels.memory.eviction import EvictionCandidate, EvictionPolicyError, LRUEviction
 
@@ -84,9 +86,14 @@ def _figures(served: Served) -> dict[str, float]:
             "prompt tokens": sum(served.num_prompt_tokens)}
 
 
+@lru_cache(maxsize=64)  # a class's public traces are judged once per student: serve LRU once
+def _lru(trace: LabTrace) -> Served:
+    return serve(LLMEngine(lab_model(), lab_config(trace), eviction=LRUEviction()), trace)
+
+
 def judge(trace: LabTrace, log: object) -> TraceResult:
     """Replay the choices on the engine; score the hit rate against LRU's."""
-    lru = serve(LLMEngine(lab_model(), lab_config(trace), eviction=LRUEviction()), trace)
+    lru = _lru(trace)
     reference = _figures(lru)
     error = run_error(log)
 

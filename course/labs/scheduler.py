@@ -13,6 +13,8 @@ at the last step, so turning work away never pays.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from kvcourse.kernels import LLMEngine
 from kvcourse.kernels.engine.policy import FCFSPolicy, Refuse, SchedulingPolicyError, SeqView
 
@@ -118,10 +120,15 @@ def _figures(served: Served, limit: int) -> dict[str, float]:
             "refused": sum(s.startswith("refused") for s in served.statuses)}
 
 
+@lru_cache(maxsize=64)  # a class's public traces are judged once per student: serve FCFS once
+def _fcfs(trace: LabTrace, limit: int) -> Served:
+    return serve(LLMEngine(lab_model(), lab_config(trace), scheduling_policy=FCFSPolicy()), trace, limit)
+
+
 def judge(trace: LabTrace, log: object) -> TraceResult:
     """Replay the choices on the engine; score throughput and the slowest finishes against FCFS."""
     limit = max_steps_for(trace)
-    fcfs = serve(LLMEngine(lab_model(), lab_config(trace), scheduling_policy=FCFSPolicy()), trace, limit)
+    fcfs = _fcfs(trace, limit)
     reference = _figures(fcfs, limit)
     error = run_error(log)
 

@@ -28,7 +28,7 @@ from browser_lab import (
     run_all_cells,
     running_lab,
 )
-from sim_checks import VIEW_CELLS, VIEW_IMPORTS, build_view
+from sim_checks import LAB_VIEWS, VIEW_CELLS, VIEW_IMPORTS, build_view
 
 from kvcourse.simulators.controls import WholeNumberText
 from kvcourse.syllabus import REPO_ROOT
@@ -234,6 +234,8 @@ def test_every_simulator_in_the_students_lab(tmp_path, simulators_notebook):
         for lesson, view in views.items():
             view.scroll_into_view_if_needed()
             overflow += [f"{lesson} at start: {text!r}" for text in view.evaluate(OVERFLOW_JS)]
+            if lesson in LAB_VIEWS:  # lessons 12, 13 and 11's views with a policy: their controls are moved there
+                continue
             _tab_reaches_every_control(page, view, plans[lesson])
             overflow += _move_every_control(page, view, lesson, plans[lesson])
         assert not overflow, f"text cut off: {overflow}"
