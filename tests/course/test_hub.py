@@ -9,7 +9,9 @@ collects; `kvcourse grade autograde` (bubblewrap) and `kvcourse grade export` ru
 instructor's environment; formgrader generates and releases the feedback and each student fetches
 it (the assignment list's fetch_feedback). Where Debian's chromium is installed, bob fetches in a real browser instead
 (log in, lesson 00 among the lessons, Nbgrader → Assignment List → Fetch) and the instructor opens
-formgrader. Then Ctrl-C (SIGINT to the command's process group) must stop the hub and every server,
+formgrader. Lab A (lesson 18) then goes through the same release, fetch, submit, collect, autograde
+and export: alice's working block manager gets every point, bob's skeleton none. Then Ctrl-C (SIGINT
+to the command's process group) must stop the hub and every server,
 leaving no process behind. Skipped without JupyterHub's proxy or bubblewrap.
 """
 
@@ -52,6 +54,7 @@ from kvcourse.syllabus import load_syllabus
 
 KVCOURSE = str(Path(sys.executable).with_name("kvcourse"))
 ASSIGNMENT = "lesson05"
+LAB = "lesson18"  # lab A: a class the engine runs, graded on hidden traces in the sandbox
 START_TIMEOUT_S = 120
 FREE_TEXT = "Earlier tokens' keys and values never change, so each step computes only the new token's."
 
@@ -248,16 +251,48 @@ def _wait(what: str, check, log: Path, timeout_s: float = START_TIMEOUT_S):
         time.sleep(0.5)
 
 
-def _answers(right: bool) -> dict[str, str]:
-    """Answer cells for lesson 05: every automatic question right, or every one wrong."""
+def _answers(right: bool, lesson: str = "05", course: Path | None = None) -> dict[str, str]:
+    """Answer cells: every automatic question right, or every one wrong. A lab's right answer is the source
+    notebook's answer cell without nbgrader's markers (the reference); its wrong one, the released skeleton."""
     answers = {}
-    for q in load_quiz("05").questions:
+    for q in load_quiz(lesson).questions:
         if q.kind.value == "choice":
             letter = q.correct if right else next(k for k in q.option_keys if k != q.correct)
             answers[q.id] = f"answer_{q.id} = {letter!r}"
         elif q.kind.value == "code":
             answers[q.id] = q.solution if right else q.solution.split("\n")[0] + "\n    return 0\n"
+        elif q.kind.value == "lab" and right:
+            source = json.loads((course / "source" / f"lesson{lesson}" / f"lesson{lesson}.ipynb").read_text())
+            cell = next(c for c in source["cells"] if c["metadata"].get("kvcourse", {}) == {"role": "answer",
+                                                                                          "question": q.id})
+            text = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+            answers[q.id] = re.sub(r"^\s*### (BEGIN|END) SOLUTION\n?", "", text, flags=re.M)
     return answers
+
+
+def _answer_and_submit(hub, name: str, assignment: str, answers: dict[str, str]) -> None:
+    """A student's fetched notebook, answered through the contents API and submitted with the assignment list."""
+    which = {"course_id": COURSE_ID, "assignment_id": assignment}
+    status, body = hub.call("GET", f"/user/{name}/assignments", params={"course_id": COURSE_ID})
+    fetched = [a for a in body["value"] if a["assignment_id"] == assignment and a["status"] == "fetched"]
+    assert fetched and fetched[0]["path"] == assignment, body
+    path = f"/user/{name}/api/contents/{assignment}/{assignment}.ipynb"
+    status, model = hub.call("GET", path)
+    assert status == 200, model
+    notebook = model["content"]
+    for cell in notebook["cells"]:
+        question = cell["metadata"].get("kvcourse", {}).get("question")
+        role = cell["metadata"].get("kvcourse", {}).get("role")
+        if role == "answer" and question in answers:
+            cell["source"] = answers[question]
+        elif role == "free":
+            cell["source"] = FREE_TEXT
+    status, saved = hub.call("PUT", path, {"type": "notebook", "format": "json", "content": notebook})
+    assert status == 200, saved
+    status, body = hub.call("POST", f"/user/{name}/assignments/submit", params=which)
+    assert status == 200 and body["success"], body
+    submitted = [a for a in body["value"] if a["status"] == "submitted"]
+    assert [s["student_id"] for s in submitted[0]["submissions"]] == [name], "the hub's user is the student id"
 
 
 def _log_in(page, base: str, name: str) -> None:
@@ -313,7 +348,7 @@ def test_a_class_on_the_hub_end_to_end(tmp_path):
     port, env = free_port(), _env(tmp_path)
     with open(log, "w") as out:
         command = subprocess.Popen([KVCOURSE, "hub", "--users", str(users), "--dir", str(state), "--port", str(port),
-                                    "--lessons", "05"], env=env, stdout=out, stderr=subprocess.STDOUT,
+                                    "--lessons", "05,18"], env=env, stdout=out, stderr=subprocess.STDOUT,
                                    start_new_session=True)
     try:
         _wait("the hub's API", lambda: (state / "api_token").exists() and urllib.request.urlopen(
@@ -345,26 +380,7 @@ def test_a_class_on_the_hub_end_to_end(tmp_path):
             if not (browser and name == "bob"):
                 status, body = hub.call("POST", f"/user/{name}/assignments/fetch", params=which)
                 assert status == 200 and body["success"], body
-            status, body = hub.call("GET", f"/user/{name}/assignments", params={"course_id": COURSE_ID})
-            fetched = [a for a in body["value"] if a["assignment_id"] == ASSIGNMENT and a["status"] == "fetched"]
-            assert fetched and fetched[0]["path"] == ASSIGNMENT, body
-            path = f"/user/{name}/api/contents/{ASSIGNMENT}/{ASSIGNMENT}.ipynb"
-            status, model = hub.call("GET", path)
-            assert status == 200, model
-            notebook = model["content"]
-            for cell in notebook["cells"]:
-                question = cell["metadata"].get("kvcourse", {}).get("question")
-                role = cell["metadata"].get("kvcourse", {}).get("role")
-                if role == "answer" and question in _answers(right):
-                    cell["source"] = _answers(right)[question]
-                elif role == "free":
-                    cell["source"] = FREE_TEXT
-            status, saved = hub.call("PUT", path, {"type": "notebook", "format": "json", "content": notebook})
-            assert status == 200, saved
-            status, body = hub.call("POST", f"/user/{name}/assignments/submit", params=which)
-            assert status == 200 and body["success"], body
-            submitted = [a for a in body["value"] if a["status"] == "submitted"]
-            assert [s["student_id"] for s in submitted[0]["submissions"]] == [name], "the hub's user is the student id"
+            _answer_and_submit(hub, name, ASSIGNMENT, _answers(right))
 
         # 4. The instructor collects (formgrader), then grades in the sandbox and exports, as in a terminal of
         #    their lab: the course folder, their home, the environment's tools first on PATH.
@@ -382,7 +398,7 @@ def test_a_class_on_the_hub_end_to_end(tmp_path):
                                   capture_output=True, text=True, timeout=120)
         assert exported.returncode == 0, exported.stdout + exported.stderr
         with open(course / "grades.csv", newline="") as f:
-            rows = {row["student_id"]: row for row in csv.DictReader(f)}
+            rows = {row["student_id"]: row for row in csv.DictReader(f) if row["assignment"] == ASSIGNMENT}
         assert {name: float(row["score"]) for name, row in rows.items()} == {"alice": 4.0, "bob": 0.0}
         assert {float(row["max_score"]) for row in rows.values()} == {6.0}
         assert {row["status"] for row in rows.values()} == {"to grade by hand"}
@@ -398,6 +414,32 @@ def test_a_class_on_the_hub_end_to_end(tmp_path):
             fetched = list((state / "homes" / name / ASSIGNMENT / "feedback").glob(f"*/{ASSIGNMENT}.html"))
             assert len(fetched) == 1, f"{name} fetched {fetched}"
             assert ("Right" in fetched[0].read_text()) == (name == "alice"), name
+
+        # 7. Lab A through the same flow: released, fetched, answered (alice: a working manager; bob: the skeleton
+        #    as released, wrong letters), submitted, collected, graded in the sandbox on hidden traces, exported.
+        for action in ("assign", "release"):
+            status, body = hub.call("POST", f"/user/teacher/formgrader/api/assignment/{LAB}/{action}")
+            assert status == 200 and body["success"], f"formgrader {action} {LAB}: {body}"
+        for name, right in (("alice", True), ("bob", False)):
+            status, body = hub.call("POST", f"/user/{name}/assignments/fetch",
+                                    params={"course_id": COURSE_ID, "assignment_id": LAB})
+            assert status == 200 and body["success"], body
+            _answer_and_submit(hub, name, LAB, _answers(right, "18", course))
+        status, body = hub.call("POST", f"/user/teacher/formgrader/api/assignment/{LAB}/collect")
+        assert status == 200 and body["success"], body
+        graded = subprocess.run([KVCOURSE, "grade", "autograde", LAB], cwd=course, env=teacher,
+                                capture_output=True, text=True, timeout=300)
+        assert graded.returncode == 0, graded.stdout + graded.stderr
+        lab_points = sum(q.points for q in load_quiz("18").questions)
+        assert f"graded alice: {lab_points} of {lab_points} automatic points" in graded.stdout, graded.stdout
+        assert f"graded bob: 0 of {lab_points} automatic points" in graded.stdout, graded.stdout
+        exported = subprocess.run([KVCOURSE, "grade", "export", "--to", "grades.csv"], cwd=course, env=teacher,
+                                  capture_output=True, text=True, timeout=120)
+        assert exported.returncode == 0, exported.stdout + exported.stderr
+        with open(course / "grades.csv", newline="") as f:
+            lab_rows = {row["student_id"]: row for row in csv.DictReader(f) if row["assignment"] == LAB}
+        assert {name: float(row["score"]) for name, row in lab_rows.items()} == {"alice": lab_points, "bob": 0.0}
+        assert {row["status"] for row in lab_rows.values()} == {"graded"}
     finally:
         # 6. Ctrl-C: SIGINT to the command's process group, as a terminal sends it.
         if command.poll() is None:
