@@ -89,3 +89,27 @@ def make_tiny_model(fast_paths: str | None = None, arch: str = "llama", dtype: t
     or accelerated with ``fast_paths`` ("auto" or "off") where a test compares the two."""
     model = Transformer.from_hf(make_tiny_hf_llama(arch, dtype=dtype, **overrides))
     return model if fast_paths is None else model.accelerate(fast_paths)
+
+
+def serve_beside_replay(trace, num_blocks: int, block_size: int, policy_class=None):
+    """LLMEngine on a tiny model, each request added at its arrival step and run to its drawn length, stepped
+    beside a PagingReplay of the same trace; both with a fresh ``policy_class()`` where one is given (lab C).
+    Yields (engine, replay, {engine request id: trace index}) after every step."""
+    from kvcourse.kernels import EngineConfig, LLMEngine, PagingReplay, SamplingParams
+
+    model = make_tiny_model(max_position_embeddings=512)
+    engine = LLMEngine(model, EngineConfig(block_size=block_size, num_blocks=num_blocks, max_num_seqs=1000,
+                                           max_num_batched_tokens=100_000, max_model_len=512),
+                       scheduling_policy=policy_class() if policy_class else None)
+    replay = PagingReplay(trace, num_blocks, block_size, policy_class() if policy_class else None)
+    generator = torch.Generator().manual_seed(0)
+    pending, request_of = list(range(len(trace))), {}
+    while not replay.done:
+        while pending and trace[pending[0]].arrival_step <= replay.step_index:
+            index = pending.pop(0)
+            ids = torch.randint(3, 96, (trace[index].num_prompt_tokens,), generator=generator).tolist()
+            params = SamplingParams(max_new_tokens=trace[index].num_output_tokens, stop_on_eos=False)
+            request_of[engine.add_request(ids, params)] = index
+        replay.step()
+        engine.step()
+        yield engine, replay, request_of

@@ -23,7 +23,7 @@ import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,7 @@ from .sandbox import INSIDE, Limits, preflight, run_submission
 
 _STORE = threading.Lock()  # the gradebook and instructor/status/ are written by one submission at a time
 SPARE_MEMORY = 2 * GiB     # what --jobs leaves the machine beside the memory caps of the submissions at once
+LAB_CELL_TIMEOUT_S = 180.0  # the least time limit of a lab's cells (its runs take about 2 s on a quiet core)
 
 
 @dataclass
@@ -122,6 +123,9 @@ def grade_student(course: Course, assignment: str, student: str, limits: Limits,
     `slot` tells the submissions graded at once apart (--jobs)."""
     start = time.monotonic()
     quiz = load_quiz(lesson_of(assignment))
+    if any(q.kind is Kind.LAB for q in quiz.questions):  # a lab's cell serves six traces: a slow machine needs time
+        limits = replace(limits, cell_timeout_s=max(limits.cell_timeout_s, LAB_CELL_TIMEOUT_S),
+                         submission_timeout_s=max(limits.submission_timeout_s, LAB_CELL_TIMEOUT_S))
     source = course.directory / "source" / assignment / f"{assignment}.ipynb"
     template = template_cells(source)
     folder = course.directory / "submitted" / student / assignment

@@ -27,6 +27,7 @@ from browser_lab import (
     open_notebook,
     run_all_cells,
     running_lab,
+    wait_kernel_idle,
 )
 from sim_checks import LAB_VIEWS, VIEW_CELLS, VIEW_IMPORTS, build_view
 
@@ -131,6 +132,7 @@ def _move_every_control(page, view, lesson: str, plan) -> list[str]:
     for description, kind, action, values, _ in plan:
         element = _control(view, description, kind)
         for value in values:
+            wait_kernel_idle(page)  # the reply to the last change has landed: `before` is its status, not an older one
             before = status.inner_text()
             if kind == "number" and float(element.input_value() or "nan") == float(value):
                 continue  # already at its far end: nothing would change

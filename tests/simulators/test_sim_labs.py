@@ -12,8 +12,7 @@ import dataclasses
 import random
 
 import pytest
-import torch
-from factories import make_tiny_model
+from factories import serve_beside_replay
 from sim_checks import shows_png
 
 from kvcourse.kernels import EngineConfig, EventKind, LLMEngine, PagingReplay, SamplingParams, workload
@@ -357,29 +356,9 @@ def test_shortest_job_first_shortens_the_median_and_lengthens_the_tail_on_the_le
     assert sjf.num_preemptions != fcfs.num_preemptions
 
 
-def _serve_on_the_engine(trace, num_blocks, block_size, policy_class):
-    """LLMEngine on a tiny model with the policy, beside PagingReplay with another instance of it."""
-    model = make_tiny_model(max_position_embeddings=512)
-    engine = LLMEngine(model, EngineConfig(block_size=block_size, num_blocks=num_blocks, max_num_seqs=1000,
-                                           max_num_batched_tokens=100_000, max_model_len=512),
-                       scheduling_policy=policy_class())
-    replay = PagingReplay(trace, num_blocks, block_size, policy_class())
-    generator = torch.Generator().manual_seed(0)
-    pending, request_of = list(range(len(trace))), {}
-    while not replay.done:
-        while pending and trace[pending[0]].arrival_step <= replay.step_index:
-            index = pending.pop(0)
-            ids = torch.randint(3, 96, (trace[index].num_prompt_tokens,), generator=generator).tolist()
-            params = SamplingParams(max_new_tokens=trace[index].num_output_tokens, stop_on_eos=False)
-            request_of[engine.add_request(ids, params)] = index
-        replay.step()
-        engine.step()
-        yield engine, replay, request_of
-
-
 def test_the_replay_on_a_learner_s_scheduler_holds_the_engine_s_blocks_on_it():
     trace = workload.request_trace(TraceConfig(num_requests=40, arrivals_per_step=0.5, seed=3).scaled(1 / 16))
-    for engine, replay, request_of in _serve_on_the_engine(trace, 40, 4, ShortestFirst):
+    for engine, replay, request_of in serve_beside_replay(trace, 40, 4, ShortestFirst):
         on_engine = {request_of[s.request_id]: (s.num_tokens, len(s.block_table))
                      for r in engine.requests.values() for s in r.seqs if s.block_table}
         assert on_engine == {s.seq_id: (s.num_tokens, len(s.block_table)) for s in replay.running}

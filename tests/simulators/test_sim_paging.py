@@ -12,14 +12,10 @@ import math
 
 import pytest
 import torch
-from factories import make_tiny_model
+from factories import serve_beside_replay
 from sim_checks import assert_bad_input_is_shown, shows_png
 
 from kvcourse.kernels import (
-    EngineConfig,
-    LLMEngine,
-    PagingReplay,
-    SamplingParams,
     paged_attention_reference,
     paged_decode_attention,
     simulate_paging,
@@ -157,29 +153,10 @@ def test_a_pool_smaller_than_one_reservation_or_one_block_says_what_to_change():
 
 
 # -- agreement with the engine ----------------------------------------------------------------------
-def _serve_trace_on_the_engine(trace, num_blocks, block_size):
-    """LLMEngine on a tiny model, each request added at its arrival step and run to its drawn length."""
-    model = make_tiny_model(max_position_embeddings=512)
-    engine = LLMEngine(model, EngineConfig(block_size=block_size, num_blocks=num_blocks, max_num_seqs=1000,
-                                           max_num_batched_tokens=100_000, max_model_len=512))
-    replay = PagingReplay(trace, num_blocks, block_size)
-    generator = torch.Generator().manual_seed(0)
-    pending, request_of = list(range(len(trace))), {}
-    while not replay.done:
-        while pending and trace[pending[0]].arrival_step <= replay.step_index:
-            index = pending.pop(0)
-            ids = torch.randint(3, 96, (trace[index].num_prompt_tokens,), generator=generator).tolist()
-            params = SamplingParams(max_new_tokens=trace[index].num_output_tokens, stop_on_eos=False)
-            request_of[engine.add_request(ids, params)] = index
-        replay.step()
-        engine.step()
-        yield engine, replay, request_of
-
-
 @pytest.mark.parametrize("num_blocks", [200, 40])  # plenty, and tight enough to preempt
 def test_the_paging_replay_holds_the_engine_s_blocks_step_by_step(num_blocks):
     trace = workload.request_trace(TraceConfig(num_requests=40, arrivals_per_step=0.5, seed=3).scaled(1 / 16))
-    for engine, replay, request_of in _serve_trace_on_the_engine(trace, num_blocks, block_size=4):
+    for engine, replay, request_of in serve_beside_replay(trace, num_blocks, 4):
         on_engine = {request_of[s.request_id]: (s.num_tokens, len(s.block_table))
                      for r in engine.requests.values() for s in r.seqs if s.block_table}
         in_replay = {s.seq_id: (s.num_tokens, len(s.block_table)) for s in replay.running}
