@@ -22,6 +22,7 @@ from typing import Any
 from kvcourse.kernels import BlockPool, PagingReplay, workload
 from kvcourse.kernels.checks import ceil_div
 from kvcourse.kernels.memory.kv_pool import BlockCopy
+from kvcourse.labs.common import percentile
 from kvcourse.simulators.checks import InvalidInput
 from kvcourse.simulators.paging import PagingConfig, PagingSim
 from kvcourse.simulators.prefix_cache import PoolBlock, PrefixCache, PrefixCacheConfig
@@ -268,14 +269,6 @@ class LearnerPrefixCache(PrefixCache):
 # -- lab C: a scheduling policy in lesson 11's simulator -----------------------------------------------------
 
 
-def nearest_rank(values: list[float], q: float) -> float:
-    """The q-th percentile (0-100) by nearest rank: a value that occurred (the lab's figures)."""
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    return float(ordered[max(1, math.ceil(len(ordered) * q / 100)) - 1])
-
-
 @dataclasses.dataclass(frozen=True)
 class ServingFigures:
     """What a scheduling policy did with a trace so far (lab C): throughput, and what users waited."""
@@ -292,7 +285,7 @@ class ServingFigures:
         waits = [step - replay.trace[rid].arrival_step for rid, step in replay.finish_steps.items()]
         tokens = sum(replay.trace[rid].num_output_tokens for rid in replay.finish_steps)
         return cls(len(replay.finish_steps), replay.num_refused, tokens / max(1, replay.step_index),
-                   nearest_rank(waits, 50), nearest_rank(waits, 95), replay.report.num_preemptions)
+                   percentile(waits, 50, math.nan), percentile(waits, 95, math.nan), replay.report.num_preemptions)
 
 
 class LearnerPagingSim(PagingSim):
