@@ -21,8 +21,8 @@ from typing import Any
 
 from kvcourse.kernels import BlockPool, PagingReplay, workload
 from kvcourse.kernels.checks import ceil_div
+from kvcourse.kernels.measure.spread import percentile
 from kvcourse.kernels.memory.kv_pool import BlockCopy
-from kvcourse.labs.common import percentile
 from kvcourse.simulators.checks import InvalidInput
 from kvcourse.simulators.paging import PagingConfig, PagingSim
 from kvcourse.simulators.prefix_cache import PoolBlock, PrefixCache, PrefixCacheConfig

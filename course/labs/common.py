@@ -72,15 +72,6 @@ def int_list(value: object, what: str) -> list[int]:
     return list(value)
 
 
-def percentile(values: list[float], q: float, empty: float = 0.0) -> float:
-    """The q-th percentile (0-100), nearest rank: a value that occurred (``empty`` when there is none)."""
-    if not values:
-        return empty
-    ordered = sorted(values)
-    rank = max(1, -(-len(ordered) * q // 100))
-    return float(ordered[int(rank) - 1])
-
-
 def run_error(log: object) -> str:
     """The error a recorded run stopped on, or "" when it ran to the end."""
     error = log.get("error") if isinstance(log, dict) else None

@@ -17,8 +17,9 @@ from functools import lru_cache
 
 from kvcourse.kernels import LLMEngine
 from kvcourse.kernels.engine.policy import FCFSPolicy, Refuse, SchedulingPolicyError, SeqView
+from kvcourse.kernels.measure.spread import percentile
 
-from .common import Cursor, LabViolation, ReplayMismatch, TraceResult, check_log, percentile, run_error
+from .common import Cursor, LabViolation, ReplayMismatch, TraceResult, check_log, run_error
 from .drive import Served, max_steps_for, serve
 from .model import lab_config, lab_model
 from .traces import LabTrace

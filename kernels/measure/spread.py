@@ -1,4 +1,4 @@
-"""The spread of a few timed ratios, and the verdict it allows (lessons 14, 15).
+"""The spread of a few timed ratios, and the verdict it allows (lessons 14, 15); a nearest-rank percentile (labs).
 
 On a shared 2-core CPU one timing can be off by tens of per cent, so a lesson times a comparison
 in several interleaved rounds and states a trend only as far as the least and greatest ratio agree.
@@ -8,6 +8,15 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
+
+
+def percentile(values: list[float], q: float, empty: float = 0.0) -> float:
+    """The q-th percentile (0-100), nearest rank: a value that occurred (``empty`` when there is none)."""
+    if not values:
+        return empty
+    ordered = sorted(values)
+    rank = max(1, -(-len(ordered) * q // 100))
+    return float(ordered[int(rank) - 1])
 
 
 @dataclass(frozen=True)
