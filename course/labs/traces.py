@@ -109,30 +109,33 @@ def _block_manager_trace(rng: random.Random, name: str, public: bool) -> LabTrac
 
 
 def _eviction_trace(rng: random.Random, name: str, public: bool) -> LabTrace:
-    """Shared system prompts of unequal popularity, one-off prompts and multi-turn chats, on a pool that
-    must evict: which cached blocks are worth keeping is the policy's call."""
-    systems = [_prompt(rng, 4 * rng.randint(2, 4)) for _ in range(rng.randint(2, 3))]
-    weights = sorted((rng.choice([1, 2, 3]) for _ in systems), reverse=True)
-    weights[0] += 4  # one system prompt is the popular one
+    """A popular and a rarer system prompt, one-off prompts that pass through the cache once, and follow-up
+    turns that come soon after the turn they continue; two requests at a time, on a pool with room for the
+    longest conversation and a few cached blocks more. Recency and popularity pull apart: a burst of
+    one-off prompts pushes the popular prompt out of least recently used's cache, while a fresh
+    conversation has no hits yet and is the first that counting hits forgets."""
+    systems = [_prompt(rng, 4 * rng.randint(3, 4)), _prompt(rng, 4 * rng.randint(2, 3))]
     requests: list[LabRequest] = []
     totals: list[int] = []  # each request's prompt and answer, earlier turns included
     step = 0
-    for _ in range(rng.randint(18, 26)):
-        step += rng.randint(0, 3)
-        open_chats = [i for i, total in enumerate(totals) if total < 70]
+    for i in range(rng.randint(22, 28)):
+        step += rng.randint(1, 5)
         draw = rng.random()
-        if open_chats and draw < 0.25:
-            parent = rng.choice(open_chats)
+        recent = [j for j in range(max(0, i - 3), i) if totals[j] < 64]  # a conversation goes on soon, or not
+        if recent and draw < 0.25:
+            parent = rng.choice(recent)
             request = LabRequest(_prompt(rng, rng.randint(2, 6)), rng.randint(3, 8), step, follows=parent)
             totals.append(totals[parent] + len(request.prompt) + request.max_new_tokens)
         else:
-            head = rng.choices(systems, weights)[0] if draw < 0.75 else _prompt(rng, 4 * rng.randint(2, 5))
-            request = LabRequest(head + _prompt(rng, rng.randint(2, 8)), rng.randint(3, 8), step)
+            if draw < 0.65:
+                head = systems[0] if rng.random() < 0.7 else systems[1]
+                request = LabRequest(head + _prompt(rng, rng.randint(2, 6)), rng.randint(3, 8), step)
+            else:  # a one-off prompt of whole blocks: cached once, never asked for again
+                request = LabRequest(_prompt(rng, 4 * rng.randint(3, 5)), rng.randint(3, 8), step)
             totals.append(len(request.prompt) + request.max_new_tokens)
         requests.append(request)
     longest = -(-max(totals) // 4)  # blocks of 4 for the longest turn, earlier turns included
-    return LabTrace(name, "eviction", tuple(requests), max(rng.randint(14, 20), longest + 1), max_num_seqs=3,
-                    public=public)
+    return LabTrace(name, "eviction", tuple(requests), longest + rng.randint(6, 10), max_num_seqs=2, public=public)
 
 
 def _scheduler_trace(rng: random.Random, name: str, public: bool) -> LabTrace:
@@ -148,7 +151,10 @@ def _scheduler_trace(rng: random.Random, name: str, public: bool) -> LabTrace:
 
 
 _FAMILIES = {"block_manager": _block_manager_trace, "eviction": _eviction_trace, "scheduler": _scheduler_trace}
-PUBLIC_SEEDS = (11, 22, 33)
+NUM_PUBLIC = 3
+# A learner's public traces: lab B's are picked to show what its hidden ones do, one trace where counting
+# hits beats least recently used (seed 3) and two where it loses (11, 22); most recently used loses on all.
+PUBLIC_SEEDS = {"block_manager": (11, 22, 33), "eviction": (3, 11, 22), "scheduler": (11, 22, 33)}
 
 
 def draw_trace(lab: str, seed: int, name: str | None = None, public: bool = False) -> LabTrace:
@@ -160,4 +166,4 @@ def draw_trace(lab: str, seed: int, name: str | None = None, public: bool = Fals
 
 def public_traces(lab: str) -> list[LabTrace]:
     """The traces a learner is shown: the same for everyone."""
-    return [draw_trace(lab, seed, f"public {i + 1}", public=True) for i, seed in enumerate(PUBLIC_SEEDS)]
+    return [draw_trace(lab, seed, f"public {i + 1}", public=True) for i, seed in enumerate(PUBLIC_SEEDS[lab])]

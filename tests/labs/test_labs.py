@@ -143,6 +143,30 @@ def test_a_worse_eviction_policy_earns_its_share_of_lrus_hit_rate():
         assert r.score == pytest.approx(r.metrics["hit rate"] / r.reference["hit rate"], abs=1e-3)
 
 
+class MostHits:
+    def choose(self, candidates):
+        tails = [c for c in candidates if not c.has_cached_children] or candidates
+        return min(tails, key=lambda c: (c.num_hits, c.last_used)).block_id
+
+
+class LowestId:
+    def choose(self, candidates):
+        tails = [c for c in candidates if not c.has_cached_children] or candidates
+        return min(tails, key=lambda c: c.block_id).block_id
+
+
+def test_the_traces_tell_policies_apart_as_lesson_19_says():
+    """Most recently used loses on every public trace; counting hits wins on one and loses on the others;
+    a choice that ignores what a block is worth (the lowest id) loses on half the drawn traces or more."""
+    mru = _judge("eviction", MostRecent, public_traces("eviction"))
+    assert all(not r.passed for r in mru), [(r.name, r.metrics, r.reference) for r in mru]
+    lfu = [r.metrics["hit rate"] - r.reference["hit rate"] for r in _judge("eviction", MostHits,
+                                                                             public_traces("eviction"))]
+    assert lfu[0] > 0 and all(d < 0 for d in lfu[1:]), lfu
+    drawn = [draw_trace("eviction", seed) for seed in range(1000, 1010)]
+    assert sum(not r.passed for r in _judge("eviction", LowestId, drawn)) >= 5
+
+
 @pytest.mark.parametrize(("policy", "kind", "words"), [(Heads, "hash chain", "breaks the hash chain"),
                                                       (Busy, "in use", "in use")])
 def test_an_eviction_the_pool_must_refuse_scores_zero(policy, kind, words):
