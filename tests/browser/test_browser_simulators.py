@@ -115,12 +115,12 @@ def _control(view, description: str, kind: str):
     return box.locator(".noUi-handle, .slider-handle, [role=slider]").first
 
 
-def _status_after(status, before: str, what: str = "", timeout_s: float = 60) -> str:
+def _status_after(page, status, before: str, what: str = "", timeout_s: float = 60) -> str:
     deadline = time.monotonic() + timeout_s
     while status.inner_text() == before:
         assert time.monotonic() < deadline, f"{what}: the status line stayed {before[:120]!r}"
-        time.sleep(0.2)
-    time.sleep(0.3)  # the figure and the rest of the reply
+        time.sleep(0.05)
+    wait_kernel_idle(page)  # the figure and the rest of the reply: the kernel goes idle after sending them
     return status.inner_text()
 
 
@@ -146,7 +146,7 @@ def _move_every_control(page, view, lesson: str, plan) -> list[str]:
             else:
                 element.focus()
                 page.keyboard.press(value)
-            after = _status_after(status, before, f"{lesson} {description}={value}")
+            after = _status_after(page, status, before, f"{lesson} {description}={value}")
             if value == BAD or kind == "text":
                 assert "Check the input" in after, (lesson, description, value, after)
             elif kind == "checkbox" and "Check the input" in after:
@@ -158,12 +158,16 @@ def _move_every_control(page, view, lesson: str, plan) -> list[str]:
                 assert float(shown) == float(value) if kind == "number" else shown == value, (lesson, description,
                                                                                               shown)
             overflow += [f"{lesson} {description}={value}: {text!r}" for text in view.evaluate(OVERFLOW_JS)]
+        wait_kernel_idle(page)
+        before = status.inner_text()
         reset.click()
-        deadline = time.monotonic() + 60
+        deadline, changed_by = time.monotonic() + 60, time.monotonic() + 2
+        while status.inner_text() == before and time.monotonic() < changed_by:  # the reply to Reset has landed
+            time.sleep(0.05)
         while "Check the input" in status.inner_text():
             assert time.monotonic() < deadline, (lesson, description, "Reset left", status.inner_text())
-            time.sleep(0.2)
-        time.sleep(0.3)
+            time.sleep(0.05)
+        wait_kernel_idle(page)
     return overflow
 
 
