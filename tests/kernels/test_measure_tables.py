@@ -7,7 +7,7 @@ from factories import make_tiny_model
 
 from kvcourse.kernels import MODEL_CONFIGS, costs, trace_prompts, workload
 from kvcourse.kernels.measure import batch_sweep, stream
-from kvcourse.kernels.measure.spread import Spread
+from kvcourse.kernels.measure.spread import Spread, percentile
 
 SMOL = MODEL_CONFIGS["smollm2-135m"]
 
@@ -20,6 +20,13 @@ def test_spread_says_only_what_every_round_agrees_on():
     assert Spread.of([4.3, 4.4]).above(4.24) is True and Spread.of([4.2, 4.3]).above(4.24) is None
     with pytest.raises(ValueError):
         Spread.of([])
+
+
+def test_the_nearest_rank_percentile_is_a_value_that_occurred():
+    values = [float(v) for v in range(20, 0, -1)]  # 20 down to 1: the order does not matter
+    assert (percentile(values, 50), percentile(values, 95), percentile(values, 100)) == (10.0, 19.0, 20.0)
+    assert percentile([7.0], 95) == 7.0 and percentile(values, 0) == 1.0
+    assert percentile([], 95) == 0.0 and percentile([], 95, empty=-1.0) == -1.0
 
 
 def test_the_sweep_keeps_the_fastest_round_and_the_roofline_matches_its_two_anchors():
