@@ -151,7 +151,6 @@ def _scheduler_trace(rng: random.Random, name: str, public: bool) -> LabTrace:
 
 
 _FAMILIES = {"block_manager": _block_manager_trace, "eviction": _eviction_trace, "scheduler": _scheduler_trace}
-NUM_PUBLIC = 3
 # A learner's public traces: lab B's are picked to show what its hidden ones do, one trace where counting
 # hits beats least recently used (seed 3) and two where it loses (11, 22); most recently used loses on all.
 PUBLIC_SEEDS = {"block_manager": (11, 22, 33), "eviction": (3, 11, 22), "scheduler": (11, 22, 33)}

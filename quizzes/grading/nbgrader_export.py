@@ -126,13 +126,13 @@ def _prompt_cell(question: Question) -> nbformat.NotebookNode:
     elif question.kind is Kind.CODE:
         text += f"\n\nComplete `{question.function}` below."
     elif question.kind is Kind.LAB:
-        from kvcourse.labs.traces import NUM_PUBLIC
+        from kvcourse.labs.traces import PUBLIC_SEEDS
 
         from .decide import NUM_HIDDEN_TRACES
 
         text += (f"\n\nComplete `{question.class_name}` in the cell below: each of its methods raises until you "
                  "write it. The cell after it serves the public traces on your class and prints what the grader "
-                 f"says of each. After you submit, your class is graded on those {NUM_PUBLIC} traces and on "
+                 f"says of each. After you submit, your class is graded on those {len(PUBLIC_SEEDS[question.lab])} traces and on "
                  f"{NUM_HIDDEN_TRACES} hidden ones drawn for your student id: {question.points} points times the "
                  "mean trace score.")
     else:
