@@ -102,36 +102,41 @@ def check_dtype(cpuinfo: str | None = None) -> Check:
 
 
 def cpu_dtype_note(dtype: torch.dtype, native_bf16: bool | None) -> str:
-    """What running in ``dtype`` means on this CPU, given whether it has native bf16 (None: unknown)."""
+    """What running in ``dtype`` means on this CPU: its bf16 flags (read from /proc/cpuinfo) and, for a
+    16-bit dtype, its products' speed against float32's, measured now (kernels/model/products.py)."""
     import torch
+
+    from kvcourse.kernels.model.products import relative_speed
 
     flags = "avx512_bf16 or amx_bf16" if platform.machine().lower() in ("x86_64", "amd64", "i686", "x86") \
         else "bf16"
-    if dtype == torch.float16:
-        return "most CPUs have no native float16 arithmetic, so float16 is usually slower than float32 here"
-    if native_bf16:
-        if dtype == torch.bfloat16:
-            return "this CPU has native bf16 instructions, so bf16 arithmetic runs in hardware here"
-        return ("this CPU has native bf16 instructions, so bfloat16 would halve the weights' memory; "
-                "float32 stays the default because most CPUs lack them")
-    why = (f"this CPU has no native bf16 instructions (no {flags} flag in /proc/cpuinfo)" if native_bf16 is False
-           else "could not read /proc/cpuinfo to tell whether this CPU has native bf16 instructions")
-    if dtype == torch.bfloat16:
-        return (f"{why}; without them bf16 is emulated (converted to and from float32 around the arithmetic), "
-                "so it runs but is slower than float32, which is why the CPU default is float32")
-    return f"{why}; bfloat16 would be emulated there and slower than float32, which is why the default stays float32"
+    has = {True: f"this CPU has bf16 instructions ({flags})", False: f"this CPU has no {flags} flag",
+           None: "could not read /proc/cpuinfo for bf16 instructions"}[native_bf16]
+    if dtype == torch.float32:
+        return (f"{has}; float32 stays the CPU default (exact, every lesson's numbers as printed); bfloat16 "
+                "halves the weights' bytes, and with it set this line measures its speed here")
+    timed = [f"{ratio:.2f}x for {rows}" for rows, ratio in relative_speed(dtype).items()]
+    timed[0] = timed[0].replace("x for", "x float32's time for")
+    return (f"{has}; measured now, {str(dtype).removeprefix('torch.')}'s fastest matrix product here takes "
+            f"{', '.join(timed)} (a 1536x576 weight)")
 
 
 def check_fast_paths() -> list[Check]:
     """One line per CPU fast path: on or off for the course's device and dtype, and why (kernels/model/cpu_fast.py)."""
+    import torch
+
     from kvcourse.kernels.attention.cpu_paged import paged_decode_path
-    from kvcourse.kernels.model.cpu_fast import FAST_PATHS_ENV, fast_path_report
+    from kvcourse.kernels.model.config_table import MODEL_CONFIGS
+    from kvcourse.kernels.model.cpu_fast import FAST_PATHS_ENV, ModelShapes, fast_path_report
+    from kvcourse.kernels.model.transformer import Transformer
     from kvcourse.models import ModelNotAvailableError, dtype_name, resolve_device, resolve_dtype
 
     try:
         device = resolve_device("auto")
         dtype = resolve_dtype(None, device)
-        report = fast_path_report(dtype, device)
+        with torch.device("meta"):  # the course model's weight shapes, with no weights
+            shapes = ModelShapes.of(Transformer(MODEL_CONFIGS["smollm2-135m"]))
+        report = fast_path_report(dtype, device, "auto", shapes)
     except (ModelNotAvailableError, ValueError) as err:  # the device or dtype line reports a bad setting
         return [Check("fast paths", False, str(err))]
     switch = (f"{FAST_PATHS_ENV}=0 runs the textbook forms instead" if any(p.on for p in report)

@@ -10,9 +10,9 @@ AVX-512, 2 cores; the speed-up each gives a decode step):
 =====================  ==========================================  ========  ========
 trick                  what it does                                fp32      bf16
 =====================  ==========================================  ========  ========
-packed linear          a decode row (at most 8) multiplies a copy  1.26x     1.41x
-                       of W laid out for the CPU's mat-vec: W^T
-                       contiguous, or oneDNN's blocked bf16 layout
+matrix products        each weight shape and row count takes the   1.26x     1.41x
+                       product measured fastest here (products.py):
+                       W^T contiguous, oneDNN's bf16 layout, ...
 one-call RMSNorm       torch's rms_norm: Llama's arithmetic in     ~1.0x     1.13x
                        one kernel instead of six
 RoPE as a matrix       a decode step's rotation as one (D, D)      ~1.0x     1.14x
@@ -25,12 +25,12 @@ all three              ``accelerate()`` against the textbook       1.33x     1.6
 inside the noise, and was dropped for the textbook's ``x = x + attention``.) ``bench_decode``
 reports the fast-paths-off figure beside the fast one on your CPU.
 
-Choosing: the fp32 copy, the one-call norm and the rotation matrix are plain torch and run on
-every CPU. oneDNN's packed bf16 linear needs AVX-512 (BW, VL, DQ) or AVX-NE-CONVERT: it is tried
-once on a tiny tensor, and where it fails (an AVX2-only CPU) bf16 takes the W^T copy instead,
-with one warning (``FastPathFallback``) saying so. ``KVCOURSE_FAST_PATHS=0`` (or ``off``) turns
-every fast path off; so does ``accelerate("off")``, which swaps the textbook modules back.
-``kvcourse doctor`` prints ``fast_path_report()``.
+Choosing: a product is used only where it measured faster than F.linear on this CPU, for this
+dtype, shape and number of rows (products.py); where none is, the textbook product runs. A product
+this CPU cannot run (oneDNN's bf16 layout needs AVX-512 BW/VL/DQ or AVX-NE-CONVERT) is never a
+candidate. The one-call norm and the rotation matrix are plain torch and run on every CPU.
+``KVCOURSE_FAST_PATHS=0`` (or ``off``) turns every fast path off; so does ``accelerate("off")``,
+which swaps the textbook modules back. ``kvcourse doctor`` prints ``fast_path_report()``.
 """
 
 from __future__ import annotations
@@ -45,7 +45,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from kvcourse.kernels.model import products, timing
+from kvcourse.kernels.model.fast_rope import FastRotaryEmbedding, rope_form
 from kvcourse.kernels.model.layers import Linear, RMSNorm, RotaryEmbedding
+from kvcourse.kernels.model.products import ROW_CLASSES, Choice
 
 if TYPE_CHECKING:
     from kvcourse.kernels.model.transformer import Transformer
@@ -89,50 +92,43 @@ def fast_paths_mode(fast_paths: str = "auto") -> str:
 
 
 @functools.cache
-def onednn_bf16_linear() -> tuple[bool, str]:
-    """Whether oneDNN's packed bf16 linear runs on this CPU, and why: tried once, on a tiny tensor."""
-    if not torch.backends.mkldnn.is_available() or not hasattr(torch.ops.mkldnn, "_linear_pointwise"):
-        return False, "this PyTorch build has no oneDNN linear"
-    gen = torch.Generator().manual_seed(0)
-    weight = torch.randn(16, 32, generator=gen).bfloat16()
-    x = torch.randn(2, 32, generator=gen).bfloat16()
-    try:
-        packed = torch.ops.mkldnn._reorder_linear_weight(weight, 2)
-        y = torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
-    except RuntimeError as err:
-        return False, f"oneDNN's bf16 linear does not run on this CPU: {str(err).splitlines()[0]}"
-    if not torch.allclose(y.float(), F.linear(x, weight).float(), rtol=2e-2, atol=2e-2):
-        return False, "oneDNN's bf16 linear gave a wrong product on this CPU"
-    return True, "oneDNN's blocked bf16 weight, which this CPU runs (tried once on a tiny tensor)"
-
-
-@functools.cache
 def _say_once(message: str) -> None:
     warnings.warn(message, FastPathFallback, stacklevel=3)
 
 
-def _pack(weight: torch.Tensor) -> tuple[torch.Tensor, bool]:
-    """The decode-step copy of a (out, in) weight, and whether it is oneDNN's packed layout."""
-    if weight.dtype == torch.bfloat16:
-        ok, why = onednn_bf16_linear()
-        if ok:
-            return torch.ops.mkldnn._reorder_linear_weight(weight, 1), True
-        _say_once(f"{why}; bf16 decode steps multiply a transposed weight copy instead (same results within "
-                  f"bf16 rounding; {FAST_PATHS_ENV}=0 runs the textbook F.linear)")
-    return weight.t().contiguous(), False  # (in, out)
+@dataclass(frozen=True)
+class ModelShapes:
+    """What the fast paths are measured on: a model's Linear weight shapes, hidden size, head size and the
+    number of q and k heads rotated together."""
+
+    linears: tuple[tuple[int, int], ...]
+    hidden: int
+    head_dim: int
+    num_heads: int
+
+    @classmethod
+    def of(cls, model: Transformer) -> ModelShapes:
+        cfg = model.config
+        return cls(tuple(linear_shapes(model)), cfg.hidden_size, cfg.head_dim, cfg.num_heads + cfg.num_kv_heads)
 
 
-def _linear_why(dtype: torch.dtype) -> str:
-    if dtype == torch.bfloat16:
-        ok, why = onednn_bf16_linear()
-        return why if ok else f"W^T copy: {why}"
-    return "W^T stored contiguous for the one-row mat-vec"
+def linear_shapes(model: nn.Module) -> list[tuple[int, int]]:
+    """The distinct (out, in) weight shapes of a model's Linear layers, in the order a forward pass meets them."""
+    return list(dict.fromkeys(tuple(m.weight.shape) for m in model.modules() if isinstance(m, Linear)))
 
 
-def fast_path_report(dtype: torch.dtype, device: torch.device | str = "cpu",
-                     fast_paths: str = "auto") -> tuple[FastPath, ...]:
-    """Which fast paths a model of this dtype on this device gets from ``accelerate(fast_paths)``, and why."""
-    names = ("packed linear", "one-call RMSNorm", "RoPE as a matrix")
+def linear_choices(dtype: torch.dtype, shapes: list[tuple[int, int]]) -> dict[tuple[int, int], list[Choice]]:
+    """For each (out, in) shape, the product each row class takes in ``dtype`` on this CPU (products.choose)."""
+    return {shape: [products.choose(dtype, *shape, cls) for cls in range(len(ROW_CLASSES))] for shape in shapes}
+
+
+def fast_path_report(dtype: torch.dtype, device: torch.device | str, fast_paths: str,
+                     shapes: ModelShapes) -> tuple[FastPath, ...]:
+    """Which fast paths a model of these shapes, dtype and device gets from ``accelerate(fast_paths)``, and why.
+
+    On the CPU each is measured here against its textbook form (once per process), and on only where it won.
+    """
+    names = ("matrix products", "one-call RMSNorm", "RoPE in fewer kernels")
     if fast_paths_mode(fast_paths) == "off":
         why = (f"{FAST_PATHS_ENV}={os.environ.get(FAST_PATHS_ENV, '').strip()}" if fast_paths == "auto"
                else 'accelerate("off")') + ": the textbook forms of layers.py"
@@ -140,106 +136,90 @@ def fast_path_report(dtype: torch.dtype, device: torch.device | str = "cpu",
     if torch.device(device).type != "cpu":
         return tuple(FastPath(name, False, f"on {torch.device(device).type} the model runs the textbook forms")
                      for name in names)
-    return (FastPath(names[0], True, _linear_why(dtype)),
-            FastPath(names[1], True, "torch's rms_norm, bit for bit Llama's"),
-            FastPath(names[2], True, f"decode steps of at most {FastRotaryEmbedding.matrix_rows} tokens"))
+    choices = linear_choices(dtype, list(shapes.linears))
+    chosen = any(c.product != "textbook" for per_class in choices.values() for c in per_class)
+    threads = torch.get_num_threads()
+    norm, norm_why = _norm_form(dtype, shapes.hidden, threads)
+    ropes = {step: rope_form(dtype, shapes.head_dim, shapes.num_heads, step == "decode", threads)
+             for step in ("decode", "prompt")}
+    rope_why = "; ".join(f"{step}: {form}, {why}" for step, (form, why) in ropes.items())
+    return (FastPath(names[0], chosen, products.describe(choices)),
+            FastPath(names[1], norm != "textbook", f"torch's rms_norm, bit for bit Llama's: {norm_why}"),
+            FastPath(names[2], any(form != "textbook" for form, _ in ropes.values()), rope_why))
 
 
-class PackedLinear(Linear):
-    """Linear whose decode rows multiply a copy of W laid out for the CPU (see the table above).
+class FastLinear(Linear):
+    """Linear whose rows take the product measured fastest on this CPU for their dtype, shape and count.
 
-    A decode step multiplies one row by every weight matrix, so it is bound by how fast the
-    weights stream from memory, and torch's default mat-vec (F.linear) streams them slowly. A
-    prompt (more than ``max_packed_rows`` rows), autograd, or another device goes through the
-    textbook F.linear, the BLAS call Hugging Face makes, so prompt logits stay bit for bit its.
-    The copy is made again whenever the weight changes (a new tensor, dtype or in-place write).
+    products.py holds the products and how one is chosen: per row class (one row, 2-8, more), so a
+    decode step and a prompt may take different ones. Autograd, another device or a dtype other
+    than the weight's go through the textbook F.linear. A copy a product needs (W^T, oneDNN's
+    layout) is made again whenever the weight changes (a new tensor, dtype or in-place write).
     """
 
-    max_packed_rows = 8
-    _packed: torch.Tensor | None = None
-    _packed_for: tuple[Any, ...] | None = None
-    _onednn = False
+    _choices: tuple[Choice, ...] | None = None
+    _choices_for: tuple[Any, ...] | None = None
+    _prepared: dict[str, torch.Tensor | None] | None = None
+    _prepared_for: tuple[Any, ...] | None = None
 
-    def packed_weight(self) -> tuple[torch.Tensor, bool]:
-        """The decode-step copy (made now if the weight changed since), and whether it is oneDNN's layout."""
+    def choices(self) -> tuple[Choice, ...]:
+        """The product of each row class for this weight's dtype and shape (measured once per process)."""
+        key = (self.weight.dtype, torch.get_num_threads())
+        if key != self._choices_for:
+            shape = tuple(self.weight.shape)
+            self._choices = tuple(linear_choices(self.weight.dtype, [shape])[shape])
+            self._choices_for = key
+        return self._choices
+
+    def prepared(self, product: str) -> torch.Tensor | None:
+        """The weight as ``product`` multiplies it (made now if the weight changed since)."""
         weight = self.weight
         key = (weight.data_ptr(), weight._version, weight.dtype, weight.device)
-        if key != self._packed_for:
-            self._packed, self._onednn = _pack(weight.detach())
-            self._packed_for = key
-        return self._packed, self._onednn
+        if key != self._prepared_for or self._prepared is None:
+            self._prepared, self._prepared_for = {}, key
+        if product not in self._prepared:
+            self._prepared[product] = products.prepare(product, weight.detach())
+        return self._prepared[product]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if (x.device.type != "cpu" or torch.is_grad_enabled() or x.dtype != self.weight.dtype
-                or x.numel() > self.max_packed_rows * self.in_features):
-            return super().forward(x)
-        packed, onednn = self.packed_weight()
-        if onednn:
-            return torch.ops.mkldnn._linear_pointwise(x, packed, self.bias, "none", [], "")  # (..., out)
-        y = torch.mm(x, packed) if x.dim() == 2 else x @ packed  # (..., in) @ (in, out)
-        return y if self.bias is None else y + self.bias
+        weight = self.weight
+        if not x.is_cpu or x.dtype != weight.dtype or torch.is_grad_enabled():
+            return F.linear(x, weight, self.bias)
+        choices = self._choices if self._choices_for == (weight.dtype, torch.get_num_threads()) else self.choices()
+        rows = x.numel() // self.in_features
+        product = choices[0 if rows <= 1 else 1 if rows <= 8 else 2].product  # products.row_class, inlined
+        if product == "textbook":
+            return F.linear(x, weight, self.bias)
+        return products.multiply(product, x, weight, self.prepared(product), self.bias)
 
 
 class FusedRMSNorm(RMSNorm):
-    """RMSNorm in one call of torch's rms_norm: Llama's arithmetic, bit for bit (tested at three scales)."""
+    """RMSNorm in one call of torch's rms_norm (Llama's arithmetic, bit for bit), where that measured faster here."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if _norm_form(x.dtype, x.shape[-1], torch.get_num_threads())[0] == "textbook":
+            return super().forward(x)
+        return self.one_call(x)
+
+    def one_call(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype == torch.float32:
             return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
         # Llama's rounding order: normalise in float32, round to the model's dtype, then the weight.
         return self.weight * F.rms_norm(x.float(), self.weight.shape, eps=self.eps).to(x.dtype)
 
 
-class FastRotaryEmbedding(RotaryEmbedding):
-    """RoPE in fewer kernels: a decode step's rotation as one matrix per token, a prompt's with the sign folded in."""
-
-    matrix_rows = 8  # at most this many tokens (a decode step): the rotation as one (D, D) matrix per token
-    _cast: dict[tuple[torch.dtype, torch.device], tuple[torch.Tensor, torch.Tensor]] | None = None
-
-    def _tables(self, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and the sign-folded sin, (P, D), in this dtype: rotate_half(x) * sin == roll(x) * folded_sin."""
-        if self._cast is None:
-            self._cast = {}
-        if (dtype, device) not in self._cast:
-            half = self.sin_table.shape[-1] // 2
-            folded = torch.cat([-self.sin_table[:, :half], self.sin_table[:, half:]], dim=-1)  # (P, D), exact
-            self._cast[dtype, device] = (self.cos_table.to(device, dtype), folded.to(device, dtype))
-        return self._cast[dtype, device]
-
-    def at(self, positions: torch.Tensor, dtype: torch.dtype) -> MatrixRotation | FoldedRotation:
-        cos, folded_sin = self._tables(dtype, positions.device)
-        cos, folded_sin = cos[positions], folded_sin[positions]  # (T, D) each
-        if len(positions) > self.matrix_rows:
-            return FoldedRotation(cos[:, None, :], folded_sin[:, None, :])  # (T, 1, D) each
-        # out[j] = x[j] cos[j] + x[j +- D/2] folded_sin[j]: cos on the diagonal, the folded sin where
-        # row j +- D/2 meets column j (the diagonal matrix's rows rolled by half of D).
-        half = cos.shape[-1] // 2
-        return MatrixRotation(torch.diag_embed(cos) + torch.diag_embed(folded_sin).roll(half, dims=-2))  # (T, D, D)
+@functools.cache
+def _norm_form(dtype: torch.dtype, hidden: int, threads: int) -> tuple[str, str]:
+    """"one call" or "textbook" for a decode row of ``hidden`` values in ``dtype``, and why: measured once."""
+    textbook = RMSNorm(hidden, 1e-5).to(dtype)
+    fused = _twin(FusedRMSNorm, textbook)
+    x = torch.randn(1, hidden).to(dtype)
+    with torch.inference_mode():
+        return timing.pick(timing.time_calls({"textbook": functools.partial(textbook, x),
+                                              "one call": functools.partial(fused.one_call, x)}))
 
 
-@dataclass(frozen=True)
-class FoldedRotation:
-    """The textbook rotation bit for bit in fewer kernels: one roll and a sign-folded sin table (negation is exact)."""
-
-    cos: torch.Tensor  # (T, 1, D)
-    folded_sin: torch.Tensor  # (T, 1, D)
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        swapped = torch.roll(x, x.shape[-1] // 2, dims=-1)  # (T, heads, D): (x2, x1), one copy
-        return (x * self.cos).add_(swapped.mul_(self.folded_sin))
-
-
-@dataclass(frozen=True)
-class MatrixRotation:
-    """The rotation as what it is, a (D, D) matrix per token: one batched product (equal up to rounding)."""
-
-    matrix: torch.Tensor  # (T, D, D)
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.bmm(x, self.matrix)  # (T, heads, D) @ (T, D, D)
-
-
-_FAST = {Linear: PackedLinear, RMSNorm: FusedRMSNorm, RotaryEmbedding: FastRotaryEmbedding}
+_FAST = {Linear: FastLinear, RMSNorm: FusedRMSNorm, RotaryEmbedding: FastRotaryEmbedding}
 _TEXTBOOK = {fast: textbook for textbook, fast in _FAST.items()}
 
 
@@ -257,14 +237,18 @@ def _twin(cls: type[nn.Module], module: nn.Module) -> nn.Module:
 
 def accelerate(model: Transformer, fast_paths: str = "auto") -> tuple[FastPath, ...]:
     """Swap ``model``'s textbook modules for their fast twins, or back for "off"; returns what is on and why."""
-    report = fast_path_report(model.dtype, model.device, fast_paths)
-    swap = _FAST if all(path.on for path in report) else _TEXTBOOK
+    report = fast_path_report(model.dtype, model.device, fast_paths, ModelShapes.of(model))
+    fast = fast_paths_mode(fast_paths) == "auto" and model.device.type == "cpu"
+    swap = _FAST if fast else _TEXTBOOK
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
             if type(child) in swap:
                 setattr(parent, name, _twin(swap[type(child)], child))
+    if isinstance(model.rotary, FastRotaryEmbedding):
+        model.rotary.num_heads = ModelShapes.of(model).num_heads
     with torch.no_grad():
         for module in model.modules():
-            if isinstance(module, PackedLinear):
-                module.packed_weight()  # now, not inside the first decode step that would be timed
+            if isinstance(module, FastLinear):  # now, not inside the first decode step that would be timed
+                for choice in module.choices():
+                    module.prepared(choice.product)
     return report

@@ -59,10 +59,14 @@ def test_decode_comparison_runs(tiny):
     assert row["tokens_identical_to_hf"] and set(row["ms_per_token"]) == {"ours", "floor", "hf_eager_generate",
                                                                           "hf_linears", "eager_bound", "textbook"}
     assert row["eager_bound_tokens_identical"] and row["textbook_tokens_identical"]
-    assert bench_decode.grade({"fp32": row, "bf16": row}, bf16_native=False).keys() == {"fp32_eager_bound",
-                                                                                        "fp32_vs_hf_eager"}
-    assert bench_decode.grade({"fp32": row, "bf16": row}, bf16_native=True).keys() == {
-        "fp32_eager_bound", "fp32_vs_hf_eager", "bf16_vs_hf_eager"}
+    graded = bench_decode.grade({"fp32": row, "bf16": row}, onednn_bf16=False)
+    assert graded.keys() == {"fp32_vs_textbook", "fp32_eager_bound", "fp32_vs_hf_eager", "bf16_vs_textbook",
+                             "bf16_vs_hf_eager"}, "every dtype graded on every CPU"
+    fast = {**row, "speedup_vs_hf_eager_generate": {"ratio_of_medians": 1.2}}
+    assert bench_decode.grade({"bf16": fast}, onednn_bf16=False)["bf16_vs_hf_eager"]
+    assert not bench_decode.grade({"bf16": fast}, onednn_bf16=True)["bf16_vs_hf_eager"], "1.5x where oneDNN runs"
+    assert not bench_decode.grade({"bf16": {**fast, "fast_paths_speedup": {"ratio_of_medians": 0.9}}},
+                                  onednn_bf16=False)["bf16_vs_textbook"], "a fast path slower than the textbook"
 
 
 def test_eager_bound_does_all_the_work(tiny):

@@ -8,6 +8,7 @@ from factories import make_config, make_tiny_hf_llama, make_tiny_model
 
 from kvcourse.kernels import Transformer, costs
 from kvcourse.kernels.memory.caches import NoCacheBackend
+from kvcourse.kernels.model import products
 
 VARIANTS = [
     ("llama", {}),
@@ -104,12 +105,13 @@ def test_fresh_model_is_initialised_and_the_packed_copy_follows_every_weight_cha
     model = Transformer(make_config()).accelerate()
     down = model.layers[0].mlp.down_proj
     assert torch.isfinite(down.weight).all()
-    assert torch.equal(down.packed_weight()[0], down.weight.t())
+    assert torch.equal(down.prepared("transposed"), down.weight.t())
     with torch.no_grad():
         down.weight.mul_(2)  # an in-place write (load_state_dict does the same)
-    assert torch.equal(down.packed_weight()[0], down.weight.t()), "a stale copy after an in-place write"
+    assert torch.equal(down.prepared("transposed"), down.weight.t()), "a stale copy after an in-place write"
     model.to(torch.bfloat16)  # a new tensor of another dtype
-    assert down.packed_weight()[0].dtype == torch.bfloat16
+    assert down.prepared("transposed").dtype == torch.bfloat16
+    assert all(products.runs(c.product, torch.bfloat16)[0] for c in down.choices()), "chosen again for bf16"
     with torch.no_grad():
         out = model(torch.arange(4), torch.arange(4), NoCacheBackend())
         step = model(torch.tensor([5]), torch.tensor([4]), NoCacheBackend())
@@ -159,11 +161,11 @@ def test_rms_norm_is_llamas_bit_for_bit(dtype, rows, norm_class):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("num_tokens", [1, 5, 9, 40])
 def test_rope_is_hugging_faces_and_the_fast_rope_equals_it(num_tokens, dtype):
-    """The textbook rotation is HF's apply_rotary_pos_emb bit for bit; the fast one is too for a prompt,
-    and equal up to rounding as a rotation matrix per token for a decode step."""
+    """The textbook rotation is HF's apply_rotary_pos_emb bit for bit; the folded one is too, and the matrix
+    per token equal up to rounding; whichever the machine's measurement picks equals it."""
     from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
-    from kvcourse.kernels.model.cpu_fast import FastRotaryEmbedding, MatrixRotation
+    from kvcourse.kernels.model.fast_rope import FastRotaryEmbedding, MatrixRotation
     from kvcourse.kernels.model.layers import RotaryEmbedding
 
     rotary = RotaryEmbedding(64, 4096, 10000.0)
@@ -174,12 +176,14 @@ def test_rope_is_hugging_faces_and_the_fast_rope_equals_it(num_tokens, dtype):
     hf_q, _ = apply_rotary_pos_emb(x.transpose(0, 1)[None], x.transpose(0, 1)[None],
                                    textbook.cos[:, 0][None], textbook.sin[:, 0][None])  # HF's (1, heads, T, D)
     assert torch.equal(textbook(x), hf_q[0].transpose(0, 1))
-    fast = FastRotaryEmbedding(64, 4096, 10000.0).at(positions, dtype)
-    assert isinstance(fast, MatrixRotation) == (num_tokens <= FastRotaryEmbedding.matrix_rows)
-    if not isinstance(fast, MatrixRotation):
-        assert torch.equal(fast(x), textbook(x))
-    else:
-        rtol, atol = (0, 1e-5) if dtype == torch.float32 else (1.6e-2, 1e-2)  # bf16: two units in the last place
-        torch.testing.assert_close(fast(x).float(), textbook(x).float(), rtol=rtol, atol=atol)
-        eye = (fast.matrix[0].float() @ fast.matrix[0].float().T)
-        torch.testing.assert_close(eye, torch.eye(64), rtol=0, atol=1e-6 if dtype == torch.float32 else 2e-2)
+    rope = FastRotaryEmbedding(64, 4096, 10000.0)
+    assert torch.equal(rope.rotation("folded", positions, dtype)(x), textbook(x)), "folded: bit for bit"
+    assert torch.equal(rope.rotation("textbook", positions, dtype)(x), textbook(x))
+    matrix = rope.rotation("matrix", positions, dtype)
+    rtol, atol = (0, 1e-5) if dtype == torch.float32 else (1.6e-2, 1e-2)  # bf16: two units in the last place
+    torch.testing.assert_close(matrix(x).float(), textbook(x).float(), rtol=rtol, atol=atol)
+    eye = (matrix.matrix[0].float() @ matrix.matrix[0].float().T)
+    torch.testing.assert_close(eye, torch.eye(64), rtol=0, atol=1e-6 if dtype == torch.float32 else 2e-2)
+    chosen = rope.at(positions, dtype)  # whichever form is measured fastest here for this many tokens
+    assert num_tokens <= rope.matrix_rows or not isinstance(chosen, MatrixRotation), "a prompt never a matrix"
+    torch.testing.assert_close(chosen(x).float(), textbook(x).float(), rtol=rtol, atol=atol)
