@@ -7,7 +7,8 @@ Triton kernel beside it: it loads the query heads that share the KV head, walks 
 block table one block at a time, and keeps a running max, a running sum and an fp32 accumulator
 (online softmax), so neither the padded copy nor the score row is ever made. The loops are the
 Triton kernel's, written out: where Triton says ``tl.sum(q[:, None, :] * k[None, :, :], axis=2)``
-over a tile, this says ``for t ... for g ... for d``; the tile is one block.
+over a tile, this says ``for t ... for g ... for d``; the tile is one block. The programs are
+independent, so they run in parallel (numba's ``prange``) on the cores torch's step has.
 
 Why numba: its kernels are Python a learner can read beside the Triton one, and it compiles them
 to machine code for whatever CPU runs them (AVX2 or AVX-512) on first use (about 4 s), caching the
@@ -16,15 +17,16 @@ was not built to compare: it would need a compiler on every learner's machine (m
 macOS set-ups have none with OpenMP) and a minute of building against torch's headers on first
 import, and a learner would read C++ against a Python Triton kernel. Measured with
 ``python -m benchmarks.bench_paged_kernels`` on an AMD EPYC (Zen 5, AVX-512, 2 threads), float32,
-32 realistic requests: this kernel's attention takes 1.3x (blocks of 8) to 1.8x (blocks of 32) less
-time than the gather's, and 18-21 % of a decode step. It is still about 3x the time the K/V bytes
+32 realistic requests, when it still ran on one thread: this kernel's attention took 1.3x (blocks of
+8) to 1.8x (blocks of 32) less time than the gather's, and 18-21 % of a decode step. It is still about 3x the time the K/V bytes
 alone need at this machine's copy bandwidth: every score pays one scalar ``exp`` (numba's PyPI
 build has no vector maths library), which a vectorised exp would remove.
 
 Optional by construction: without numba, for a dtype it cannot compute (bfloat16: numpy has no
 such type), or with the fast paths off (``KVCOURSE_FAST_PATHS=0``, ``accelerate("off")``), the
 engine uses the gather reference, and ``in_place_decode()`` says why once. Where it is on, it was
-first run on a small case and compared with the reference (``kernels/attention/paged.py``).
+first run on a small case and compared with the reference (``kernels/attention/paged.py``), then
+timed against the gather on a realistic batch: where it is not faster here, the gather runs.
 """
 
 from __future__ import annotations
@@ -32,21 +34,26 @@ from __future__ import annotations
 import functools
 import importlib.util
 import math
+import os
+import threading
+import types
 
 import numpy as np
 import torch
 
+from kvcourse.kernels.model import timing
 from kvcourse.kernels.model.cpu_fast import FastPath
 
 NEG_BIG = np.float32(-3.0e38)  # the running max before any key: finite, so fast-math may assume no infinities
 DTYPES = (torch.float32,)      # what numba computes in; bf16 pools take the gather reference
+SLOWER_HERE = "not faster than the gather on this machine"  # a measured choice, not a missing part: no warning
 
 
 def _kernel(q, k_cache, v_cache, block_tables, context_lens, out, scale):  # pragma: no cover - compiled by numba
     batch, num_heads, head_dim = q.shape
     block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
     group = num_heads // num_kv_heads
-    for program in range(batch * num_kv_heads):  # one program per (sequence, KV head), one after another
+    for program in prange(batch * num_kv_heads):  # one program per (sequence, KV head), spread over the step's cores
         seq, kv_head = program // num_kv_heads, program % num_kv_heads
         context_len = context_lens[seq]
         num_blocks = (context_len + block_size - 1) // block_size
@@ -82,40 +89,73 @@ def _kernel(q, k_cache, v_cache, block_tables, context_lens, out, scale):  # pra
                 out[seq, kv_head * group + g, d] = acc[g, d] / running_sum[g]
 
 
+def prange(n: int) -> range:
+    """The programs' loop: a plain range in Python; compiled, numba's prange runs them on the step's cores."""
+    return range(n)
+
+
 def numba_installed() -> bool:
     return importlib.util.find_spec("numba") is not None
 
 
+_LAUNCH = threading.Lock()  # numba's workqueue pool takes one launch at a time: callers from several threads queue
+
+
 @functools.cache
 def _compiled():
-    """The kernel compiled by numba (on first use; cached on disk by numba after that). numba is imported here,
-    not with the engine: it takes a moment, and only the CPU's decode steps need it.
+    """The kernel compiled by numba, its programs in parallel (on first use; cached on disk by numba after that).
+    numba is imported here, not with the engine: it takes a moment, and only the CPU's decode steps need it.
 
-    On one thread: run in parallel over the programs (numba's ``prange``) it gained 10 % on 2 cores
-    (0.72 to 0.64 ms a layer at batch 32), while numba's idle pool threads spun between calls and
-    slowed torch's own threads, and every other process, by far more.
+    Parallel on numba's "workqueue" threads, which sleep between calls: an OpenMP pool (numba's other
+    threading layer) spins after each call and slowed torch's own threads and every other process
+    (lesson 14 timed out), where the workqueue leaves the cores idle (measured: 0.1 ms of CPU in 50 ms
+    idle, against 7-10 ms for torch's own pool after a gather). A NUMBA_THREADING_LAYER the user set wins.
     """
     import numba
 
-    return numba.njit(_kernel, nogil=True, cache=True, fastmath={"reassoc", "contract", "nsz", "arcp"})
+    if not os.environ.get("NUMBA_THREADING_LAYER"):
+        numba.config.THREADING_LAYER = "workqueue"
+    kernel = types.FunctionType(_kernel.__code__, {**globals(), "prange": numba.prange}, "_kernel")
+    return numba.njit(kernel, parallel=True, nogil=True, cache=True,
+                      fastmath={"reassoc", "contract", "nsz", "arcp"})
 
 
 def cpu_paged_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
                      context_lens: torch.Tensor, scale: float) -> torch.Tensor:
     """q (B, num_heads, D) over one layer's pool (num_blocks, block_size, kv_heads, D) -> (B, num_heads, D).
 
-    Float32 CPU tensors; the pool is read where it lies (a view of it, no copy). One thread (see ``_compiled``).
+    Float32 CPU tensors; the pool is read where it lies (a view of it, no copy). Its programs run on as
+    many threads as torch's step has (``torch.get_num_threads()``), never more.
     """
     if q.dtype not in DTYPES or k_cache.dtype != q.dtype or q.device.type != "cpu":
         raise ValueError(f"the in-place CPU kernel computes in {DTYPES} on the CPU, got {q.dtype} on {q.device}")
+    import numba
+
     out = torch.empty_like(q)
-    _compiled()(q.contiguous().numpy(), k_cache.numpy(), v_cache.numpy(), block_tables.numpy(),
-                context_lens.numpy(), out.numpy(), np.float32(scale))
+    kernel = _compiled()
+    with _LAUNCH:
+        numba.set_num_threads(max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS)))
+        kernel(q.contiguous().numpy(), k_cache.numpy(), v_cache.numpy(), block_tables.numpy(), context_lens.numpy(),
+               out.numpy(), np.float32(scale))
     return out
 
 
 @functools.cache
 def in_place_decode(dtype: torch.dtype) -> tuple[bool, str]:
+    """Whether decode steps take the in-place kernel here for this dtype, and why: where it runs
+    (``in_place_runs``) and measured faster than the gather (once per process)."""
+    ok, why = in_place_runs(dtype)
+    if not ok:
+        return ok, why
+    form, why = timing.pick(_time_against_gather(), textbook="gather")
+    why = why.replace("the textbook form", "the gather") + " on 16 sequences of 128-512 tokens"
+    if form == "gather":
+        return False, f"{SLOWER_HERE}, so decode gathers the blocks first: {why}"
+    return True, f"numba kernel walking the block table, equal to the gather reference, {why}"
+
+
+@functools.cache
+def in_place_runs(dtype: torch.dtype) -> tuple[bool, str]:
     """Whether the in-place kernel runs here for this dtype, and why: compiled and tried once on a small case."""
     if not numba_installed():
         return False, "numba is not installed, so decode gathers each sequence's blocks into a copy first"
@@ -134,7 +174,27 @@ def in_place_decode(dtype: torch.dtype) -> tuple[bool, str]:
         return False, f"numba could not compile the kernel here ({type(err).__name__}: {str(err).splitlines()[0]})"
     if not torch.allclose(got, paged_decode_attention(q, pool_k, pool_v, tables, lens, 8 ** -0.5), atol=1e-5):
         return False, "the compiled kernel disagreed with the gather reference on this CPU"
-    return True, "numba kernel walking the block table, tried once against the gather reference"
+    return True, "compiled and equal to the gather reference on a small case"
+
+
+def _time_against_gather() -> dict[str, float]:
+    """Seconds of one layer's decode attention by each kernel: 16 sequences of 128-512 tokens in blocks of 16,
+    SmolLM2's heads (9 query heads on 3 KV heads of 64), on the threads torch has now."""
+    from kvcourse.kernels.attention.paged import paged_decode_attention
+
+    gen = torch.Generator().manual_seed(1)
+    lens = torch.randint(128, 513, (16,), generator=gen)
+    num_blocks = [(int(n) + 15) // 16 for n in lens]
+    order = torch.randperm(sum(num_blocks), generator=gen)  # blocks scattered over the pool, as a busy engine has them
+    tables = torch.zeros(16, max(num_blocks), dtype=torch.long)
+    for seq, start in enumerate(np.cumsum([0, *num_blocks[:-1]])):
+        tables[seq, : num_blocks[seq]] = order[start: start + num_blocks[seq]]
+    pool_k, pool_v = (torch.randn(sum(num_blocks), 16, 3, 64, generator=gen) for _ in range(2))
+    q = torch.randn(16, 9, 64, generator=gen)
+    calls = {"gather": functools.partial(paged_decode_attention, q, pool_k, pool_v, tables, lens, 0.125),
+             "in place": functools.partial(cpu_paged_decode, q, pool_k, pool_v, tables, lens, 0.125)}
+    with torch.inference_mode():
+        return timing.time_calls(calls)
 
 
 def paged_decode_path(dtype: torch.dtype, device: torch.device | str = "cpu") -> FastPath:

@@ -36,13 +36,13 @@ def decode_kernel(device: torch.device, dtype: torch.dtype, use_triton: bool | N
     if use_triton or (use_triton is None and device.type == "cuda"):
         return "triton"
     if in_place and device.type == "cpu":
-        from kvcourse.kernels.attention.cpu_paged import DTYPES, in_place_decode
+        from kvcourse.kernels.attention.cpu_paged import DTYPES, SLOWER_HERE, in_place_decode
         from kvcourse.kernels.model.cpu_fast import FAST_PATHS_ENV, _say_once
 
         ok, why = in_place_decode(dtype)
         if ok:
             return "in place"
-        if dtype in DTYPES:  # the machine, not the dtype, is missing something: say so, once per process
+        if dtype in DTYPES and not why.startswith(SLOWER_HERE):  # the machine misses something: say so, once
             _say_once(f"{why} (the same results; {FAST_PATHS_ENV}=0 silences this by turning every fast path off)")
     return "gather"
 

@@ -57,11 +57,11 @@ def closest_option(factors: Mapping[str, float], ratio: float) -> str:
 def decode_kernels(dtype: torch.dtype) -> tuple[dict[str, Callable[..., torch.Tensor]], str]:
     """The engine's CPU decode kernels that run here for ``dtype`` (name -> function), and why the in-place one is
     or is not among them: the gather reference always, the in-place kernel where numba runs it (lesson 10)."""
-    from kvcourse.kernels.attention.cpu_paged import cpu_paged_decode, in_place_decode
+    from kvcourse.kernels.attention.cpu_paged import cpu_paged_decode, in_place_runs
     from kvcourse.kernels.attention.paged import paged_decode_attention
 
     kernels: dict[str, Callable[..., torch.Tensor]] = {"gather": paged_decode_attention}
-    ok, why = in_place_decode(dtype)
+    ok, why = in_place_runs(dtype)
     if ok:
         kernels["in place"] = cpu_paged_decode
     return kernels, why

@@ -4,6 +4,8 @@ tokens identical through the engine; bf16, numba missing and the fast paths off 
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 
@@ -13,8 +15,8 @@ from kvcourse.kernels.attention.paged_backend import decode_kernel
 from kvcourse.kernels.model import cpu_fast
 from kvcourse.kernels.model.cpu_fast import FastPathFallback
 
-needs_kernel = pytest.mark.skipif(not cpu_paged.in_place_decode(torch.float32)[0],
-                                  reason=cpu_paged.in_place_decode(torch.float32)[1])
+needs_kernel = pytest.mark.skipif(not cpu_paged.in_place_runs(torch.float32)[0],
+                                  reason=cpu_paged.in_place_runs(torch.float32)[1])
 
 
 def shuffled_pool(context_lens, block_size, num_kv_heads, head_dim, seed):
@@ -62,6 +64,7 @@ def test_the_engine_takes_the_reference_where_the_kernel_cannot_run(monkeypatch)
     assert decode_kernel(cpu, torch.float32, use_triton=True) == "triton"
     monkeypatch.setattr(cpu_paged, "numba_installed", lambda: False)
     cpu_paged.in_place_decode.cache_clear()
+    cpu_paged.in_place_runs.cache_clear()
     try:
         ok, why = cpu_paged.in_place_decode(torch.float32)
         assert not ok and "numba is not installed" in why
@@ -71,11 +74,57 @@ def test_the_engine_takes_the_reference_where_the_kernel_cannot_run(monkeypatch)
     finally:
         monkeypatch.undo()
         cpu_paged.in_place_decode.cache_clear()
+        cpu_paged.in_place_runs.cache_clear()
 
 
 @needs_kernel
-def test_engine_tokens_are_the_same_on_the_in_place_kernel_and_on_the_gather(tiny_hf, fast_paths_on):
+def test_where_the_gather_measures_faster_it_runs_and_the_doctor_says_so(monkeypatch):
+    """A machine where the kernel loses: the gather runs, with no warning (a choice, not a missing part)."""
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(cpu_paged, "_time_against_gather", lambda: {"gather": 1.0, "in place": 1.2})
+    monkeypatch.delenv("KVCOURSE_FAST_PATHS", raising=False)
+    cpu_paged.in_place_decode.cache_clear()
+    try:
+        ok, why = cpu_paged.in_place_decode(torch.float32)
+        assert not ok and why.startswith(cpu_paged.SLOWER_HERE) and "in place 0.83x" in why
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert decode_kernel(cpu, torch.float32) == "gather"
+        path = cpu_paged.paged_decode_path(torch.float32)
+        assert not path.on and cpu_paged.SLOWER_HERE in str(path)
+        monkeypatch.setattr(cpu_paged, "_time_against_gather", lambda: {"gather": 1.5, "in place": 1.0})
+        cpu_paged.in_place_decode.cache_clear()
+        assert decode_kernel(cpu, torch.float32) == "in place" and "1.50x faster than the gather" in \
+            cpu_paged.in_place_decode(torch.float32)[1]
+    finally:
+        monkeypatch.undo()
+        cpu_paged.in_place_decode.cache_clear()
+
+
+@needs_kernel
+def test_the_kernel_uses_the_steps_threads_and_gives_the_same_answer_on_each(monkeypatch):
+    """The programs run in parallel on torch's thread count: 1 or 2 threads, bit for bit the same output."""
+    from kvcourse.kernels.engine.threads import thread_policy
+
+    gen = torch.Generator().manual_seed(3)
+    k, v = (torch.randn(40, 8, 2, 16, generator=gen) for _ in range(2))
+    q = torch.randn(5, 6, 16, generator=gen)
+    tables = torch.randperm(40, generator=gen)[:35].view(5, 7)
+    lens = torch.tensor([56, 1, 30, 9, 44])
+    outs = []
+    for threads in (1, 2):
+        with thread_policy(threads):
+            outs.append(cpu_paged.cpu_paged_decode(q, k, v, tables, lens, 0.25))
+    assert torch.equal(outs[0], outs[1]), "each program is one sequence and KV head: no sum crosses threads"
+    torch.testing.assert_close(outs[0], paged_decode_attention(q, k, v, tables, lens, 0.25), rtol=1e-5, atol=1e-5)
+
+
+@needs_kernel
+def test_engine_tokens_are_the_same_on_the_in_place_kernel_and_on_the_gather(tiny_hf, fast_paths_on, monkeypatch):
     from kvcourse.kernels import EngineConfig, LLMEngine, SamplingParams, Transformer
+
+    monkeypatch.setattr(cpu_paged, "_time_against_gather", lambda: {"gather": 2.0, "in place": 1.0})  # as if faster
+    cpu_paged.in_place_decode.cache_clear()
 
     prompts = [[5, 9, 2, 7, 1, 3, 8][:n] for n in (3, 7, 5)]
     params = SamplingParams(max_new_tokens=12, stop_on_eos=False)
@@ -85,4 +134,5 @@ def test_engine_tokens_are_the_same_on_the_in_place_kernel_and_on_the_gather(tin
         engine = LLMEngine(model, EngineConfig(max_num_seqs=3, num_blocks=24, block_size=4))
         assert engine.model_runner.decode_kernel == ("in place" if fast == "auto" else "gather")
         tokens[fast] = [out.tokens for out in engine.generate(prompts, params)]
+    cpu_paged.in_place_decode.cache_clear()
     assert tokens["auto"] == tokens["off"]
