@@ -6,14 +6,21 @@ bfloat16; the exact versions (a token, bitwise equality, agreement with the engi
 
 from __future__ import annotations
 
+import json
+import re
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import torch
 
-from kvcourse.kernels import costs
+from kvcourse.kernels import Transformer, costs
+from kvcourse.kernels.measure.recompute import ROUNDING_SCALE, drift_by_layer, drift_summary, trend
 from kvcourse.simulators.qkv import QKVExplorer, record_qkv
+from kvcourse.syllabus import REPO_ROOT
 
 SENTENCE = "The cat sat on the mat because it was warm."  # lesson 04's sentence
+FIRST = 6  # lesson 04 follows the keys and values of the sentence's first six tokens
 LAB_PROMPT = "Once upon a time in a distant land"  # lesson 17's prompt, from the source chapter's lab
 
 
@@ -23,6 +30,19 @@ def bf16_model():
     from kvcourse.models import load_model
 
     return load_model("smollm2-135m", dtype=torch.bfloat16, device="cpu")
+
+
+@pytest.fixture(scope="module")
+def bf16_engine(bf16_model):
+    """SmolLM2 in bfloat16 converted to our Transformer once, fast paths chosen as lesson 04 chooses them."""
+    return Transformer.from_hf(bf16_model[0]).accelerate()
+
+
+def _engine(dtype: str, request):
+    """(our Transformer converted once, tokenizer) in ``dtype``: every pass of a test runs the same kernels."""
+    if dtype == "float32":
+        return request.getfixturevalue("smol_model"), request.getfixturevalue("real_model")[1]
+    return request.getfixturevalue("bf16_engine"), request.getfixturevalue("bf16_model")[1]
 
 
 def _keys(model, tokenizer, text: str) -> np.ndarray:
@@ -57,16 +77,77 @@ def test_04_the_pronoun_is_not_the_only_token_that_looks_at_cat(dtype, real_mode
 
 
 @pytest.mark.slow
-def test_04_earlier_keys_and_values_do_not_change_as_the_input_grows_fp32(real_model):
-    """fp32 only: a longer input may round a sum differently, and bf16's rounding step is ~0.1 at these sizes."""
-    hf_model, tokenizer = real_model
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_04_later_tokens_never_change_earlier_keys_and_values_at_one_length(dtype, request):
+    """Bitwise, in both dtypes: the first six tokens followed by random continuations of the same length."""
+    engine, tokenizer = _engine(dtype, request)
     ids = tokenizer(SENTENCE)["input_ids"]
-    first = 6
-    reference = record_qkv(hf_model, ids[:first])[0]
-    for n in range(first + 1, len(ids) + 1):
-        rec = record_qkv(hf_model, ids[:n])[0]
-        np.testing.assert_allclose(rec.k[:, :, :first], reference.k[:, :, :first], atol=5e-4)
-        np.testing.assert_allclose(rec.v[:, :, :first], reference.v[:, :, :first], atol=5e-4)
+    futures = torch.randint(len(tokenizer), (4, len(ids) - FIRST), generator=torch.Generator().manual_seed(0))
+    whole = record_qkv(engine, ids)[0]
+    for future in futures:
+        other = record_qkv(engine, ids[:FIRST] + future.tolist())[0]
+        assert np.array_equal(other.k[:, :, :FIRST], whole.k[:, :, :FIRST])
+        assert np.array_equal(other.v[:, :, :FIRST], whole.v[:, :, :FIRST])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_04_recomputed_over_a_longer_input_keys_and_values_move_only_by_rounding(dtype, request):
+    """Lesson 04's growing input: every layer within ROUNDING_SCALE rounding steps (fp32: also under 5e-4)."""
+    engine, tokenizer = _engine(dtype, request)
+    ids = tokenizer(SENTENCE)["input_ids"]
+    recordings = [record_qkv(engine, ids[:n])[0] for n in range(FIRST, len(ids) + 1)]
+    table = drift_by_layer(recordings, FIRST, engine.dtype)
+    assert len(table) == engine.config.num_layers
+    assert (table["rounding steps"] <= ROUNDING_SCALE).all(), table
+    if dtype == "float32":
+        assert table["largest change"].max() < 5e-4
+
+
+def _recording(k: np.ndarray) -> SimpleNamespace:
+    return SimpleNamespace(k=k, v=np.zeros_like(k))
+
+
+def test_04_drift_is_counted_in_the_dtypes_own_rounding_steps():
+    """A change of one epsilon times the layer's largest number is one rounding step, in any dtype."""
+    reference = np.ones((3, 1, 4, 2), dtype=np.float32)  # (layers, KV heads, tokens, head dim)
+    moved = reference.copy()
+    moved[1, 0, 0, 0] += 2 * torch.finfo(torch.bfloat16).eps
+    moved[2, 0, 3, 0] += 1.0  # token 3 is not among the first two: not counted
+    table = drift_by_layer([_recording(reference), _recording(moved)], 2, torch.bfloat16)
+    assert table["rounding steps"].tolist() == pytest.approx([0.0, 2.0, 0.0])
+    assert table["largest value"].tolist() == [1.0, 1.0, 1.0]
+
+
+def test_04_the_drift_trend_is_read_from_the_first_and_last_third_of_the_layers():
+    assert trend([0.0] * 6) == "is zero at every layer"
+    assert trend([0, 0, 1, 1, 2, 2]) == "grows through the layers"
+    assert trend([2, 2, 1, 1, 0, 0]) == "shrinks through the layers"
+    assert trend([1, 2, 1, 2, 1, 1.2]) == "stays about level"
+    tables = {"float32": drift_by_layer([_recording(np.ones((3, 1, 2, 2), np.float32))] * 2, 1, torch.float32)}
+    assert drift_summary(tables).loc["float32", "the drift"] == "is zero at every layer"
+
+
+# What each lesson-04 prediction's answer would read like in a heading (a regression: the heading above
+# "04.kv_drift" once said "Earlier tokens' keys and values do not change").
+_ANSWER_WORDS = {
+    "04.it_attends_to": ["cat"],
+    "04.kv_drift": ["not change", "never change", "don't change", "unchanged", "stay the same", "are fixed"],
+    "04.mat_depends": ["earlier word", "earlier edit", "not on later", "never on later", "only on"],
+}
+
+
+def test_04_no_heading_gives_away_a_prediction_before_its_reveal():
+    """shared/LESSONS.md: a heading never gives away the prediction below it."""
+    cells = json.loads((REPO_ROOT / "lessons" / "04_queries_keys_values.ipynb").read_text())["cells"]
+    headings: list[str] = []
+    for cell in cells:
+        source = "".join(cell["source"])
+        if cell["cell_type"] == "markdown":
+            headings += [line.lower() for line in source.splitlines() if line.startswith("#")]
+        for key in re.findall(r"reveal\(\s*['\"]([^'\"]+)['\"]", source):
+            given_away = [h for h in headings for words in _ANSWER_WORDS[key] if words in h]
+            assert not given_away, f"{key}: headings above its reveal state the answer: {given_away}"
 
 
 @pytest.mark.slow
