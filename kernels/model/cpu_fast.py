@@ -2,28 +2,26 @@
 
 ``layers.py`` is the textbook; this module holds the twins ``Transformer.accelerate()`` swaps in.
 Each twin shares its textbook module's Parameters (no weight is copied to make it) and is tested
-equal to it: fp32 tokens identical, prompt logits bit for bit Hugging Face's, bf16 within the
-bf16 tolerances. What each buys, measured by switching one off at a time (48 greedy tokens of
-SmolLM2-135M, contiguous cache, medians of 5 rounds interleaved in one process, AMD EPYC Zen 4 with
-AVX-512, 2 cores; the speed-up each gives a decode step):
+equal to it: fp32 tokens identical, prompt logits bit for bit Hugging Face's wherever F.linear is
+the product chosen for a prompt, bf16 within the bf16 tolerances.
 
-=====================  ==========================================  ========  ========
-trick                  what it does                                fp32      bf16
-=====================  ==========================================  ========  ========
-matrix products        each weight shape and row count takes the   1.26x     1.41x
-                       product measured fastest here (products.py):
-                       W^T contiguous, oneDNN's bf16 layout, ...
-one-call RMSNorm       torch's rms_norm: Llama's arithmetic in     ~1.0x     1.13x
-                       one kernel instead of six
-RoPE as a matrix       a decode step's rotation as one (D, D)      ~1.0x     1.14x
-                       matrix per token: one bmm instead of the
-                       textbook's five elementwise kernels
-all three              ``accelerate()`` against the textbook       1.33x     1.64x
-=====================  ==========================================  ========  ========
+=====================  ============================================================================
+trick                  what it does
+=====================  ============================================================================
+matrix products        each weight shape, dtype and row count takes the product measured fastest
+                       here (products.py): F.linear, W^T contiguous, oneDNN's bf16 layout, or bf16
+                       multiplied in float32 tiles
+one-call RMSNorm       torch's rms_norm: Llama's arithmetic in one kernel instead of six
+RoPE in fewer kernels  a decode step's rotation as one (D, D) matrix per token, or the textbook's
+                       arithmetic with the sign folded into the sin table (fast_rope.py)
+=====================  ============================================================================
 
-(An earlier trick, the skip connection folded into the matrix product with addmm, bought 1-2 %,
-inside the noise, and was dropped for the textbook's ``x = x + attention``.) ``bench_decode``
-reports the fast-paths-off figure beside the fast one on your CPU.
+What each buys depends on the CPU and the dtype, and can be nothing or worse: on an AVX2-only CPU
+a bf16 W^T product was 14x slower than F.linear (a Zen 2), and a bf16 rotation matrix 2.7x slower than the
+textbook's five kernels (AVX2 emulated on a Zen 4). So none is assumed: each is timed against its textbook form once per
+process (timing.py) and used only where it won. ``kvcourse doctor`` prints what won and by how
+much; ``python -m benchmarks.bench_decode`` measures the whole decode step with the fast paths on
+and off on your CPU, and grades "on" at least as fast as "off" in every dtype.
 
 Choosing: a product is used only where it measured faster than F.linear on this CPU, for this
 dtype, shape and number of rows (products.py); where none is, the textbook product runs. A product
