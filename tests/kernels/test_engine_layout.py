@@ -39,7 +39,10 @@ def test_no_kernels_file_is_over_300_lines(path):
 def test_only_the_thread_policy_sets_torch_threads():
     setters = [p.relative_to(KERNELS) for p in FILES if "torch.set_num_threads" in p.read_text()]
     assert setters == [Path("engine/threads.py")]
-    assert not [p for p in FILES if "numba.set_num_threads" in p.read_text()]  # the numba kernel runs serially
+    # the in-place kernel's numba threads follow torch's count for the step, set in one place and nowhere else
+    assert [p.relative_to(KERNELS) for p in FILES if "numba.set_num_threads" in p.read_text()] == [
+        Path("attention/cpu_paged.py")]
+    assert "torch.get_num_threads()" in (KERNELS / "attention/cpu_paged.py").read_text()
 
 
 @pytest.mark.parametrize("layer", LAYERS + ["baselines"])
