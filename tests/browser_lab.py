@@ -32,8 +32,11 @@ from kvcourse.syllabus import REPO_ROOT
 
 CHROMIUM = Path("/usr/bin/chromium")
 LESSONS_DIR = REPO_ROOT / "lessons"
-START_TIMEOUT_S = 120
-CELL_TIMEOUT_S = 300  # one cell of a lesson, on a busy 2-core machine
+# Every wait below is on the page's state (a status, a text, a prompt number), never on time; these are only
+# the bounds after which a wait fails, generous enough for a 2-core machine that runs the rest of the suite.
+START_TIMEOUT_S = 300  # the lab answering on its port
+CELL_TIMEOUT_S = 300  # one cell of a lesson making no progress
+WAIT_S = 180  # anything else the page is waiting for: a kernel, a reply to a click, a figure decoding
 
 needs_chromium = needs(None if CHROMIUM.exists() else
                        f"browser tests need Debian's chromium at {CHROMIUM}: apt-get install -y chromium")
@@ -83,7 +86,7 @@ class Lab:
     def get(self, path: str) -> int:
         """The HTTP status of a GET on ``path`` (with the token)."""
         try:
-            with urllib.request.urlopen(self.url(path), timeout=10) as response:
+            with urllib.request.urlopen(self.url(path), timeout=WAIT_S) as response:
                 return response.status
         except urllib.error.HTTPError as err:
             return err.code
@@ -96,7 +99,10 @@ class Lab:
 
 def _status(lab: Lab) -> int | None:
     try:
-        return lab.get("/api/status")
+        with urllib.request.urlopen(lab.url("/api/status"), timeout=10) as response:  # polled: a slow answer is retried
+            return response.status
+    except urllib.error.HTTPError as err:
+        return err.code
     except (urllib.error.URLError, ConnectionError, TimeoutError):
         return None
 
@@ -140,7 +146,7 @@ def chromium_page(width: int = 1400, height: int = 1000):
         try:
             page = browser.new_page(viewport={"width": width, "height": height})
             page.on("dialog", lambda dialog: dialog.accept())
-            page.set_default_timeout(60_000)
+            page.set_default_timeout(WAIT_S * 1000)  # an action waits for its element; a bound, not a pause
             yield page
         finally:
             browser.close()
@@ -175,7 +181,7 @@ def open_notebook(page, lab: Lab, notebook: str) -> None:
     wait_kernel_idle(page)
 
 
-def wait_kernel_idle(page, timeout_s: float = 120) -> None:
+def wait_kernel_idle(page, timeout_s: float = START_TIMEOUT_S) -> None:
     """Wait until the status bar shows the notebook's kernel started and idle ("Python 3 (ipykernel) | Idle")."""
     # Not the toolbar's indicator: it reads idle while the session is still "No Kernel | Initializing",
     # and Run All at that moment opens a Select Kernel dialog.
@@ -190,11 +196,40 @@ def menu(page, *path: str) -> None:
         page.locator(".lm-Menu-itemLabel", has_text=re.compile(f"^{re.escape(item)}$")).last.click()
 
 
+# The question a predict box answers: the n-th "Predict: ..." line above it in its cell's output (n counted by
+# the data-kv-asked mark this file leaves on the output area), or null while that line has not reached the page.
+# The kernel prints the question before it asks for input, but the two travel on different channels (iopub and
+# stdin): on a busy machine the box can be drawn before the text above it. JupyterLab inserts a late output
+# above the pending box, so waiting for the line is enough.
+_QUESTION_JS = r"""box => {
+  const panel = box.closest('.jp-OutputArea-child'), area = box.closest('.jp-OutputArea');
+  const asked = Number(area.dataset.kvAsked || 0), questions = [];
+  for (const child of area.children) {
+    if (child === panel) break;
+    for (const m of child.textContent.matchAll(/Predict: ([^\n]*)\n/g)) questions.push(m[1].trim());
+  }
+  return questions.length > asked ? {question: questions[asked]} : null;
+}"""
+_ASKED_JS = "box => { const area = box.closest('.jp-OutputArea'); area.dataset.kvAsked = Number(area.dataset.kvAsked || 0) + 1; }"
+
+
+def _question(page, box) -> str:
+    """The question ``box`` asks, once its "Predict:" line is in the page."""
+    try:
+        found = page.wait_for_function(_QUESTION_JS, arg=box, timeout=WAIT_S * 1000, polling=200)
+    except Exception as err:  # playwright's TimeoutError: say what was missing
+        output = box.evaluate("box => box.closest('.jp-OutputArea').innerText")
+        raise AssertionError(f"an input box with no new 'Predict:' line above it after {WAIT_S} s:\n{output}") from err
+    return found.json_value()["question"]
+
+
 def run_all_cells(page, answer: dict[str, str] | None = None, default: str = "") -> list[str]:
     """Run → Run All Cells, typing a guess into each predict box; returns the questions asked, in order.
 
     ``answer`` maps a fragment of a prediction's question to what to type; other predictions get
     ``default``. Returns once every cell has run (or the first one failed) and the kernel is idle.
+    A cell's prompt turns from [*] to its number only once JupyterLab has both the kernel's reply and the
+    idle status that follows the cell's last output, so numbered prompts mean every output has arrived.
     """
     asked: list[str] = []
     menu(page, "Run", "Run All Cells")
@@ -204,13 +239,14 @@ def run_all_cells(page, answer: dict[str, str] | None = None, default: str = "")
     last_progress, last_done, finished_polls = time.monotonic(), -1, 0
     while finished_polls < 3:  # idle with every prompt numbered for three polls in a row: Run All is over
         for box in page.query_selector_all("input.jp-Stdin-input"):  # handles: this box, not "the first box"
-            output = box.evaluate("box => box.closest('.jp-OutputArea').innerText")
-            question = output.rsplit("Predict:", 1)[-1].split("\n", 1)[0].strip()
+            question = _question(page, box)
             typed = next((text for fragment, text in (answer or {}).items() if fragment in question), default)
+            box.evaluate(_ASKED_JS)
             box.fill(typed)
             box.press("Enter")
             page.wait_for_function("box => !box.isConnected", arg=box)  # the box turns into the typed text
             asked.append(question)
+            last_progress = time.monotonic()  # the learner's typing is not the cell's time
         texts = prompts.all_inner_texts()
         done = sum(bool(re.search(r"\[\d+\]", text)) for text in texts)
         over = (done == len(texts) or error_outputs(page)) and "[*]" not in "".join(texts)
@@ -219,7 +255,7 @@ def run_all_cells(page, answer: dict[str, str] | None = None, default: str = "")
             last_progress, last_done = time.monotonic(), done
         assert time.monotonic() - last_progress < CELL_TIMEOUT_S, (
             f"no cell finished in {CELL_TIMEOUT_S} s ({done} of {len(texts)} code cells ran)")
-        time.sleep(0.5)
+        time.sleep(0.5)  # the polling interval: each poll reads the page's state afresh
     return asked
 
 
@@ -252,12 +288,34 @@ def cell_with_source(page, fragment: str):
                         has=page.locator(".jp-InputArea-editor", has_text=fragment)).first
 
 
-def wait_for_text(locator, pattern: str | re.Pattern, timeout_s: float = 60) -> str:
-    """Wait until ``locator``'s text matches ``pattern``; return that text."""
+def wait_until(read, done, what: str, timeout_s: float = WAIT_S):
+    """Poll ``read()`` (a text, a count, an attribute of the page) until ``done(value)``; return that value.
+
+    A wait on the page's state: it returns as soon as the state is reached, and fails (saying ``what``
+    and the last value read) only after ``timeout_s``, a bound for a loaded machine, never a pause.
+    """
     deadline = time.monotonic() + timeout_s
     while True:
-        text = locator.inner_text()
-        if re.search(pattern, text):
-            return text
-        assert time.monotonic() < deadline, f"{pattern!r} did not appear in {text!r}"
-        time.sleep(0.3)
+        value = read()
+        if done(value):
+            return value
+        assert time.monotonic() < deadline, f"{what}: still {value!r} after {timeout_s} s"
+        time.sleep(0.2)
+
+
+def wait_for_text(locator, pattern: str | re.Pattern, timeout_s: float = WAIT_S) -> str:
+    """Wait until ``locator``'s text matches ``pattern``; return that text."""
+    return wait_until(locator.inner_text, lambda text: re.search(pattern, text), f"{pattern!r} did not appear",
+                      timeout_s)
+
+
+def wait_for_figures(page, count: int = 1, timeout_s: float = WAIT_S) -> int:
+    """Wait until at least ``count`` figures under the cells are decoded (images decode after the output lands)."""
+    return wait_until(lambda: rendered_figures(page), lambda n: n >= count, f"fewer than {count} figures decoded",
+                      timeout_s)
+
+
+def wait_image_decoded(image, timeout_s: float = WAIT_S) -> None:
+    """Wait until the image ``image`` (a locator) is in the page and decoded."""
+    wait_until(lambda: image.count() and image.first.evaluate("img => img.complete && img.naturalWidth > 0"),
+               bool, "the image did not decode", timeout_s)

@@ -26,7 +26,9 @@ from kvcourse.kernel_env import headless
 from kvcourse.site.render import make_static
 from kvcourse.syllabus import REPO_ROOT, Lesson, load_syllabus
 
-DEFAULT_CACHE = REPO_ROOT / ".cache" / "executed"  # git-ignored; tests/lessons/test_notebooks.py fills it too
+# git-ignored; tests/lessons/test_notebooks.py fills it too. KVCOURSE_EXECUTED_CACHE puts it elsewhere (a CI
+# cache, a cold measurement of the suite) for the site and the tests alike.
+DEFAULT_CACHE = Path(os.environ.get("KVCOURSE_EXECUTED_CACHE") or REPO_ROOT / ".cache" / "executed")
 SITE_DTYPE = "float32"
 CELL_TIMEOUT_S = 300
 MARKER = ".kvcourse-site"  # only a folder holding this file is ever replaced by a build

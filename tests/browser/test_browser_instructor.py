@@ -36,7 +36,7 @@ def test_instructor_lab_has_formgrader_and_create_assignment(tmp_path):
         menu(page, "Nbgrader", "Formgrader")
         formgrader = page.frame_locator(".jp-MainAreaWidget iframe").first
         formgrader.get_by_role("heading", name="Manage Assignments").wait_for()
-        formgrader.locator("tr", has_text="lesson00").wait_for(timeout=60_000)
+        formgrader.locator("tr", has_text="lesson00").wait_for()  # the page's default bound (browser_lab.WAIT_S)
         assert "exchange directory" not in formgrader.locator("body").inner_text()
 
         # Create Assignment on the source notebook: the cells carry their nbgrader types, ids and points.

@@ -20,6 +20,7 @@ from browser_lab import (
     run_all_cells,
     running_lab,
     wait_for_text,
+    wait_image_decoded,
 )
 
 from kvcourse.syllabus import get_lesson
@@ -51,7 +52,7 @@ def test_lab_a_runs_from_the_menu_fails_on_the_skeleton_and_shows_a_passing_run(
         # The simulator runs the reference solution beside the engine's own manager, and moves.
         sim = output_of(page, "runs the reference solution")
         image = sim.locator(".kv-sim-figure img")
-        assert image.evaluate("img => img.complete && img.naturalWidth > 0"), "the simulator's figure is missing"
+        wait_image_decoded(image)  # the simulator's figure: drawn by its view after the cell's output has landed
         status = sim.locator(".widget-html", has_text="Your manager").first
         sim.get_by_role("button", name="Fork").click()
         wait_for_text(status, r"Forked: 3 block tables")

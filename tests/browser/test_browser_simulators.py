@@ -15,7 +15,6 @@ import json
 import os
 import re
 import shutil
-import time
 
 import ipywidgets as widgets
 import nbformat
@@ -27,7 +26,9 @@ from browser_lab import (
     open_notebook,
     run_all_cells,
     running_lab,
+    wait_image_decoded,
     wait_kernel_idle,
+    wait_until,
 )
 from sim_checks import LAB_VIEWS, VIEW_CELLS, VIEW_IMPORTS, build_view
 
@@ -60,9 +61,8 @@ OVERFLOW_JS = """root => {
 }"""
 
 
-def _plan(lesson: str) -> list[tuple[str, str, str, list[str], str]]:
-    """(description, kind, what to do, values, name) for every control of ``lesson``'s view, found in Python."""
-    view = build_view(lesson)
+def _plan(view) -> list[tuple[str, str, str, list[str], str]]:
+    """(description, kind, what to do, values, name) for every control of a simulator view, found in Python."""
     view._redraw = lambda: None  # probing builds models only
     plan = []
     for name, control in view.controls.items():
@@ -115,22 +115,30 @@ def _control(view, description: str, kind: str):
     return box.locator(".noUi-handle, .slider-handle, [role=slider]").first
 
 
-def _status_after(page, status, before: str, what: str = "", timeout_s: float = 60) -> str:
-    deadline = time.monotonic() + timeout_s
-    while status.inner_text() == before:
-        assert time.monotonic() < deadline, f"{what}: the status line stayed {before[:120]!r}"
-        time.sleep(0.05)
-    wait_kernel_idle(page)  # the figure and the rest of the reply: the kernel goes idle after sending them
+def _status_after(page, status, before: str, what: str = "") -> str:
+    """The status line once the kernel's reply to a change has landed.
+
+    The new status comes on the kernel's output channel after its "busy" and before its "idle", so once
+    it has changed, the status bar's idle means the whole reply (figure included) is in the page.
+    """
+    wait_until(status.inner_text, lambda now: now != before, f"{what}: the status line did not change")
+    wait_kernel_idle(page)
     return status.inner_text()
 
 
-def _move_every_control(page, view, lesson: str, plan) -> list[str]:
-    """Set each control to its far end and to a bad value in the page; return what overflowed."""
+def _move_every_control(page, view, lesson: str, plan, restarts_run: bool) -> list[str]:
+    """Set each control to its far end and to a bad value in the page; return what overflowed.
+
+    Reset puts every control back to its start, or, for a view that ``restarts_run``, to the last values that
+    worked: the status line it leads to is known before pressing it, so the test waits for that line.
+    """
     status = view.locator(":scope > .widget-html").first
     reset = view.get_by_role("button", name="Reset")
     overflow: list[str] = []
     for description, kind, action, values, _ in plan:
         element = _control(view, description, kind)
+        wait_kernel_idle(page)
+        start = last_good = status.inner_text()
         for value in values:
             wait_kernel_idle(page)  # the reply to the last change has landed: `before` is its status, not an older one
             before = status.inner_text()
@@ -153,6 +161,7 @@ def _move_every_control(page, view, lesson: str, plan) -> list[str]:
                 assert "tick" in after, (lesson, description, after)  # a combination refused says what to tick
             else:
                 assert "Check the input" not in after, (lesson, description, value, after)
+                last_good = after
             if action == "fill":  # the box shows what was typed, not a truncated or rounded figure
                 shown = element.input_value()
                 assert float(shown) == float(value) if kind == "number" else shown == value, (lesson, description,
@@ -160,14 +169,17 @@ def _move_every_control(page, view, lesson: str, plan) -> list[str]:
             overflow += [f"{lesson} {description}={value}: {text!r}" for text in view.evaluate(OVERFLOW_JS)]
         wait_kernel_idle(page)
         before = status.inner_text()
+        expected = last_good if restarts_run else start
         reset.click()
-        deadline, changed_by = time.monotonic() + 60, time.monotonic() + 2
-        while status.inner_text() == before and time.monotonic() < changed_by:  # the reply to Reset has landed
-            time.sleep(0.05)
-        while "Check the input" in status.inner_text():
-            assert time.monotonic() < deadline, (lesson, description, "Reset left", status.inner_text())
-            time.sleep(0.05)
+        # The reply to Reset has landed once the line changed or reads what Reset leads to; where that is the line
+        # already shown (a restart with the settings shown), the reply changes nothing in the page, and the kernel
+        # answers the next change only after it.
+        wait_until(status.inner_text, lambda now, old=before, new=expected: (now != old or now == new)
+                   and "Check the input" not in now,
+                   f"{lesson} Reset after {description}: the status line did not become {expected[:120]!r}")
         wait_kernel_idle(page)
+        after = status.inner_text()
+        assert "Check the input" not in after, (lesson, description, "Reset left", after)
     return overflow
 
 
@@ -219,7 +231,8 @@ def simulators_notebook():
 
 
 def test_every_simulator_in_the_students_lab(tmp_path, simulators_notebook):
-    plans = {lesson: _plan(lesson) for lesson in VIEW_CELLS}
+    built = {lesson: build_view(lesson) for lesson in VIEW_CELLS}
+    plans = {lesson: _plan(view) for lesson, view in built.items()}
     with running_lab(tmp_path) as lab, chromium_page(1440, 900) as page:
         open_notebook(page, lab, simulators_notebook)
         run_all_cells(page)
@@ -227,7 +240,7 @@ def test_every_simulator_in_the_students_lab(tmp_path, simulators_notebook):
         outputs = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell-outputArea")
         views = {lesson: outputs.nth(i + 1).locator(".widget-vbox").first for i, lesson in enumerate(VIEW_CELLS)}
         for view in views.values():
-            view.locator(".kv-sim-figure img").wait_for(timeout=300_000)  # Run All may still be running
+            wait_image_decoded(view.locator(".kv-sim-figure img"))  # drawn by the view after the cell's output
 
         ours, theirs = _axe(page)
         (tmp_path / "axe.json").write_text(json.dumps({"ours": ours, "jupyterlab": theirs}, indent=1))
@@ -243,7 +256,7 @@ def test_every_simulator_in_the_students_lab(tmp_path, simulators_notebook):
             if lesson in LAB_VIEWS:  # lessons 12, 13 and 11's views with a policy: their controls are moved there
                 continue
             _tab_reaches_every_control(page, view, plans[lesson])
-            overflow += _move_every_control(page, view, lesson, plans[lesson])
+            overflow += _move_every_control(page, view, lesson, plans[lesson], built[lesson].restarts_run)
         assert not overflow, f"text cut off: {overflow}"
 
         # What the page shows is what the kernel uses.
@@ -253,10 +266,9 @@ def test_every_simulator_in_the_students_lab(tmp_path, simulators_notebook):
         ran_before = prompt.inner_text()
         report.locator(".jp-InputArea-editor").click()
         page.keyboard.press("Control+Enter")  # run it in place (Shift+Enter would add a cell below)
-        deadline = time.monotonic() + 60
-        while prompt.inner_text() in (ran_before, "[*]:") or "*" in prompt.inner_text():
-            assert time.monotonic() < deadline, "the report cell did not run again"
-            time.sleep(0.2)
+        # numbered anew: the reply and the idle after the cell's output have both arrived
+        wait_until(prompt.inner_text, lambda now: now != ran_before and "*" not in now and re.search(r"\d", now),
+                   "the report cell did not run again")
         output = report.locator(".jp-OutputArea-output").first
         output.wait_for()
         values = json.loads(output.inner_text().split("VALUES", 1)[1])

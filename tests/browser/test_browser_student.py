@@ -7,7 +7,6 @@ tests are safe on two xdist workers; none of them writes into the repository.
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Callable
 
 import pytest
@@ -21,11 +20,13 @@ from browser_lab import (
     open_notebook,
     output_of,
     output_texts,
-    rendered_figures,
     run_all_cells,
     running_lab,
+    wait_for_figures,
     wait_for_text,
+    wait_image_decoded,
     wait_kernel_idle,
+    wait_until,
 )
 
 from kvcourse.quizzes.bank import load_quiz
@@ -119,7 +120,7 @@ def test_lesson_07_runs_from_the_menu_and_its_simulator_moves(tmp_path):
         open_notebook(page, lab, notebook)
         asked = run_all_cells(page, answer={"kB": "600", "tokens": "100000", "GB": "100", "main cost": "b"})
         texts = _clean_run(page, asked, num_predictions=4)
-        assert rendered_figures(page) >= 1, "lesson 07's figure did not render"
+        wait_for_figures(page, 1)  # lesson 07's figure: decoded by the browser after its output has landed
         lines = [line for text in texts for line in text.splitlines()]
         for guess in ("Your guess: 600 kB. Measured: ", "Your guess: 100,000 tokens. Measured: ",
                       "Your guess: 100 GB. Measured: ", "You chose: keeping them"):
@@ -127,13 +128,16 @@ def test_lesson_07_runs_from_the_menu_and_its_simulator_moves(tmp_path):
 
         sim = output_of(page, "Double the tokens")
         status = sim.locator(".widget-html", has_text="per token").first
-        before = status.inner_text()
         image = sim.locator(".kv-sim-figure img")
-        assert image.evaluate("img => img.complete && img.naturalWidth > 0"), "the simulator's figure is missing"
+        wait_image_decoded(image)  # the simulator's first figure: its view is drawn after the cell's output lands
+        wait_kernel_idle(page)  # nothing of the simulator's start is still on its way: `before` is its settled state
+        before = status.inner_text()
         image_before = image.get_attribute("src")
         sim.get_by_role("button", name="Double the tokens").click()
-        after_step = _changed(status.inner_text, before)
+        _changed(status.inner_text, before)
         _changed(lambda: image.get_attribute("src"), image_before)  # the figure is redrawn
+        wait_kernel_idle(page)  # the whole reply to the click has landed
+        after_step = status.inner_text()
 
         # The Layers box, with the keyboard alone: Tab to it, type, Enter (typed boxes: a slider's handle
         # has no name a screen reader reads).
@@ -149,10 +153,6 @@ def test_lesson_07_runs_from_the_menu_and_its_simulator_moves(tmp_path):
         page.screenshot(path=str(tmp_path / "lesson_07_simulator.png"))
 
 
-def _changed(read: Callable[[], str | None], old: str | None, timeout_s: float = 60) -> str | None:
+def _changed(read: Callable[[], str | None], old: str | None) -> str | None:
     """Wait until ``read()`` (a text or an attribute in the page) differs from ``old``; return it."""
-    deadline = time.monotonic() + timeout_s
-    while (text := read()) == old:
-        assert time.monotonic() < deadline, f"still {old!r} after {timeout_s} s"
-        time.sleep(0.3)
-    return text
+    return wait_until(read, lambda now: now != old, "unchanged")

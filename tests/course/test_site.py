@@ -1,8 +1,10 @@
 """The course as a static site (`make site`, issue 16): every page there, figures in, no errors, no answers.
 
-The site is built once per test run (a lock file shares it between pytest-xdist workers). Lessons
-that tests/lessons/test_notebooks.py already ran unchanged come from its cache of executed notebooks, so
-the suite does not run them twice; any other lesson is executed here.
+The site is built once per test run (a lock file shares it between pytest-xdist workers) with `build_site`,
+from lessons executed at most once in this run: a lesson tests/lessons/test_notebooks.py has run (or is
+running) in float32 is taken from it, any other is executed here, as that test executes it, and that test
+then takes it from here (the `lesson_runs` fixture of tests/conftest.py). A lesson unchanged since an earlier
+run is taken from the cache of executed notebooks (.cache/executed), as `make site` takes it.
 """
 
 from __future__ import annotations
@@ -23,7 +25,15 @@ from kvcourse.quizzes.bank import load_quiz
 from kvcourse.quizzes.checking import expected_number, prompt_for
 from kvcourse.quizzes.model import Kind
 from kvcourse.quizzes.units import DESCRIPTIONS, format_quantity
-from kvcourse.site.build import DEFAULT_CACHE, MARKER, build_site
+from kvcourse.site.build import (
+    MARKER,
+    SITE_DTYPE,
+    build_site,
+    executed_key,
+    load_executed,
+    save_executed,
+    sources_digest,
+)
 from kvcourse.site.pages import page_name
 from kvcourse.site.render import QUIZ_SEED, WIDGET_STATE, question_html, quiz_html, typeset_math
 from kvcourse.syllabus import Lesson, load_syllabus
@@ -33,20 +43,44 @@ CHROMIUM = Path("/usr/bin/chromium")
 WRITTEN = [lesson for lesson in load_syllabus() if lesson.notebook_path.exists()]
 
 
+def _executed_once(lesson_runs, lesson: Lesson, sources: str) -> nbformat.NotebookNode:
+    """The lesson executed in this run (waiting for another worker's run of it), else an unchanged earlier run."""
+    done = lesson_runs.done(lesson.notebook_path, SITE_DTYPE)
+    if done is not None:
+        return done.nb
+    return load_executed(lesson.notebook_path, sources=sources) or lesson_runs.run(lesson.notebook_path, SITE_DTYPE).nb
+
+
 @pytest.fixture(scope="session")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def site(run_tmp: Path, lesson_runs) -> Path:
     """The built site; the notebooks it was built from lie beside it, in kvcourse-site-executed/."""
-    root = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        root = root.parent  # shared by the workers of this run
+    root = run_tmp
     out, failed = root / "kvcourse-site", root / "kvcourse-site.failed"
+    if not (out / MARKER).exists() and not failed.exists():
+        # Every worker that gets here runs the lessons nobody has run yet, side by side (one kernel per worker,
+        # two in a run without workers); lessons another worker is running are waited for, never run twice.
+        # Last lesson first: the notebook tests go first to last, so the two meet once, in the middle, instead
+        # of one waiting at every lesson for the other.
+        sources = sources_digest()
+        needed = [lesson.notebook_path for lesson in reversed(WRITTEN) if lesson_runs.done(lesson.notebook_path,
+                  SITE_DTYPE) is None and load_executed(lesson.notebook_path, sources=sources) is None]
+        try:
+            lesson_runs.run_all(needed, SITE_DTYPE, jobs=1 if os.environ.get("PYTEST_XDIST_WORKER") else 2)
+        except AssertionError as err:
+            failed.write_text(f"no site was written: {err}")
     with open(root / "kvcourse-site.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one worker builds; the other waits for it
-        if failed.exists():  # the other worker's build failed: say why instead of failing slowly again
+        if failed.exists():  # a lesson or the build failed: say why instead of failing slowly again
             pytest.fail(failed.read_text())
         if not (out / MARKER).exists():
+            # build_site takes every lesson from a cache of this run's notebooks, keyed as it keys them now.
+            staged = root / "kvcourse-site-cache"
             try:
-                pages = build_site(out, DEFAULT_CACHE, jobs=2, log=lambda line: None)
+                sources = sources_digest()
+                for lesson in WRITTEN:
+                    nb = _executed_once(lesson_runs, lesson, sources)
+                    save_executed(nb, lesson.notebook_path, executed_key(lesson.notebook_path, sources=sources), staged)
+                pages = build_site(out, staged, jobs=1, log=lesson_runs.note)  # it notes a lesson it executes itself
             except Exception as err:
                 failed.write_text(f"building the site failed: {err}")
                 raise

@@ -6,20 +6,15 @@ import json
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
 
-from kvcourse.kernel_env import headless
-from kvcourse.site.build import SITE_DTYPE, executed_key, save_executed
 from kvcourse.syllabus import REPO_ROOT, load_syllabus
 
 LESSONS_DIR = REPO_ROOT / "lessons"
 NOTEBOOKS = sorted(LESSONS_DIR.glob("*.ipynb"))
-CELL_TIMEOUT_S = 300
 DTYPES = ("float32", "bfloat16")
 
 
@@ -33,27 +28,16 @@ def _committed_notebooks() -> list[Path]:
     return [REPO_ROOT / line for line in out.splitlines() if line and (REPO_ROOT / line).exists()]
 
 
-def _execute(nb: nbformat.NotebookNode, tmp_path: Path, dtype: str = "float32") -> nbformat.NotebookNode:
-    # Offline, one thread, progress in tmp (never the learner's file), predict() asks nothing, and a false
-    # expect() fails the test with its sentence.
-    client = NotebookClient(nb, kernel_name="python3", timeout=CELL_TIMEOUT_S, allow_errors=False,
-                            resources={"metadata": {"path": str(LESSONS_DIR)}})
-    return client.execute(env=headless(tmp_path / "progress", dtype, strict=True))
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_notebook_runs_without_errors(path: Path, dtype: str, tmp_path: Path, record_property) -> None:
-    nb = nbformat.read(path, as_version=4)
-    key = executed_key(path, dtype)
-    start = time.perf_counter()
-    _execute(nb, tmp_path, dtype)  # raises CellExecutionError, naming the cell, on any error
-    seconds = time.perf_counter() - start
-    if dtype == SITE_DTYPE:
-        save_executed(nb, path, key)  # `make site` and tests/course/test_site.py reuse it instead of running it again
-    record_property("seconds", round(seconds, 1))
-    print(f"{path.name} ({dtype}): {seconds:.1f} s")
+def test_notebook_runs_without_errors(path: Path, dtype: str, lesson_runs, record_property) -> None:
+    # Executed here, or, where the site test (tests/course/test_site.py) has already run it in this test run,
+    # that same run is the one checked: a lesson runs once per dtype per run (tests/conftest.py: LessonRuns).
+    # Raises CellExecutionError, naming the cell, on any error; a float32 run is kept for `make site`.
+    run = lesson_runs.run(path, dtype)
+    record_property("seconds", round(run.seconds, 1))
+    print(f"{path.name} ({dtype}): {run.seconds:.1f} s" + ("" if run.here else ", executed earlier in this run"))
 
 
 FAST_PATHS_OFF_LESSON = LESSONS_DIR / "05_the_kv_cache.ipynb"  # the engine against no cache, token for token
@@ -62,21 +46,21 @@ FAST_PATHS_OFF_LESSON = LESSONS_DIR / "05_the_kv_cache.ipynb"  # the engine agai
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_a_lesson_runs_on_the_textbook_model_with_the_fast_paths_off(dtype: str, monkeypatch: pytest.MonkeyPatch,
-                                                                     tmp_path: Path) -> None:
+                                                                     tmp_path: Path, lesson_runs) -> None:
     """KVCOURSE_FAST_PATHS=0, as on a CPU where a fast path cannot run: the lesson's claims hold on the textbook."""
     monkeypatch.setenv("KVCOURSE_FAST_PATHS", "0")
     nb = nbformat.read(FAST_PATHS_OFF_LESSON, as_version=4)
     nb.cells.append(nbformat.v4.new_code_cell("print(sorted({type(m).__name__ for m in model.modules()}))"))
-    executed = _execute(nb, tmp_path, dtype)
+    executed = lesson_runs.execute(nb, tmp_path, dtype)  # a notebook of its own: not one of the shared runs
     modules = executed.cells[-1].outputs[0]["text"]
     assert "'Linear'" in modules and "'RMSNorm'" in modules and "Packed" not in modules and "Fused" not in modules
 
 
 @pytest.mark.slow
-def test_kernel_is_this_python(tmp_path: Path) -> None:
+def test_kernel_is_this_python(tmp_path: Path, lesson_runs) -> None:
     """The "python3" kernel must be the venv's interpreter, or the notebooks would test another install."""
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("import sys; print(sys.executable)")])
-    executed = _execute(nb, tmp_path)
+    executed = lesson_runs.execute(nb, tmp_path, "float32")
     printed = executed.cells[0].outputs[0]["text"].strip()
     assert Path(printed).resolve() == Path(sys.executable).resolve()
 
