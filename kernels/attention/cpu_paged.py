@@ -98,7 +98,7 @@ def numba_installed() -> bool:
     return importlib.util.find_spec("numba") is not None
 
 
-_LAUNCH = threading.Lock()  # numba's workqueue pool takes one launch at a time: callers from several threads queue
+_LAUNCH = threading.Lock()  # the workqueue layer takes one launch at a time: callers from several threads queue
 
 
 @functools.cache
@@ -106,15 +106,20 @@ def _compiled():
     """The kernel compiled by numba, its programs in parallel (on first use; cached on disk by numba after that).
     numba is imported here, not with the engine: it takes a moment, and only the CPU's decode steps need it.
 
-    Parallel on numba's "workqueue" threads, which sleep between calls: an OpenMP pool (numba's other
-    threading layer) spins after each call and slowed torch's own threads and every other process
-    (lesson 14 timed out), where the workqueue leaves the cores idle (measured: 0.1 ms of CPU in 50 ms
-    idle, against 7-10 ms for torch's own pool after a gather). A NUMBA_THREADING_LAYER the user set wins.
+    Which threads run the programs: numba's OpenMP layer where it loads, else its "workqueue". Between two
+    kernels a decode step runs torch's products on torch's OpenMP threads, which spin for a while after
+    each product; a pool that must first wake its own sleeping threads then fights them for the cores.
+    Timed on the engine (``benchmarks/bench_batch_throughput``, float32, batch 32, AMD Zen 4, 2 threads):
+    a step took 250 ms on the workqueue and 161 ms on OpenMP, the kernel's share 71 ms against 37. Both
+    pools idle-spin no longer than torch's own, and a kernel on one thread (the suite's) wakes none.
+    Whichever layer loads, ``in_place_decode`` times the kernel after a torch product, as a step runs it,
+    against the gather. A NUMBA_THREADING_LAYER the user set wins.
     """
     import numba
 
     if not os.environ.get("NUMBA_THREADING_LAYER"):
-        numba.config.THREADING_LAYER = "workqueue"
+        numba.config.THREADING_LAYER = "default"  # the first of the priorities that loads
+        numba.config.THREADING_LAYER_PRIORITY = ["omp", "workqueue", "tbb"]  # workqueue always loads
     kernel = types.FunctionType(_kernel.__code__, {**globals(), "prange": numba.prange}, "_kernel")
     return numba.njit(kernel, parallel=True, nogil=True, cache=True,
                       fastmath={"reassoc", "contract", "nsz", "arcp"})
@@ -151,7 +156,10 @@ def in_place_decode(dtype: torch.dtype) -> tuple[bool, str]:
     why = why.replace("the textbook form", "the gather") + " on 16 sequences of 128-512 tokens"
     if form == "gather":
         return False, f"{SLOWER_HERE}, so decode gathers the blocks first: {why}"
-    return True, f"numba kernel walking the block table, equal to the gather reference, {why}"
+    import numba
+
+    return True, (f"numba kernel walking the block table on its {numba.threading_layer()} threads, equal to the "
+                  f"gather reference, {why}")
 
 
 @functools.cache
@@ -178,7 +186,8 @@ def in_place_runs(dtype: torch.dtype) -> tuple[bool, str]:
 
 
 def _time_against_gather() -> dict[str, float]:
-    """Seconds of one layer's decode attention by each kernel: 16 sequences of 128-512 tokens in blocks of 16,
+    """Seconds of one layer's decode attention by each kernel, each call after one of the MLP's matrix products
+    (so the kernel meets torch's threads as a step has them): 16 sequences of 128-512 tokens in blocks of 16,
     SmolLM2's heads (9 query heads on 3 KV heads of 64), on the threads torch has now."""
     from kvcourse.kernels.attention.paged import paged_decode_attention
 
@@ -191,8 +200,14 @@ def _time_against_gather() -> dict[str, float]:
         tables[seq, : num_blocks[seq]] = order[start: start + num_blocks[seq]]
     pool_k, pool_v = (torch.randn(sum(num_blocks), 16, 3, 64, generator=gen) for _ in range(2))
     q = torch.randn(16, 9, 64, generator=gen)
-    calls = {"gather": functools.partial(paged_decode_attention, q, pool_k, pool_v, tables, lens, 0.125),
-             "in place": functools.partial(cpu_paged_decode, q, pool_k, pool_v, tables, lens, 0.125)}
+    x, w = torch.randn(16, 576, generator=gen), torch.randn(1536, 576, generator=gen)  # an MLP product's shape
+
+    def after_a_product(attend):  # as in a decode step: torch's threads have just run a product
+        torch.nn.functional.linear(x, w)
+        attend(q, pool_k, pool_v, tables, lens, 0.125)
+
+    calls = {"gather": functools.partial(after_a_product, paged_decode_attention),
+             "in place": functools.partial(after_a_product, cpu_paged_decode)}
     with torch.inference_mode():
         return timing.time_calls(calls)
 

@@ -136,3 +136,45 @@ def test_engine_tokens_are_the_same_on_the_in_place_kernel_and_on_the_gather(tin
         tokens[fast] = [out.tokens for out in engine.generate(prompts, params)]
     cpu_paged.in_place_decode.cache_clear()
     assert tokens["auto"] == tokens["off"]
+
+
+LAYER_SCRIPT = """
+import torch
+from kvcourse.kernels.attention import cpu_paged
+from kvcourse.kernels.attention.paged import paged_decode_attention
+from kvcourse.kernels.engine.threads import thread_policy
+import numba
+gen = torch.Generator().manual_seed(4)
+k, v = (torch.randn(30, 16, 3, 64, generator=gen) for _ in range(2))
+q = torch.randn(4, 9, 64, generator=gen)
+tables = torch.randperm(30, generator=gen)[:28].view(4, 7)
+lens = torch.tensor([100, 17, 64, 111])
+with thread_policy(2):
+    got = cpu_paged.cpu_paged_decode(q, k, v, tables, lens, 0.125)
+torch.testing.assert_close(got, paged_decode_attention(q, k, v, tables, lens, 0.125), rtol=1e-5, atol=1e-5)
+print(numba.threading_layer())
+print(cpu_paged.in_place_decode(torch.float32)[1])
+"""
+
+
+@needs_kernel
+@pytest.mark.parametrize("layer", ["omp", "workqueue"])
+def test_each_threading_layer_runs_the_kernel_and_is_named(layer):
+    """The kernel's programs on numba's OpenMP threads (preferred) or its workqueue (where OpenMP does not load),
+    forced in a fresh process (numba loads one layer per process): equal to the gather; the doctor's reason
+    names the layer whenever the kernel is chosen."""
+    import os
+    import subprocess
+    import sys
+
+    if layer == "omp":
+        try:
+            import numba.np.ufunc.omppool  # noqa: F401
+        except ImportError as err:
+            pytest.skip(f"numba's OpenMP layer does not load here: {err}")
+    env = {**os.environ, "NUMBA_THREADING_LAYER": layer}
+    run = subprocess.run([sys.executable, "-c", LAYER_SCRIPT], capture_output=True, text=True, timeout=120, env=env)
+    assert run.returncode == 0, run.stderr[-2000:]
+    loaded, why = run.stdout.splitlines()[-2:]
+    assert loaded == layer
+    assert why.startswith(cpu_paged.SLOWER_HERE) or f"on its {layer} threads" in why
