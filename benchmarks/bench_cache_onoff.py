@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> dict:
     rows = sweep(model, ids, sorted(args.lengths), args.runs)
     speedups = [r["speedup"] for r in rows]
     result = {"model": "smollm2-135m", "dtype": "float32", "prompt_tokens": len(ids), "rows": rows,
-              "meets_targets": {"speedup_grows_with_length": all(b > a for a, b in zip(speedups, speedups[1:])),
+              "meets_targets": {"speedup_grows_with_length": all(b > a for a, b in zip(speedups, speedups[1:], strict=False)),
                                 "tokens_identical": all(r["tokens_identical"] for r in rows)}}
     path = write_result("cache_onoff", result)
     print(f"targets: {result['meets_targets']}; written to {path}")

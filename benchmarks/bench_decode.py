@@ -122,7 +122,7 @@ def compare(ours, hf_model, ids: torch.Tensor, num_new: int, rounds: int, textbo
     if textbook is not None:
         measures["textbook"] = run_textbook
     samples = interleaved(measures, rounds)
-    same = next((i for i, (a, b) in enumerate(zip(tokens["ours"], tokens["hf"])) if a != b), len(tokens["ours"]))
+    same = next((i for i, (a, b) in enumerate(zip(tokens["ours"], tokens["hf"], strict=False)) if a != b), len(tokens["ours"]))
     to_floor = paired_ratio(samples["ours"], samples["floor"])
     vs_hf = paired_ratio(samples["hf_eager_generate"], samples["ours"])
     num_layers = ours.config.num_layers

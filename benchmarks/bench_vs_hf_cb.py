@@ -57,7 +57,7 @@ def serve_hf(hf_model, workload: Workload, max_num_seqs: int) -> list[list[int]]
                                                       block=True, timeout=5, warmup=False,
                                                       workload_hints=hints) as manager:
         ids = [manager.add_request(p, request_id=f"r{i}", max_new_tokens=n)
-               for i, (p, n) in enumerate(zip(workload.prompts, workload.answer_lens))]
+               for i, (p, n) in enumerate(zip(workload.prompts, workload.answer_lens, strict=True))]
         while len(results) < len(ids):
             out = manager.get_result(timeout=1)
             if out is not None and out.is_finished():
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> dict:
     samples = interleaved({"ours": lambda: timed("ours", serve_ours, model, workload, args.requests),
                            "transformers_cb": lambda: timed("hf", serve_hf, hf_model, workload, args.requests)},
                           args.rounds, warmup=0)
-    matching = sum(a == b for a, b in zip(tokens["ours"], tokens["hf"]))
+    matching = sum(a == b for a, b in zip(tokens["ours"], tokens["hf"], strict=False))
     speedup = paired_ratio(samples["transformers_cb"], samples["ours"])
     num_tokens = workload.num_answer_tokens
     result = {"workload": workload.describe(), "max_num_seqs": args.requests, "dtype": "float32",

@@ -98,7 +98,7 @@ def summary(values: list[float], scale: float = 1.0) -> dict:
 
 def paired_ratio(num: list[float], den: list[float]) -> dict:
     """num / den measured side by side: the ratio of the medians and the spread of the per-round ratios."""
-    per_round = [a / b for a, b in zip(num, den)]
+    per_round = [a / b for a, b in zip(num, den, strict=True)]
     return {"ratio_of_medians": statistics.median(num) / statistics.median(den),
             "per_round": summary(per_round)}
 

@@ -14,10 +14,10 @@ def prefilled_engine(model, workload: Workload, batch: int, block_size: int = 16
     """An engine running ``batch`` requests of the workload, every prompt computed, each with its first token."""
     from kvcourse.kernels import EngineConfig, LLMEngine, SamplingParams
 
-    longest = max(len(p) + n for p, n in zip(workload.prompts, workload.answer_lens))
+    longest = max(len(p) + n for p, n in zip(workload.prompts, workload.answer_lens, strict=True))
     num_blocks = batch * (-(-longest // block_size)) + 1
     engine = LLMEngine(model, EngineConfig(max_num_seqs=batch, num_blocks=num_blocks, block_size=block_size))
-    for prompt, answer in zip(workload.prompts[:batch], workload.answer_lens[:batch]):
+    for prompt, answer in zip(workload.prompts[:batch], workload.answer_lens[:batch], strict=True):
         engine.add_request(prompt, SamplingParams(max_new_tokens=answer, stop_on_eos=False))
     while engine.scheduler.waiting or any(s.num_completion_tokens == 0 for s in engine.scheduler.running):
         engine.step()

@@ -210,7 +210,7 @@ def predict(key: str, question: str, *, unit: str = "", kind: str = "number",
     print(f"Predict: {question}")
     letters = "abcdefghij"[: len(options or [])]
     if kind == "choice":
-        for letter, text in zip(letters, options):
+        for letter, text in zip(letters, options, strict=True):
             print(f"  ({letter}) {text}")
     if headless():
         print("(Headless run: no guess asked.)")

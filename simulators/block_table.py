@@ -42,7 +42,7 @@ MAX_LABELLED = 48  # logical blocks that still get a label (physical: four times
 
 def num_adjacent(table: list[int]) -> int:
     """Neighbours in the table that are also neighbours in memory (block i + 1 right after block i)."""
-    return sum(1 for a, b in zip(table, table[1:]) if b == a + 1)
+    return sum(1 for a, b in zip(table, table[1:], strict=False) if b == a + 1)
 
 
 def parse_prompt_lens(text: str, num_seqs: int) -> tuple[int, ...]:
@@ -164,7 +164,7 @@ class BlockTables:
     @property
     def num_empty_slots(self) -> int:
         """Slots held but not yet written: the unfilled tail of each sequence's last block."""
-        return sum(len(t) * self.config.block_size - n for t, n in zip(self.tables, self.lengths))
+        return sum(len(t) * self.config.block_size - n for t, n in zip(self.tables, self.lengths, strict=True))
 
     def slot(self, seq: int, position: int) -> int:
         """The pool slot holding token ``position`` of ``seq``: physical block x block_size + offset."""
@@ -211,7 +211,7 @@ def draw_tables(ax_logical: Any, ax_physical: Any, tables: list[list[int]], leng
     num_logical = sum(len(t) for t in tables)
     label_logical = num_logical <= MAX_LABELLED
     y, ticks, tick_labels = 0.0, [], []
-    for i, (table, n) in enumerate(zip(tables, lengths)):
+    for i, (table, n) in enumerate(zip(tables, lengths, strict=True)):
         colour = f"C{i}"
         for j, b in enumerate(table):
             fill = min(max(n - j * block_size, 0), block_size) / block_size

@@ -63,7 +63,7 @@ def sweep_table(settings: Mapping[str, Sequence[float]], *, base: workload.Trace
     """One row per (setting, value): the replay's shares in %, with the trace facts that explain them."""
     rows = []
     for setting, values in settings.items():
-        for value, report in zip(values, sweep(setting, values, trace_config=base, pool_slots=pool_slots)):
+        for value, report in zip(values, sweep(setting, values, trace_config=base, pool_slots=pool_slots), strict=True):
             trace = workload.request_trace(_trace_config(setting, value, base))
             answers = [r.num_output_tokens for r in trace]
             rows.append({

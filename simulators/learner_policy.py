@@ -169,7 +169,7 @@ class LearnerSharing(Sharing):
         super()._write(num_new_tokens)
         self._check_tables(f"writing {num_new_tokens} token(s)")
         counts = self.ref_counts
-        for sample, (seq, (old, first)) in enumerate(zip(self.seqs, before)):
+        for sample, (seq, (old, first)) in enumerate(zip(self.seqs, before, strict=True)):
             table, where = seq.block_table, f"append_slots(sample {sample})"
             if table[:first] != old[:first]:
                 raise ManagerError(f"{where} changed blocks that hold computed tokens: their K/V would be lost")

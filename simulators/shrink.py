@@ -303,7 +303,7 @@ class ShrinkView(SimulatorView):
         users = [max(s.users_fit, 0) for _, s in stages]
         y = np.arange(len(stages))[::-1]
         ax.barh(y, [max(u, 0.8) for u in users], color=["0.6"] + ["C0"] * (len(stages) - 1), height=0.6)
-        for yi, u, (label, s) in zip(y, users, stages):
+        for yi, u, (label, s) in zip(y, users, stages, strict=True):
             ax.text(0.02, yi + 0.38, f"{label}: {format_bytes(s.bytes_per_token)} per token", fontsize=8,
                     transform=ax.get_yaxis_transform(), va="bottom")
             ax.text(max(u, 0.8), yi, f" {u:,}", va="center", fontsize=9)

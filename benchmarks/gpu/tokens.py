@@ -39,8 +39,8 @@ def check_tokens(device: torch.device, num_new_tokens: int) -> dict:
     start = time.perf_counter()
     outs = engine.generate(prompts, SamplingParams(max_new_tokens=num_new_tokens, stop_on_eos=False))
     seconds = time.perf_counter() - start
-    vs_hf = sum(o.tokens == h for o, h in zip(outs, hf))
-    vs_contiguous = sum(o.tokens == c for o, c in zip(outs, contiguous))
+    vs_hf = sum(o.tokens == h for o, h in zip(outs, hf, strict=True))
+    vs_contiguous = sum(o.tokens == c for o, c in zip(outs, contiguous, strict=True))
     print(f"  engine on {device} (Triton decode, float32): {vs_hf}/{len(prompts)} prompts give Hugging Face's "
           f"greedy tokens, {vs_contiguous}/{len(prompts)} the contiguous generate's; {seconds:.2f} s", flush=True)
     return {"dtype": "float32", "decode_kernel": "triton", "prompts": len(prompts), "new_tokens": num_new_tokens,

@@ -43,7 +43,7 @@ def record_trace(device: torch.device, num_requests: int, seed: int = 0) -> dict
     engine = LLMEngine(as_transformer(hf_model), EngineConfig(block_size=BLOCK_SIZE, num_blocks=NUM_BLOCKS))
     bytes_per_block = engine.pool.nbytes // engine.pool.num_blocks
     workload = Workload.make(num_requests, seed=seed)
-    for prompt, answer_len in zip(workload.prompts, workload.answer_lens):
+    for prompt, answer_len in zip(workload.prompts, workload.answer_lens, strict=True):
         engine.add_request(prompt, SamplingParams(max_new_tokens=answer_len, stop_on_eos=False))
     tap = BatchTap(engine.scheduler)
     steps = []

@@ -125,7 +125,7 @@ def run_hub(settings: HubSettings, passwords: tuple[str, str] | None) -> int:
     for name in PASSWORDS_ENV:
         env.pop(name, None)
     if passwords:
-        env.update(zip(PASSWORDS_ENV, passwords))
+        env.update(zip(PASSWORDS_ENV, passwords, strict=True))
     hub = subprocess.Popen([settings.python, "-m", "jupyterhub", "-f", str(config)], cwd=settings.state_dir, env=env)
     forward = signal.signal(signal.SIGTERM, lambda *_: hub.send_signal(signal.SIGTERM))
     try:

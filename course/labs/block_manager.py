@@ -209,7 +209,7 @@ def judge(trace: LabTrace, log: object) -> TraceResult:
         mine = serve(LLMEngine(model, lab_config(trace), block_manager=lambda nb, bs: replay), trace)
         replay.finish("the trace")
         my_beams = []
-        for run, entries in zip(trace.beams, beam_logs):
+        for run, entries in zip(trace.beams, beam_logs, strict=True):
             if not isinstance(entries, list):
                 raise ReplayMismatch("a beam search's log is not a list")
             holder: list[ReplayManager] = []
@@ -230,13 +230,13 @@ def judge(trace: LabTrace, log: object) -> TraceResult:
     if error:
         return fail(error, _rule(error))
     metrics = _figures(mine)
-    for i, (want, got, status) in enumerate(zip(served.answers, mine.answers, mine.statuses)):
+    for i, (want, got, status) in enumerate(zip(served.answers, mine.answers, mine.statuses, strict=True)):
         if status != "finished" and served.statuses[i] == "finished":
             return fail(f"request {i} was not served: {status}", "not served", metrics)
         if got != want:
             return fail(f"request {i}'s tokens differ from those on the engine's own manager: a block's K/V was "
                         "overwritten or lost", "tokens", metrics)
-    for i, (want, got) in enumerate(zip(beams, my_beams)):
+    for i, (want, got) in enumerate(zip(beams, my_beams, strict=True)):
         if got != want:
             return fail(f"beam search {i} found other beams than on the engine's own manager", "tokens", metrics)
     return TraceResult(trace.name, trace.public, 1.0, "", metrics, reference)

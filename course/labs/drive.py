@@ -33,7 +33,7 @@ class Served:
 
     @property
     def num_answer_tokens(self) -> int:
-        return sum(len(s) for samples, st in zip(self.answers, self.statuses) if st == "finished" for s in samples)
+        return sum(len(s) for samples, st in zip(self.answers, self.statuses, strict=True) if st == "finished" for s in samples)
 
 
 def max_steps_for(trace: LabTrace) -> int:

@@ -111,7 +111,7 @@ def judge(trace: LabTrace, log: object) -> TraceResult:
         return fail(error, "raised") if error else fail(f"the recorded run cannot be replayed: {err}", "replay")
     if error:
         return fail(error, "raised")
-    lost = [i for i, (s, ref) in enumerate(zip(mine.statuses, lru.statuses)) if s != "finished" and ref == "finished"]
+    lost = [i for i, (s, ref) in enumerate(zip(mine.statuses, lru.statuses, strict=True)) if s != "finished" and ref == "finished"]
     if lost:
         return fail(f"request {lost[0]} was not served: {mine.statuses[lost[0]]}", "not served")
     metrics = _figures(mine)

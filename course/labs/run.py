@@ -63,7 +63,7 @@ def judge_runs(lab: str, traces: list[LabTrace], logs: object) -> list[TraceResu
     if not isinstance(logs, list) or len(logs) != len(traces):
         return [TraceResult(t.name, t.public, 0.0, "the run handed back no log for this trace", kind="replay")
                 for t in traces]
-    return [module.judge(trace, log) for trace, log in zip(traces, logs)]
+    return [module.judge(trace, log) for trace, log in zip(traces, logs, strict=True)]
 
 
 def summary(results: list[TraceResult]) -> str:

@@ -17,6 +17,7 @@ from functools import lru_cache
 
 from kvcourse.kernels import LLMEngine
 from kvcourse.kernels.engine.policy import FCFSPolicy, Refuse, SchedulingPolicyError, SeqView
+from kvcourse.kernels.engine.scheduler import STUCK
 from kvcourse.kernels.measure.spread import percentile
 
 from .common import Cursor, LabViolation, ReplayMismatch, TraceResult, check_log, run_error
@@ -115,7 +116,7 @@ def record(policy, trace: LabTrace) -> dict:
 
 def _figures(served: Served, limit: int) -> dict[str, float]:
     waits = [(finish if finish is not None else limit) - (arrival or 0)
-             for finish, arrival in zip(served.finishes, served.arrivals)]
+             for finish, arrival in zip(served.finishes, served.arrivals, strict=True)]
     return {"tokens per step": round(served.num_answer_tokens / max(1, served.num_steps), 4),
             "p95 steps to finish": percentile(waits, 95), "steps": served.num_steps,
             "refused": sum(s.startswith("refused") for s in served.statuses)}
@@ -151,7 +152,7 @@ def judge(trace: LabTrace, log: object) -> TraceResult:
     for i, status in enumerate(mine.statuses):
         if status == "lost":
             return fail(f"request {i} was lost: not finished after {limit} steps", "lost", metrics)
-        if "in an idle pool" in status:
+        if STUCK in status:
             return fail(f"request {i} was left waiting while the pool stood idle (the engine refused it: "
                         f"{status.removeprefix('refused: ')})", "lost", metrics)
     tps, ref_tps = metrics["tokens per step"], reference["tokens per step"]

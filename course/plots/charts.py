@@ -61,15 +61,15 @@ def bars(labels: Sequence[str], values: Mapping[str, Sequence[float]] | Sequence
         ys = list(ys)
         if stacked:
             ax.bar(positions, ys, width, bottom=bottom, label=name or None, color=f"C{i}")
-            bottom = [b + y for b, y in zip(bottom, ys)]
+            bottom = [b + y for b, y in zip(bottom, ys, strict=True)]
         else:
             offset = (i - (len(named) - 1) / 2) * width
             ax.bar([p + offset for p in positions], ys, width, label=name or None, color=f"C{i}")
-            bottom = [max(b, y) for b, y in zip(bottom, ys)]
+            bottom = [max(b, y) for b, y in zip(bottom, ys, strict=True)]
     ax.set_xticks(list(positions)[::tick_every], list(labels)[::tick_every])
     decorate(ax, title, xlabel, ylabel, False, logy)
     if value_format:
-        for x, top in zip(positions, bottom):
+        for x, top in zip(positions, bottom, strict=True):
             ax.text(x, top, value_format.format(top), ha="center", va="bottom", fontsize=9)
     tallest = max(bottom, default=0.0)
     if value_format or len(named) > 1:  # room above the bars for their values or the legend

@@ -145,7 +145,7 @@ async def _run(lessons: list[Lesson], reuse: Path | None, jobs: int, work: Path,
         results = await asyncio.gather(*(one(lesson) for lesson in lessons), return_exceptions=True)
     finally:
         log_file.close()
-    failed = [_failure(lesson, err) for lesson, err in zip(lessons, results) if isinstance(err, BaseException)]
+    failed = [_failure(lesson, err) for lesson, err in zip(lessons, results, strict=True) if isinstance(err, BaseException)]
     if failed:
         raise RuntimeError("these lessons did not run to the end, so no site was written:\n" + "\n".join(failed))
     return results

@@ -155,7 +155,7 @@ def question_html(question: Question, number: int = 1, total: int = 1) -> str:
     points = f"{q.points} point{'s' if q.points != 1 else ''}"
     parts = [f"<p><b>Question {number} of {total}</b> ({points}): {_e(prompt_for(q, QUIZ_SEED))}</p>"]
     if q.kind is Kind.CHOICE:
-        items = "".join(f"<li>({key}) {_e(text)}</li>" for key, text in zip(q.option_keys, q.options))
+        items = "".join(f"<li>({key}) {_e(text)}</li>" for key, text in zip(q.option_keys, q.options, strict=True))
         parts.append(f"<ul class='kv-options'>{items}</ul>")
     elif q.kind in (Kind.NUMERIC, Kind.PARAMETERISED):
         parts.append(f"<p class='kv-hint'>Answer with {_e(DESCRIPTIONS[q.unit])}.</p>")

@@ -65,7 +65,7 @@ class PassCostModel:
         if len(flops) != len(seconds) or len(set(flops)) < 2:
             raise ValueError("fit needs passes of at least two different sizes, one time each")
         mean_f, mean_s = statistics.fmean(flops), statistics.fmean(seconds)
-        slope = (sum((f - mean_f) * (s - mean_s) for f, s in zip(flops, seconds))
+        slope = (sum((f - mean_f) * (s - mean_s) for f, s in zip(flops, seconds, strict=True))
                  / sum((f - mean_f) ** 2 for f in flops))
         slope = max(slope, 0.0)
         return cls(max(mean_s - slope * mean_f, 0.0), slope)

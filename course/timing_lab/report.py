@@ -53,9 +53,9 @@ def format_table(result: SweepResult) -> str:
     if not rows:
         return "(no length finished every repeat: nothing to tabulate)"
     widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(columns)]
-    lines = [" | ".join(c.rjust(w) for c, w in zip(columns, widths)),
+    lines = [" | ".join(c.rjust(w) for c, w in zip(columns, widths, strict=True)),
              "-+-".join("-" * w for w in widths)]
-    lines += [" | ".join(v.rjust(w) for v, w in zip(r, widths)) for r in rows]
+    lines += [" | ".join(v.rjust(w) for v, w in zip(r, widths, strict=True)) for r in rows]
     lines.append(f"times: median over {_plural(result.config.num_repeats, 'repeat')}, ± half the range (max - min); "
                  "speedup = time without cache / time with cache (Hugging Face generate)")
     if pair:
@@ -134,7 +134,7 @@ def plot_sweep(result: SweepResult, predictions: dict[str, list[float]] | None =
 def _plot_speedup(ax, result: SweepResult, lengths: list[int]) -> None:
     speedups = [result.speedup(n) for n in lengths]
     ax.plot(lengths, speedups, color="tab:blue", marker="o", label="Hugging Face: no cache / cache")
-    for n, s in zip(lengths, speedups):
+    for n, s in zip(lengths, speedups, strict=True):
         ax.annotate(f"{s:.1f}x", (n, s), textcoords="offset points", xytext=(0, 7), ha="center", fontsize=9)
     pair = engine_speedup_pair(result)
     if pair:

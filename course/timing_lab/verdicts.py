@@ -25,7 +25,7 @@ def cost_per_extra_token(result: SweepResult, digits: int = 3) -> pd.DataFrame:
     with and without the cache (medians, rounded to ``digits``)."""
     lengths = result.completed_lengths
     rows, names = [], []
-    for short, long in zip(lengths, lengths[1:]):
+    for short, long in zip(lengths, lengths[1:], strict=False):
         added = long - short
         names.append(f"{short} → {long} tokens")
         rows.append({WITH: (result.median(long, HF_CACHE) - result.median(short, HF_CACHE)) / added,

@@ -33,7 +33,7 @@ class ScheduledBatch:
     def __post_init__(self) -> None:
         if len(self.seqs) != len(self.num_scheduled_tokens):
             raise ValueError(f"{len(self.seqs)} sequences but {len(self.num_scheduled_tokens)} token counts")
-        sampled = tuple(i for i, (seq, n) in enumerate(zip(self.seqs, self.num_scheduled_tokens))
+        sampled = tuple(i for i, (seq, n) in enumerate(zip(self.seqs, self.num_scheduled_tokens, strict=True))
                         if seq.num_computed_tokens + n == seq.num_tokens)
         object.__setattr__(self, "sampled", sampled)  # fixed here, once: nothing downstream recomputes it
         object.__setattr__(self, "sampled_seqs", tuple(self.seqs[i] for i in sampled))
@@ -54,6 +54,6 @@ class ScheduledBatch:
 
 def finish_pass(batch: ScheduledBatch, kv_cache_manager: KVCacheManager) -> None:
     """After the forward pass: each sequence's new tokens are computed, and newly full blocks cached."""
-    for seq, n in zip(batch.seqs, batch.num_scheduled_tokens):
+    for seq, n in zip(batch.seqs, batch.num_scheduled_tokens, strict=True):
         seq.num_computed_tokens += n
         kv_cache_manager.cache_full_blocks(seq)

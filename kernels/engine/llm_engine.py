@@ -51,8 +51,8 @@ class LLMEngine:
             raise ValueError("eviction is a policy of the engine's own KV-cache manager: give block_manager or "
                              "eviction, not both")
         self.config = config if config is not None else EngineConfig()
-        if self.config.fast_paths is not None:
-            model.accelerate(self.config.fast_paths)
+        if self.config.fast_paths is not None:  # on a twin sharing the weights: the caller's model stays as given
+            model = model.accelerated(self.config.fast_paths)
         self.model = model
         self.max_model_len = self.config.max_model_len or model.config.max_position_embeddings
         self.num_blocks = self._num_blocks()
@@ -161,16 +161,17 @@ class LLMEngine:
         self.events.step = self.num_steps
         batch = self.scheduler.schedule()
         self.num_steps += 1
-        refused = self._refused_by_policy()
+        refused = self._refused()
         if batch.is_empty:
-            return refused + self._refuse_stuck_head()
+            return refused
         self._mark_started(batch)
         logits = self.model_runner.run(batch)  # (len(batch.sampled), vocab)
         grown = self.scheduler.update(batch, self._sample(batch, logits))
         return refused + self._update_requests(grown)
 
-    def _refused_by_policy(self) -> list[RequestOutput]:
-        """Requests the scheduling policy turned away this step: every sequence of each stops, with the reason."""
+    def _refused(self) -> list[RequestOutput]:
+        """Requests the scheduler turned away this step (its policy's refusals, or a request that could not
+        start in an idle engine): every sequence of each stops, with the reason."""
         outputs = []
         for seq, reason in self.scheduler.refused:
             req = self.requests[seq.request_id]
@@ -197,7 +198,7 @@ class LLMEngine:
         # Greedy rows need no generator: one argmax over the whole (B, vocab) block, not B small ones.
         greedy = logits.argmax(dim=-1).tolist() if any(s.params.greedy for s in seqs) else []
         tokens = []
-        for i, (seq, row) in enumerate(zip(seqs, logits)):
+        for i, (seq, row) in enumerate(zip(seqs, logits, strict=True)):
             generators = [seq.generator, *seq.fork_generators] if seq.num_pending_forks else [seq.generator]
             if seq.params.greedy:
                 tokens.append([greedy[i]] * len(generators))
@@ -218,27 +219,16 @@ class LLMEngine:
                 req.status = RequestStatus.FINISHED
         return [req.output() for req in touched.values()]
 
-    def _refuse_stuck_head(self) -> list[RequestOutput]:
-        """Nothing runs yet the queue's head cannot start: refuse it rather than wait forever.
-
-        ``add_request`` refuses what could never fit, so this is a safety net, not a policy.
-        """
-        if self.scheduler.running or not self.scheduler.waiting:
-            return []
-        seq = self.scheduler.waiting.popleft()
-        req = self.requests[seq.request_id]
-        req.refusal = f"sequence {seq.seq_id} could not be given {seq.num_blocks} blocks in an idle pool"
-        req.status = RequestStatus.REFUSED
-        self.events.record(EventKind.REFUSE, seq.seq_id, detail=req.refusal)
-        return [req.output()]
-
     # ---- whole batches -----------------------------------------------------------------------
 
     def generate(self, prompts: list[list[int]], params: SamplingParams | list[SamplingParams] | None = None,
                  ) -> list[RequestOutput]:
         """Serve every prompt to the end; results in prompt order, each finished or refused."""
         params_list = params if isinstance(params, list) else [params] * len(prompts)
-        ids = [self.add_request(p, sp) for p, sp in zip(prompts, params_list)]
+        if len(params_list) != len(prompts):
+            raise ValueError(f"{len(prompts)} prompts but {len(params_list)} SamplingParams: give one per prompt, "
+                             "or a single SamplingParams for all")
+        ids = [self.add_request(p, sp) for p, sp in zip(prompts, params_list, strict=True)]
         with thread_policy(self.config.num_threads):  # once for the loop: each step then finds it set
             while self.has_unfinished_requests:
                 self.step()

@@ -35,6 +35,8 @@ from kvcourse.kernels.memory.events import EventKind, EventLog
 from kvcourse.kernels.memory.kv_cache_manager import KVCacheManager
 from kvcourse.kernels.memory.kv_pool import BlockCopy
 
+STUCK = "nothing else was running and it could not start"  # how a refusal of an idle engine begins (lab C)
+
 
 @dataclass
 class _Draft:
@@ -113,7 +115,9 @@ class Scheduler:
         """This step's batch: who runs, how many tokens each, who is sampled, fixed once (batch.py)."""
         draft = _Draft()
         budget = self._schedule_running(draft, self.max_num_batched_tokens)
-        self._schedule_waiting(draft, budget)
+        stop = self._schedule_waiting(draft, budget)
+        if not draft.seqs and not draft.preempted and not self.running and self.waiting:
+            self._refuse_stuck(stop)  # else no step would ever change anything: the engine would spin
         return ScheduledBatch.of(draft.seqs, draft.num_scheduled_tokens, draft.copies, draft.preempted)
 
     def _schedule_running(self, batch: _Draft, budget: int) -> int:
@@ -173,10 +177,7 @@ class Scheduler:
                 if seq.num_completion_tokens:
                     raise SchedulingPolicyError(f"Refuse({choice.index}): sequence {seq.seq_id} has begun its answer "
                                                 "(it was preempted); only a request not started can be refused")
-                self.waiting.remove(seq)
-                seq.status, seq.finish_reason = SequenceStatus.FINISHED, FinishReason.ABORT
-                self.refused.append((seq, choice.reason.strip()))
-                self.events.record(EventKind.REFUSE, seq.seq_id, detail=choice.reason.strip())
+                self._refuse(seq, choice.reason.strip())
                 continue
             if choice is None:
                 return None
@@ -190,16 +191,51 @@ class Scheduler:
                                         f"{len(self.waiting)} waiting sequences (or None, or Refuse)")
         return self.waiting[index]
 
-    def _schedule_waiting(self, batch: _Draft, budget: int) -> None:
+    def _refuse(self, seq: Sequence, reason: str) -> None:
+        """Turn a waiting sequence away for good; the engine ends its whole request with ``reason``."""
+        self.waiting.remove(seq)
+        seq.status, seq.finish_reason = SequenceStatus.FINISHED, FinishReason.ABORT
+        self.refused.append((seq, reason))
+        self.events.record(EventKind.REFUSE, seq.seq_id, detail=reason)
+
+    def _refuse_stuck(self, stop: tuple[Sequence | None, str]) -> None:
+        """Nothing runs, nothing was admitted, sequences wait: refuse one, saying why admission stopped.
+
+        ``add_request`` refuses what could never fit alone, so this is a safety net for a policy or a
+        block manager (the labs') that admits no one from an idle engine. A sequence that has begun its
+        answer is never refused: if only such sequences are stuck, that is an error, raised with the cause.
+        """
+        stuck, why = stop
+        if stuck is None or stuck.num_completion_tokens:
+            stuck = next((s for s in self.waiting if not s.num_completion_tokens), None)
+        if stuck is None:
+            raise RuntimeError(f"nothing runs and no waiting sequence can start again: {why}")
+        self._refuse(stuck, f"{STUCK}: {why}")
+
+    def _stuck_on_blocks(self, seq: Sequence) -> str:
+        manager = self.kv_cache_manager
+        free, total = manager.num_free_blocks, getattr(manager, "num_blocks", None)
+        why = (f"sequence {seq.seq_id} needs {self.view(seq).num_blocks_needed} free blocks to start and the "
+               f"block manager reports {free}" + (f" of {total}" if total is not None else ""))
+        if total is not None and free < total and not self.running:
+            why += f" with nothing running ({total - free} never given back)"
+        return why
+
+    def _schedule_waiting(self, batch: _Draft, budget: int) -> tuple[Sequence | None, str]:
+        """Admit what fits; returns the sequence admission stopped at (if one) and why it stopped."""
         while self.waiting and budget > 0:
             index = self._admission(batch.preempted)
             if index is None:
-                break
+                return None, (f"the scheduling policy admitted none of the {len(self.waiting)} waiting sequences "
+                              f"({self.kv_cache_manager.num_free_blocks} blocks free)")
             seq = self.waiting[index]
             if self.num_reserved_seqs + 1 + seq.num_pending_forks > self.max_num_seqs:
-                break
-            if seq in batch.preempted or not self.kv_cache_manager.can_allocate(seq):
-                break  # the policy's choice does not fit this step: admissions end here
+                return seq, (f"its {1 + seq.num_pending_forks} sequences and the {self.num_reserved_seqs} reserved "
+                             f"exceed max_num_seqs = {self.max_num_seqs}")
+            if seq in batch.preempted:
+                return seq, f"sequence {seq.seq_id} was preempted this step"
+            if not self.kv_cache_manager.can_allocate(seq):
+                return seq, self._stuck_on_blocks(seq)  # the choice does not fit this step: admissions end here
             del self.waiting[index]
             self.kv_cache_manager.allocate(seq)
             self.events.record(EventKind.ADMIT, seq.seq_id,
@@ -207,6 +243,7 @@ class Scheduler:
             self._run(seq)
             batch.add(seq, min(seq.num_uncomputed_tokens, budget))
             budget -= batch.num_scheduled_tokens[-1]
+        return None, "the step's token budget is spent" if self.waiting else "no sequence waits"
 
     # ---- after the forward pass ------------------------------------------------------------------
 
@@ -218,11 +255,11 @@ class Scheduler:
             raise ValueError(f"{len(sampled)} sampled token lists for {len(sampled_seqs)} sampled sequences")
         finish_pass(batch, self.kv_cache_manager)
         grown = []
-        for seq, tokens in zip(sampled_seqs, sampled):
+        for seq, tokens in zip(sampled_seqs, sampled, strict=True):
             if len(tokens) != 1 + seq.num_pending_forks:
                 raise ValueError(f"sequence {seq.seq_id} needs {1 + seq.num_pending_forks} tokens, got {len(tokens)}")
             family = [seq, *self._fork(seq, len(tokens) - 1)]
-            for member, token in zip(family, tokens):
+            for member, token in zip(family, tokens, strict=True):
                 self._append_token(member, token)
             grown += family
         return grown

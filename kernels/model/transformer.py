@@ -8,6 +8,7 @@ textbook form (layers.py); ``accelerate()`` swaps in the CPU fast paths (cpu_fas
 
 from __future__ import annotations
 
+import copy
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -138,6 +139,15 @@ class Transformer(nn.Module):
         self.fast_paths = cpu_fast.accelerate(self, fast_paths)
         return self
 
+    def accelerated(self, fast_paths: str = "auto") -> Transformer:
+        """A twin of this model with ``fast_paths`` set, and this model left exactly as it is.
+
+        The twin has its own modules but the same weight tensors (no copy of the weights is made),
+        so an engine that sets its fast paths never changes the model it was given (lesson 08).
+        """
+        twin = _module_twin(self, {})
+        return twin.accelerate(fast_paths)
+
     def weight_bytes_read_per_pass(self) -> int:
         """Bytes of weights one forward pass reads, measured on the tensors (lesson 01).
 
@@ -159,3 +169,16 @@ class Transformer(nn.Module):
         from kvcourse.kernels.model.hf import convert_hf_model
 
         return convert_hf_model(hf_model)
+
+
+def _module_twin(module: nn.Module, made: dict[int, nn.Module]) -> Any:
+    """A copy of ``module``'s tree of modules sharing its Parameters and buffers (a module met twice, once)."""
+    if id(module) in made:
+        return made[id(module)]
+    twin = copy.copy(module)  # its settings; the three tables below are its own, so a swap stays in the twin
+    made[id(module)] = twin
+    twin._parameters = dict(module._parameters)
+    twin._buffers = dict(module._buffers)
+    twin._modules = {name: None if child is None else _module_twin(child, made)
+                     for name, child in module._modules.items()}
+    return twin

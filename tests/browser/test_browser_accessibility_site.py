@@ -121,7 +121,7 @@ def test_quick_check_long_options_wrap_beside_their_radio(tmp_path: Path) -> Non
 
     q = load_quiz("14").question("why_batch")
     labels = "".join(f'<label>{html.escape(f"({k}) {text}")}<input type="radio"></label>'
-                     for k, text in zip(q.option_keys, q.options))
+                     for k, text in zip(q.option_keys, q.options, strict=True))
     page_html = (f"<html lang='en'><body style='width:480px;font:13px sans-serif'>{_WIDGETS_CSS}{STYLE}"
                  f"<div class='kv-quiz'><div class='widget-radio-box'>{labels}</div></div></body></html>")
     (tmp_path / "quiz.html").write_text(page_html, encoding="utf-8")
@@ -131,6 +131,6 @@ def test_quick_check_long_options_wrap_beside_their_radio(tmp_path: Path) -> Non
             const r = l.getBoundingClientRect(), i = l.querySelector('input').getBoundingClientRect();
             return [r.top, r.bottom, i.top, i.bottom]; })""")
     assert any(bottom - top > 30 for top, bottom, _, _ in boxes), "the test needs an option long enough to wrap"
-    for (top, bottom, radio_top, radio_bottom), following in zip(boxes, boxes[1:] + [None]):
+    for (top, bottom, radio_top, radio_bottom), following in zip(boxes, boxes[1:] + [None], strict=True):
         assert top - 1 <= radio_top and radio_bottom <= top + 24, "the radio sits beside its option's first line"
         assert following is None or bottom <= following[0] + 0.5, "an option's text runs into the next one"

@@ -242,7 +242,7 @@ def test_site_in_a_browser(site: Path, tmp_path: Path) -> None:
         page.goto((site / "index.html").as_uri())
         links = page.eval_on_selector_all("a[href]", "els => els.map(e => e.href)")
         assert len(links) == len(WRITTEN)
-        for lesson, url in zip(WRITTEN, links):
+        for lesson, url in zip(WRITTEN, links, strict=True):
             page.goto(url)
             assert lesson.title in page.title()
             images = page.eval_on_selector_all("img", "els => els.map(e => e.complete && e.naturalWidth > 0)")

@@ -165,7 +165,7 @@ def _timed(tiny, lengths, cached, uncached):
     """A sweep over ``lengths`` whose median seconds are the given ones (one repeat each)."""
     model, tok = tiny
     result = run_sweep(model, tok, lengths, 1, progress=False, runners=fake_runners())
-    for n, c, u in zip(lengths, cached, uncached):
+    for n, c, u in zip(lengths, cached, uncached, strict=True):
         result.timings[n][HF_CACHE].seconds[:] = [c]
         result.timings[n][HF_NO_CACHE].seconds[:] = [u]
     return result
@@ -238,7 +238,7 @@ def test_calibrate_and_predict_on_tiny_model(tiny):
     model, _ = tiny
     cost = calibrate(model, num_tokens=(1, 16), num_repeats=1)
     pred = predict_sweep(cost, make_config(), 8, [4, 8, 16])
-    assert all(c <= u for c, u in zip(pred[HF_CACHE], pred[HF_NO_CACHE]))
+    assert all(c <= u for c, u in zip(pred[HF_CACHE], pred[HF_NO_CACHE], strict=True))
     assert pred[HF_NO_CACHE][-1] / pred[HF_CACHE][-1] >= pred[HF_NO_CACHE][0] / pred[HF_CACHE][0]
 
 

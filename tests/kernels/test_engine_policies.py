@@ -84,3 +84,79 @@ def test_abort_frees_blocks_and_reports_the_reason(tiny_model):
     out = engine.requests[rid].output()
     assert out.finished and set(out.finish_reasons) == {"abort"}
     assert engine.kv_cache_manager.num_free_blocks == engine.num_blocks
+
+
+def test_generate_refuses_a_parameter_list_of_the_wrong_length(tiny_model):
+    """Three prompts and one SamplingParams in a list: a clear error, never one result for three prompts."""
+    engine = LLMEngine(tiny_model, EngineConfig(block_size=4))
+    with pytest.raises(ValueError, match="3 prompts but 1 SamplingParams"):
+        engine.generate([PROMPT, PROMPT[:3], PROMPT[2:]], [SamplingParams(max_new_tokens=2)])
+    assert not engine.requests, "nothing was queued"
+    outs = engine.generate([PROMPT, PROMPT[:3], PROMPT[2:]], SamplingParams(max_new_tokens=2))
+    assert len(outs) == 3 and all(len(o.tokens) == 2 for o in outs)
+
+
+class _AdmitsNoOne:
+    """A lab C policy that never admits anyone (a learner's bug): the engine must not spin forever."""
+
+    def choose_admission(self, waiting, free_blocks):
+        return None
+
+    def choose_victim(self, running, needy):
+        return running[-1].seq_id
+
+
+def test_a_stuck_engine_refuses_through_the_scheduler_ending_the_whole_request_with_the_real_cause(tiny_model):
+    engine = LLMEngine(tiny_model, EngineConfig(block_size=4, num_blocks=32), scheduling_policy=_AdmitsNoOne())
+    rid = engine.add_request(PROMPT, SamplingParams(max_new_tokens=3, n=2))
+    other = engine.add_request(PROMPT[:4], SamplingParams(max_new_tokens=3))
+    steps = 0
+    while engine.has_unfinished_requests:
+        engine.step()
+        steps += 1
+    assert steps == 2, "one refusal per idle step, each through the scheduler"
+    for request_id in (rid, other):
+        req = engine.requests[request_id]
+        assert req.status.value == "refused" and all(s.status.value == "finished" for s in req.seqs)
+        assert "the scheduling policy admitted none of the" in req.refusal, "the cause, not 'no blocks'"
+    assert not engine.scheduler.refused and engine.kv_cache_manager.num_free_blocks == 32
+    assert engine.events.counts()["refuse"] == 2
+
+
+def test_a_started_sequence_is_never_refused_as_stuck(tiny_model):
+    """A sequence that has begun its answer (preempted, waiting to resume) is not refused: with only such
+    sequences stuck the engine raises, naming the cause, and keeps every request."""
+    from kvcourse.kernels.engine.scheduler import Scheduler
+
+    engine = LLMEngine(tiny_model, EngineConfig(block_size=4, num_blocks=8))
+    rid = engine.add_request(PROMPT, SamplingParams(max_new_tokens=4))
+    engine.step()
+    engine.step()
+    seq = engine.requests[rid].seqs[0]
+    assert seq.num_completion_tokens >= 1
+    engine.scheduler.preempt(seq)
+    for _ in range(engine.kv_cache_manager.num_free_blocks - 1):  # a leak: it can never get its blocks back
+        engine.kv_cache_manager.block_pool.allocate()
+    with pytest.raises(RuntimeError, match="no waiting sequence can start again: sequence .* needs"):
+        Scheduler.schedule(engine.scheduler)
+    assert engine.requests[rid].status.value == "running" and seq in engine.scheduler.waiting
+    assert not engine.scheduler.refused
+
+
+def test_an_engine_never_changes_the_model_it_is_given(tiny_model):
+    """EngineConfig(fast_paths=...) sets the fast paths on a twin sharing the weights: the caller's model keeps
+    its modules, and a second engine on the same model with fast paths off really runs without them."""
+    from kvcourse.kernels.model import cpu_fast, layers
+
+    before = {name: type(m) for name, m in tiny_model.named_modules()}
+    fast = LLMEngine(tiny_model, EngineConfig(block_size=4, fast_paths="auto"))
+    assert {name: type(m) for name, m in tiny_model.named_modules()} == before
+    assert fast.model is not tiny_model and type(fast.model.lm_head) is cpu_fast.FastLinear
+    assert fast.model.lm_head.weight is tiny_model.lm_head.weight, "the weights are shared, not copied"
+    off = LLMEngine(tiny_model, EngineConfig(block_size=4, fast_paths="off"))
+    assert not any(isinstance(m, cpu_fast.FastLinear) for m in off.model.modules())
+    assert type(off.model.lm_head) is layers.Linear and type(fast.model.lm_head) is cpu_fast.FastLinear
+    params = SamplingParams(max_new_tokens=5, stop_on_eos=False)
+    assert fast.generate([PROMPT], params)[0].tokens == off.generate([PROMPT], params)[0].tokens
+    as_given = LLMEngine(tiny_model, EngineConfig(block_size=4))
+    assert as_given.model is tiny_model, "fast_paths None runs the model as it is given"

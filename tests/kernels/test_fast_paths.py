@@ -104,9 +104,10 @@ def test_fp32_tokens_are_identical_with_and_without_the_fast_paths(cache):
 def test_generate_and_the_engine_take_the_switch():
     hf = make_tiny_hf_llama()
     model = Transformer.from_hf(hf).accelerate()
-    LLMEngine(model, EngineConfig(fast_paths="off"))
-    assert type(model.lm_head) is layers.Linear, "EngineConfig(fast_paths='off') runs the textbook model"
-    generate(model, PROMPT, 2, fast_paths="auto")
+    off = LLMEngine(model, EngineConfig(fast_paths="off"))
+    assert type(off.model.lm_head) is layers.Linear, "EngineConfig(fast_paths='off') runs the textbook model"
+    assert type(model.lm_head) is cpu_fast.FastLinear, "on a twin: the model given is left as it is"
+    generate(model.accelerate("off"), PROMPT, 2, fast_paths="auto")
     assert type(model.lm_head) is cpu_fast.FastLinear
     engine = LLMEngine(model)  # None: the model as it is given
     assert type(engine.model.lm_head) is cpu_fast.FastLinear

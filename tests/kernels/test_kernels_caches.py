@@ -89,7 +89,7 @@ def test_sliding_tokens_match_until_the_window_bites_then_differ(model):
     # min(position + 1, window) keys: identical while position + 1 <= window.
     safe = window - len(PROMPT) + 1
     assert sliding.tokens[:safe] == full.tokens[:safe]
-    first_diff = next(i for i, (a, b) in enumerate(zip(full.tokens, sliding.tokens)) if a != b)
+    first_diff = next(i for i, (a, b) in enumerate(zip(full.tokens, sliding.tokens, strict=False)) if a != b)
     assert first_diff >= safe
     # Memory: grows during the prompt and the first steps, then flat at window tokens.
     held = [s.kv_cache_bytes for s in sliding.stats]

@@ -58,7 +58,7 @@ def test_first_keeps_the_first_head_of_each_group(tiny_model):
 def test_pooling_heads_that_are_already_equal_is_exact(tiny_model):
     """Repeat 2 -> 4, pool 4 -> 2: the original weights, and so the original answers."""
     back = regroup_kv_heads(regroup_kv_heads(tiny_model, 4), 2)
-    for a, b in zip(back.state_dict().values(), tiny_model.state_dict().values()):
+    for a, b in zip(back.state_dict().values(), tiny_model.state_dict().values(), strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-7)
 
 

@@ -41,18 +41,18 @@ def test_backend_matches_dense_for_mixed_prefill_chunks_and_decodes():
     full_v = [torch.randn(n, kv_heads, d) for n in total_lens]
     # place the cached part of every sequence in the pool, as earlier steps would have
     for layer in range(layers):
-        for t, c, fk, fv in zip(tables, cached, full_k, full_v):
+        for t, c, fk, fv in zip(tables, cached, full_k, full_v, strict=True):
             for pos in range(c):
                 pool.k[layer, t[pos // bs], pos % bs] = fk[pos]
                 pool.v[layer, t[pos // bs], pos % bs] = fv[pos]
-    query_lens = [n - c for n, c in zip(total_lens, cached)]
+    query_lens = [n - c for n, c in zip(total_lens, cached, strict=True)]
     meta = PagedMetadata.build(tables, cached, query_lens, bs)
     q_all = [torch.randn(n, heads, d) for n in query_lens]
-    k_new = torch.cat([fk[c:] for fk, c in zip(full_k, cached)])
-    v_new = torch.cat([fv[c:] for fv, c in zip(full_v, cached)])
+    k_new = torch.cat([fk[c:] for fk, c in zip(full_k, cached, strict=True)])
+    v_new = torch.cat([fv[c:] for fv, c in zip(full_v, cached, strict=True)])
     backend = PagedAttentionBackend(pool, meta)
     out = backend.attend(1, torch.cat(q_all), k_new, v_new)
-    expected = torch.cat([dense_causal(q, k, v) for q, k, v in zip(q_all, full_k, full_v)])
+    expected = torch.cat([dense_causal(q, k, v) for q, k, v in zip(q_all, full_k, full_v, strict=True)])
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
     ref = paged_attention_reference(torch.cat(q_all), pool.k[1], pool.v[1], meta.block_tables,
                                     list(meta.context_lens_list), query_lens, d ** -0.5)

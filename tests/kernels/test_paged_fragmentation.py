@@ -137,7 +137,7 @@ def test_the_reservation_memory_map_tiles_the_pool_and_adds_up_to_each_record():
         record = replay.step()
         segments = replay.memory_map()
         assert segments[0].start == 0 and segments[-1].end == 4096
-        assert all(a.end == b.start for a, b in zip(segments, segments[1:]))  # no gap, no overlap
+        assert all(a.end == b.start for a, b in zip(segments, segments[1:], strict=False))  # no gap, no overlap
         for category in CATEGORIES:
             assert sum(s.num_slots for s in segments if s.category == category) == getattr(record, category)
         assert {s.request for s in segments if s.request is not None} <= set(range(len(trace)))
@@ -212,7 +212,7 @@ def test_the_paging_memory_map_tiles_the_pool_and_adds_up_to_each_record():
         record = replay.step()
         segments = replay.memory_map()
         assert segments[0].start == 0 and segments[-1].end == 256 * 16
-        assert all(a.end == b.start for a, b in zip(segments, segments[1:]))
+        assert all(a.end == b.start for a, b in zip(segments, segments[1:], strict=False))
         for category in CATEGORIES:
             assert sum(s.num_slots for s in segments if s.category == category) == getattr(record, category)
         tails = [s for s in segments if s.category == "internal"]

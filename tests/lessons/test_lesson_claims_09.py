@@ -198,7 +198,7 @@ def test_lesson_09_two_answers_one_limit_on_smollm2_in_float32(real_model, smol_
     ns, revealed = run_cells("09-03", "09-04", tokenizer=tokenizer, model=model, generate=generate)
     prompts, limit = ns["prompts"], ns["limit"]
     assert ns["lengths"] == [8, 21] and all(r.stopped_on_eos for r in ns["runs"])
-    filled = sum(len(p) + n - 1 for p, n in zip(prompts, ns["lengths"]))
+    filled = sum(len(p) + n - 1 for p, n in zip(prompts, ns["lengths"], strict=True))
     reserved = sum(len(p) + limit for p in prompts)
     assert revealed["09.filled"] == pytest.approx(100 * filled / reserved)
     assert f"{filled / reserved:.1%}" == "17.1%"

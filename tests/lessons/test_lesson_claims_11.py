@@ -82,7 +82,7 @@ def _serve_with_a_late_request(model, prompts, limits, late_prompt, late_limit, 
     """The lesson's loop: every sequence's (tokens stored, block table) after every step; a late request
     arrives as soon as the first one is done."""
     engine = LLMEngine(model, EngineConfig(block_size=block_size, num_blocks=768 // block_size))
-    for prompt, limit in zip(prompts, limits):
+    for prompt, limit in zip(prompts, limits, strict=True):
         engine.add_request(prompt, SamplingParams(max_new_tokens=limit))
     seen, held, late, first_done, freed, freed_step = [], {}, None, None, [], None
     while engine.has_unfinished_requests:
@@ -152,7 +152,7 @@ def test_the_block_table_watch_is_the_lesson_s_loop():
     engine_ref, seen, first_done, freed, freed_step, late_ref = _serve_with_a_late_request(
         model, prompts, [8, 32, 16, 24, 3], late_prompt, 12, BLOCK_SIZE)
     engine = LLMEngine(model, EngineConfig(block_size=BLOCK_SIZE, num_blocks=768 // BLOCK_SIZE))
-    for prompt, limit in zip(prompts, [8, 32, 16, 24, 3]):
+    for prompt, limit in zip(prompts, [8, 32, 16, 24, 3], strict=True):
         engine.add_request(prompt, SamplingParams(max_new_tokens=limit))
     watch, late = BlockTableWatch(BLOCK_SIZE), None
     while engine.has_unfinished_requests:

@@ -57,7 +57,7 @@ def reference_beams(hf_model, prompt: list[int], width: int, steps: int) -> tupl
             candidates = scores[:, None] + torch.log_softmax(out.logits[:, -1].float(), dim=-1)  # (beams, vocab)
             best = torch.topk(candidates.flatten(), width)
             parents, tokens = best.indices // candidates.shape[1], best.indices % candidates.shape[1]
-            beams = [beams[p] + [t] for p, t in zip(parents.tolist(), tokens.tolist())]
+            beams = [beams[p] + [t] for p, t in zip(parents.tolist(), tokens.tolist(), strict=True)]
             scores = best.values
             history.append(beams)
             if step < steps - 1:

@@ -96,7 +96,7 @@ def test_13_one_token_near_the_start_breaks_everything_near_the_end_almost_nothi
     reused = {}
     for where, (old, new) in EDITS.items():
         edited = encode(LIBRARY_SYSTEM_PROMPT.replace(old, new, 1), LIBRARY_QUESTIONS[0])
-        assert len(edited) == len(first) and sum(a != b for a, b in zip(first, edited)) == 1
+        assert len(edited) == len(first) and sum(a != b for a, b in zip(first, edited, strict=True)) == 1
         reused[where] = engine.generate([edited], SamplingParams(max_new_tokens=1))[0].num_cached_tokens
         assert reused[where] == expected_reuse(first, edited)
     assert reused["near the start"] == 0 and reused["near the end"] >= len(first) - 2 * BLOCK_SIZE
@@ -129,7 +129,7 @@ def test_13_the_eviction_tables_read_the_event_log_as_the_lesson_prints_it(lesso
     engine = _cached_engine(model, num_blocks=5)
     outs = [engine.generate([encode(*SHOPS[name])], SamplingParams(max_new_tokens=1))[0] for name in VISITS]
     evicted = evictions(engine, VISITS)
-    assert list(zip(evicted["taken by visit"], evicted["held the prefix of"])) == [
+    assert list(zip(evicted["taken by visit"], evicted["held the prefix of"], strict=True)) == [
         (4, "bakery"), (4, "bakery"), (5, "library"), (5, "library")]
     table = visit_table(VISITS, outs, evicted)
     assert list(table["tokens reused"]) == [0, 0, 2 * BLOCK_SIZE, 0, 0]

@@ -148,7 +148,7 @@ def test_on_smollm2_the_trace_runs_the_same_batches_as_on_the_tiny_model(real_mo
     ids = tokenizer(" ".join(["The memory a server saves becomes more users."] * 4))["input_ids"]
     real = _serve_both(model, trace, trace_prompts(trace, ids))
     small = _serve_both(tiny, trace, trace_prompts(trace, list(range(3, 90))))
-    for a, b in zip(real, small):
+    for a, b in zip(real, small, strict=True):
         assert a.batch_per_step == b.batch_per_step and a.num_tokens == b.num_tokens
 
 

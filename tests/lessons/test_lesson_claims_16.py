@@ -170,8 +170,8 @@ def test_16_each_later_reader_reuses_the_whole_blocks_of_the_common_opening(real
                                                     {"role": "user", "content": q}], add_generation_prompt=True)
                      ["input_ids"]) for q in LIBRARY_QUESTIONS]
     served = PrefixCache(PrefixCacheConfig(tuple(readers), 16, 256), len(readers))
-    for earlier, later, result in zip(readers, readers[1:], served.results[1:]):
-        common = next(i for i, (a, b) in enumerate(zip(earlier, later)) if a != b)
+    for earlier, later, result in zip(readers, readers[1:], served.results[1:], strict=False):
+        common = next(i for i, (a, b) in enumerate(zip(earlier, later, strict=False)) if a != b)
         assert result.num_cached_tokens == 16 * min(common // 16, (len(later) - 1) // 16) > 400
 
 

@@ -34,7 +34,7 @@ def _draws(question: Question) -> list[dict]:
     if question.kind is Kind.NUMERIC:
         return [{}]
     names = [name for name, _ in question.params]
-    return [dict(zip(names, combo)) for combo in itertools.product(*(values for _, values in question.params))]
+    return [dict(zip(names, combo, strict=True)) for combo in itertools.product(*(values for _, values in question.params))]
 
 
 def _cases() -> list[tuple[Question, dict]]:

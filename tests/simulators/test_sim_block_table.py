@@ -57,7 +57,7 @@ def test_blocks_arrive_only_when_the_last_one_is_full():
     assert sim.tables == [[0, 1], [2, 3, 5], [4]] and sim.lengths == [6, 9, 4]
     for _ in range(10):
         sim.step()
-    for table, n in zip(sim.tables, sim.lengths):
+    for table, n in zip(sim.tables, sim.lengths, strict=True):
         assert len(table) == ceil_div(n, 4) == -(-n // 4)
     assert sim.lengths == [16, 19, 14] and sim.num_used == 4 + 5 + 4 == 32 - sim.num_free
 

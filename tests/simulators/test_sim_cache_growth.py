@@ -48,7 +48,7 @@ def test_bytes_per_token_come_from_the_cost_model_and_split_evenly_over_layers()
 def test_a_burst_then_one_slot_per_token_a_straight_line():
     sim = _sim(prompt_len=50, num_new_tokens=20)
     assert sim.tokens_held_curve == list(range(50, 70))  # 50 at prefill, then +1 per decode step
-    steps = [b - a for a, b in zip(sim.bytes_held_curve, sim.bytes_held_curve[1:])]
+    steps = [b - a for a, b in zip(sim.bytes_held_curve, sim.bytes_held_curve[1:], strict=False)]
     assert set(steps) == {sim.bytes_per_token}  # never shrinks, never jumps after the prefill
     assert sim.prefill_bytes == 50 * sim.bytes_per_token
     assert sim.peak_bytes == costs.kv_cache_bytes(SMOL, 69, bytes_per_value=4)
@@ -110,7 +110,7 @@ def test_simulator_equals_the_contiguous_cache_step_by_step_and_per_layer(tiny):
     assert [s.phase.value for s in result.stats] == [PREFILL] + [DECODE] * (new - 1)
     cache = result.backend  # each layer's K and V buffers, measured on the tensors themselves
     per_layer = [k[:, :cache.num_tokens].nbytes + v[:, :cache.num_tokens].nbytes
-                 for k, v in zip(cache.k_cache, cache.v_cache)]
+                 for k, v in zip(cache.k_cache, cache.v_cache, strict=True)]
     assert per_layer == [sim.bytes_per_layer_curve[-1]] * tiny.config.num_layers
 
 

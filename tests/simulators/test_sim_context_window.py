@@ -167,7 +167,7 @@ def _serve_together(model, num_blocks, block_size, users, context, prefix):
     params = [SamplingParams(max_new_tokens=context - len(p), stop_on_eos=False) for p in prompts]
     engine.add_request(prompts[0], params[0])
     engine.step()  # the first user's prompt, prefix included, is computed and cached
-    for p, sp in zip(prompts[1:], params[1:]):
+    for p, sp in zip(prompts[1:], params[1:], strict=True):
         engine.add_request(p, sp)
     peak, most_running = 0, 0
     while engine.has_unfinished_requests:

@@ -133,7 +133,7 @@ def test_the_map_over_time_is_the_strip_of_every_sampled_step():
 def test_sweep_is_one_replay_per_value():
     base = TraceConfig(num_requests=30, seed=2)
     reports = sweep("answer_limit", [256, 512], trace_config=base, pool_slots=8192)
-    for limit, report in zip([256, 512], reports):
+    for limit, report in zip([256, 512], reports, strict=True):
         trace = request_trace(dataclasses.replace(base, answer_limit=limit))
         assert report.as_dict() == simulate_reservation(trace, 8192).as_dict()
     pools = sweep("pool_slots", [4096, 8192], trace_config=base)

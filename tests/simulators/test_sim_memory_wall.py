@@ -230,7 +230,7 @@ def test_under_pressure_every_request_ends_finished_or_refused_with_the_same_tok
 
 def test_request_stories_and_occupancy_read_the_trace_back(tiny_model):
     engine = LLMEngine(tiny_model, EngineConfig(block_size=4, num_blocks=12, eos_token_id=0))
-    for prompt, params in zip([*PRESSURE_PROMPTS, PRESSURE_PROMPTS[0]], PRESSURE_PARAMS):
+    for prompt, params in zip([*PRESSURE_PROMPTS, PRESSURE_PROMPTS[0]], PRESSURE_PARAMS, strict=True):
         engine.add_request(prompt, params)
     live: tuple[list[int], list[int], list[int]] = ([], [], [])
     lost = 0
@@ -240,7 +240,7 @@ def test_request_stories_and_occupancy_read_the_trace_back(tiny_model):
         lost += sum(computed[e.seq_id] for e in engine.events.of_kind(EventKind.PREEMPT)
                     if e.step == engine.num_steps - 1)
         for series, value in zip(live, (engine.kv_cache_manager.num_used_blocks, len(engine.scheduler.running),
-                                        len(engine.scheduler.waiting))):
+                                        len(engine.scheduler.waiting)), strict=True):
             series.append(value)
     assert occupancy(engine) == live
     stories = request_stories(engine)

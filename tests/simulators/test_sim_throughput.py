@@ -216,7 +216,7 @@ def _lesson_trace(num_requests: int) -> list[workload.TraceRequest]:
 def test_reservation_start_steps_replay_the_reservation_batches_on_the_engine(tiny):
     trace = _lesson_trace(24)
     starts = reservation_start_steps(trace, 512)
-    assert len(starts) == len(trace) and all(s >= r.arrival_step for s, r in zip(starts, trace))
+    assert len(starts) == len(trace) and all(s >= r.arrival_step for s, r in zip(starts, trace, strict=True))
     replay = ReservationReplay(trace, 512).run()
     roomy = sum(-(-r.final_len // 16) for r in trace)
     run = serve_trace(LLMEngine(tiny, EngineConfig(num_blocks=roomy)), trace, trace_prompts(trace, list(range(3, 90))),
@@ -247,7 +247,7 @@ def test_interleaved_servers_run_the_same_batches_as_one_at_a_time(tiny):
                TraceServer(LLMEngine(tiny, EngineConfig(num_blocks=roomy)), trace, prompts, starts)]
     together = serve_interleaved(servers)
     assert all(s.done for s in servers)
-    for a, b in zip(alone, together):
+    for a, b in zip(alone, together, strict=True):
         assert a.batch_per_step == b.batch_per_step and a.num_tokens == b.num_tokens
     assert together[0].num_steps < together[1].num_steps  # the paging one finished first; the other went on alone
 
