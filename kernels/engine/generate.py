@@ -158,10 +158,10 @@ def _prompt_ids(ids: Any) -> list[int]:
         if ids.dim() != 1:
             raise ValueError(f"the prompt must be a list of ids or a 1-D / (1, T) tensor, got {tuple(ids.shape)}")
         ids = ids.tolist()
-    ids = [int(i) for i in ids]
-    if not ids:
+    token_ids = [int(i) for i in ids]
+    if not token_ids:
         raise ValueError("the prompt is empty: give at least one token id")
-    return ids
+    return token_ids
 
 
 def _eos_ids(eos_token_id: int | list[int] | None, model: Transformer) -> set[int]:
@@ -226,7 +226,7 @@ def _forward(model: Transformer, backend: SequenceCache | ModelRunningCache, buf
         return backend.forward(buffer[:end].tolist())
     backend.begin_step(StepMetadata(start, end - start))
     last = torch.tensor([end - start - 1], device=buffer.device)  # logits for the final row only
-    logits = model(buffer[start:end], positions[start:end], backend, logits_index=last)
+    logits: torch.Tensor = model(buffer[start:end], positions[start:end], backend, logits_index=last)
     backend.end_step()
     return logits
 

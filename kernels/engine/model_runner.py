@@ -17,12 +17,13 @@ import torch
 from kvcourse.kernels.attention.paged_backend import PagedAttentionBackend, PagedMetadata, decode_kernel
 from kvcourse.kernels.engine.batch import ScheduledBatch
 from kvcourse.kernels.memory.kv_pool import KVPool
+from kvcourse.kernels.model.transformer import Transformer
 
 
 class ModelRunner:
     """Runs the model on a flat batch over the paged KV pool (lesson 10)."""
 
-    def __init__(self, model: torch.nn.Module, pool: KVPool, use_triton: bool | None = None) -> None:
+    def __init__(self, model: Transformer, pool: KVPool, use_triton: bool | None = None) -> None:
         self.model = model
         self.pool = pool
         # The CPU's in-place decode kernel is one of the model's fast paths: off where they are off.
@@ -30,7 +31,7 @@ class ModelRunner:
         self.decode_kernel = decode_kernel(pool.k.device, pool.k.dtype, use_triton, in_place=fast)
 
     @classmethod
-    def for_model(cls, model: torch.nn.Module, num_blocks: int, block_size: int,
+    def for_model(cls, model: Transformer, num_blocks: int, block_size: int,
                   use_triton: bool | None = None) -> ModelRunner:
         """A runner with a fresh, zeroed pool of ``num_blocks`` blocks in the model's dtype and device."""
         mc = model.config
@@ -56,4 +57,5 @@ class ModelRunner:
         last_rows = [ends[i] - 1 for i in batch.sampled]
         logits_index = torch.tensor(last_rows, dtype=torch.long, device=device)
         backend = PagedAttentionBackend(self.pool, meta, self.decode_kernel)
-        return self.model(input_ids, meta.positions, backend, logits_index)  # (len(last_rows), vocab)
+        logits: torch.Tensor = self.model(input_ids, meta.positions, backend, logits_index)
+        return logits  # (len(last_rows), vocab)

@@ -16,6 +16,7 @@ from kvcourse.kernels.engine.generate import CacheRequest
 from kvcourse.kernels.engine.model_runner import ModelRunner
 from kvcourse.kernels.engine.sequence import Sequence
 from kvcourse.kernels.memory.kv_cache_manager import KVCacheManager
+from kvcourse.kernels.model.transformer import Transformer
 
 DEFAULT_BLOCK_SIZE = 16
 
@@ -23,7 +24,7 @@ DEFAULT_BLOCK_SIZE = 16
 class PagedSequenceCache:
     """A cache whose K/V live in fixed-size blocks found through a block table (lesson 10)."""
 
-    def __init__(self, model: torch.nn.Module, max_tokens: int, block_size: int = DEFAULT_BLOCK_SIZE,
+    def __init__(self, model: Transformer, max_tokens: int, block_size: int = DEFAULT_BLOCK_SIZE,
                  scatter: bool = False, seed: int = 0, use_triton: bool | None = None) -> None:
         check_positive_int("max_tokens", max_tokens)
         check_positive_int("block_size", block_size)

@@ -50,6 +50,7 @@ def all_logits(model: Transformer, ids: Sequence[int], cache: str = "none") -> t
     """
     tokens = torch.tensor(list(ids), device=model.device)
     positions = torch.arange(len(tokens), device=model.device)
+    backend: Int8KVBackend | NoCacheBackend
     if cache == "int8":
         backend = Int8KVBackend(model.config, len(tokens), model.dtype, model.device, measure_error=False)
         backend.begin_step(StepMetadata(0, len(tokens)))

@@ -59,10 +59,10 @@ class BlockTableWatch:
 
     def next_holders(self, blocks: list[int], after_step: int) -> pd.DataFrame:
         """For each of ``blocks``: the first request seen holding it after ``after_step``, and from which step."""
-        rows = {}
+        rows: dict[int, dict[str, int]] = {}
         for row in self.rows:
             for block in row["table"]:
                 if row["step"] > after_step and block in blocks and block not in rows:
                     rows[block] = {"block": block, "next held by request": row["request"], "from step": row["step"]}
-        return pd.DataFrame(sorted(rows.values(), key=lambda r: r["block"]),
-                            columns=["block", "next held by request", "from step"]).set_index("block")
+        in_order = sorted(rows.values(), key=lambda r: r["block"])
+        return pd.DataFrame(in_order, columns=["block", "next held by request", "from step"]).set_index("block")

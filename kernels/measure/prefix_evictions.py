@@ -22,8 +22,10 @@ def _holders(engine: LLMEngine) -> tuple[dict[int, int], list[tuple[int, int, in
     evicted: list[tuple[int, int, int]] = []  # (visit that took it, block, visit whose prefix it held)
     for event in engine.events.events:
         if event.kind is EventKind.CACHE_INSERT:
+            assert event.block_id is not None and event.seq_id is not None, "the cache manager names both"
             holder[event.block_id] = event.seq_id
         elif event.kind is EventKind.EVICT:
+            assert event.block_id is not None and event.seq_id is not None, "the manager allocates for a sequence"
             evicted.append((event.seq_id, event.block_id, holder.pop(event.block_id)))
     return holder, evicted
 

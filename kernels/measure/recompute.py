@@ -63,14 +63,14 @@ def drift_by_layer(recordings: Sequence[Recorded], first: int, dtype: torch.dtyp
                         index=pd.RangeIndex(len(change), name="layer"))
 
 
-def _thirds(steps: Sequence[float]) -> tuple[float, float]:
+def _thirds(steps: Sequence[float] | pd.Series[float]) -> tuple[float, float]:
     """The mean of the first third of the layers' values and of the last third's."""
     values = np.asarray(steps, dtype=float)
     third = max(1, len(values) // 3)
     return float(values[:third].mean()), float(values[-third:].mean())
 
 
-def trend(steps: Sequence[float]) -> str:
+def trend(steps: Sequence[float] | pd.Series[float]) -> str:
     """What a layer-by-layer drift did, from the first third of the layers to the last (lesson 04).
 
     "is zero at every layer", "grows through the layers" (the last third's mean at least ``GROWTH`` times the

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 import pandas as pd
 
 from kvcourse.kernels.baselines.fragmentation import PagingReplay, ReservationReplay
-from kvcourse.kernels.engine.llm_engine import EngineConfig, LLMEngine
+from kvcourse.kernels.engine.config import EngineConfig
+from kvcourse.kernels.engine.llm_engine import LLMEngine
 from kvcourse.kernels.measure.serving import (
     ServedTrace,
     TraceServer,

@@ -98,7 +98,7 @@ class BlockPool:
             raise OutOfBlocksError(f"all {self.num_blocks} blocks are in use")
         block_id = next(iter(self._free_queue))  # empty blocks stand before cached ones
         if block_id in self._cached and self.eviction is not None:
-            block_id = self._policy_choice()
+            block_id = self._policy_choice(self.eviction)
         del self._free_queue[block_id]
         if block_id in self._cached:
             self._forget(block_id)
@@ -113,10 +113,10 @@ class BlockPool:
                                   self._children.get(entry.block_hash, 0) > 0)
                 for b in self._free_queue if (entry := self._cached.get(b)) is not None]
 
-    def _policy_choice(self) -> int:
+    def _policy_choice(self, policy: EvictionPolicy) -> int:
         # By block id: the policy decides from what it is told of each block, not from the queue's order.
         candidates = sorted(self.eviction_candidates(), key=lambda c: c.block_id)
-        choice = self.eviction.choose(list(candidates))
+        choice = policy.choose(list(candidates))
         why = rejection(choice, candidates, self.ref_counts)
         if why is not None:
             raise EvictionPolicyError(why)

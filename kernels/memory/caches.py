@@ -22,6 +22,11 @@ class _SequenceBackend:
     def num_score_cells(self) -> int:
         return self.stats.num_score_cells
 
+    @property
+    def num_computed_tokens(self) -> int:
+        """Tokens whose K/V the backend holds: each backend counts its own."""
+        raise NotImplementedError
+
     def begin_step(self, meta: StepMetadata) -> None:
         if meta.start_pos != self.num_computed_tokens:
             raise ValueError(f"this step starts at position {meta.start_pos}, but the backend expects "

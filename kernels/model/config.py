@@ -32,7 +32,9 @@ class ModelConfig:
     num_layers: int
     num_heads: int
     num_kv_heads: int
-    head_dim: int | None = None
+    # None only as the constructor's default: __post_init__ puts hidden_size // num_heads in its place, so
+    # every read of a built config is an int.
+    head_dim: int = None  # type: ignore[assignment]  # see above
     rope_theta: float = 10000.0
     rms_norm_eps: float = 1e-5
     max_position_embeddings: int = 2048
@@ -100,7 +102,7 @@ class ModelConfig:
         rope_theta = rope.get("rope_theta", getattr(hf_config, "rope_theta", 10000.0))
         num_heads = hf_config.num_attention_heads
         num_kv_heads = getattr(hf_config, "num_key_value_heads", None) or num_heads
-        head_dim = getattr(hf_config, "head_dim", None)
+        head_dim: Any = getattr(hf_config, "head_dim", None)  # None too: __post_init__ resolves and checks it
         llama_bias = bool(getattr(hf_config, "attention_bias", False))
         qkv_bias = True if model_type == "qwen2" else llama_bias
         eos = getattr(hf_config, "eos_token_id", None)

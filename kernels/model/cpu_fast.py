@@ -37,7 +37,7 @@ import functools
 import os
 import warnings
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -112,7 +112,12 @@ class ModelShapes:
 
 def linear_shapes(model: nn.Module) -> list[tuple[int, int]]:
     """The distinct (out, in) weight shapes of a model's Linear layers, in the order a forward pass meets them."""
-    return list(dict.fromkeys(tuple(m.weight.shape) for m in model.modules() if isinstance(m, Linear)))
+    return list(dict.fromkeys(_out_in(m.weight) for m in model.modules() if isinstance(m, Linear)))
+
+
+def _out_in(weight: torch.Tensor) -> tuple[int, int]:
+    out_features, in_features = weight.shape  # a Linear's weight is (out, in)
+    return out_features, in_features
 
 
 def linear_choices(dtype: torch.dtype, shapes: list[tuple[int, int]]) -> dict[tuple[int, int], list[Choice]]:
@@ -163,8 +168,8 @@ class FastLinear(Linear):
     def choices(self) -> tuple[Choice, ...]:
         """The product of each row class for this weight's dtype and shape (measured once per process)."""
         key = (self.weight.dtype, torch.get_num_threads())
-        if key != self._choices_for:
-            shape = tuple(self.weight.shape)
+        if key != self._choices_for or self._choices is None:
+            shape = _out_in(self.weight)
             self._choices = tuple(linear_choices(self.weight.dtype, [shape])[shape])
             self._choices_for = key
         return self._choices
@@ -183,7 +188,9 @@ class FastLinear(Linear):
         weight = self.weight
         if not x.is_cpu or x.dtype != weight.dtype or torch.is_grad_enabled():
             return F.linear(x, weight, self.bias)
-        choices = self._choices if self._choices_for == (weight.dtype, torch.get_num_threads()) else self.choices()
+        choices = self._choices
+        if choices is None or self._choices_for != (weight.dtype, torch.get_num_threads()):
+            choices = self.choices()
         rows = x.numel() // self.in_features
         product = choices[0 if rows <= 1 else 1 if rows <= 8 else 2].product  # products.row_class, inlined
         if product == "textbook":
@@ -221,7 +228,10 @@ _FAST = {Linear: FastLinear, RMSNorm: FusedRMSNorm, RotaryEmbedding: FastRotaryE
 _TEXTBOOK = {fast: textbook for textbook, fast in _FAST.items()}
 
 
-def _twin(cls: type[nn.Module], module: nn.Module) -> nn.Module:
+_ModuleT = TypeVar("_ModuleT", bound=nn.Module)
+
+
+def _twin(cls: type[_ModuleT], module: nn.Module) -> _ModuleT:
     """A ``cls`` module with ``module``'s Parameters (the same tensors) and settings, none of its caches."""
     twin = cls.__new__(cls)
     nn.Module.__init__(twin)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from kvcourse.kernels.model import timing
-from kvcourse.kernels.model.layers import RotaryEmbedding, Rotation
+from kvcourse.kernels.model.layers import RotaryEmbedding, RotationForm
 
 
 class FastRotaryEmbedding(RotaryEmbedding):
@@ -42,10 +42,10 @@ class FastRotaryEmbedding(RotaryEmbedding):
         decode = num_tokens <= self.matrix_rows
         return rope_form(dtype, self.cos_table.shape[-1], self.num_heads, decode, torch.get_num_threads())[0]
 
-    def at(self, positions: torch.Tensor, dtype: torch.dtype) -> Rotation | MatrixRotation | FoldedRotation:
+    def at(self, positions: torch.Tensor, dtype: torch.dtype) -> RotationForm:
         return self.rotation(self.form(len(positions), dtype), positions, dtype)
 
-    def rotation(self, form: str, positions: torch.Tensor, dtype: torch.dtype) -> Rotation | MatrixRotation | FoldedRotation:
+    def rotation(self, form: str, positions: torch.Tensor, dtype: torch.dtype) -> RotationForm:
         """The rotation at these positions (T,) in ``form``: all three turn x by the same angles."""
         if form == "textbook":
             return super().at(positions, dtype)

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from kvcourse.kernels.model.config import ModelConfig
+from kvcourse.kernels.model.layers import Linear
 from kvcourse.kernels.model.transformer import DecoderLayer, Transformer
 
 
@@ -40,6 +41,7 @@ def convert_hf_model(hf_model: Any) -> Transformer:
         if not config.tie_word_embeddings:
             model.lm_head.weight.copy_(state["lm_head.weight"])
         for i, layer in enumerate(model.layers):
+            assert isinstance(layer, DecoderLayer), "a Transformer's layers are DecoderLayers"
             _copy_layer(layer, state, f"model.layers.{i}.", config)
     if config.tie_word_embeddings:
         model.lm_head.weight = model.embed_tokens.weight
@@ -53,10 +55,16 @@ def _copy_layer(layer: DecoderLayer, state: dict[str, torch.Tensor], prefix: str
     layer.self_attn.qkv_proj.weight.copy_(
         torch.cat([state[attn + f"{p}_proj.weight"] for p in "qkv"], dim=0))
     if config.attention_bias:
-        layer.self_attn.qkv_proj.bias.copy_(torch.cat([state[attn + f"{p}_proj.bias"] for p in "qkv"], dim=0))
+        _bias(layer.self_attn.qkv_proj).copy_(torch.cat([state[attn + f"{p}_proj.bias"] for p in "qkv"], dim=0))
     layer.self_attn.o_proj.weight.copy_(state[attn + "o_proj.weight"])
     if config.attention_out_bias:
-        layer.self_attn.o_proj.bias.copy_(state[attn + "o_proj.bias"])
+        _bias(layer.self_attn.o_proj).copy_(state[attn + "o_proj.bias"])
     mlp = prefix + "mlp."
     layer.mlp.gate_up_proj.weight.copy_(torch.cat([state[mlp + "gate_proj.weight"], state[mlp + "up_proj.weight"]]))
     layer.mlp.down_proj.weight.copy_(state[mlp + "down_proj.weight"])
+
+
+def _bias(linear: Linear) -> torch.Tensor:
+    """The bias of a projection the config gives one (attention_bias, attention_out_bias)."""
+    assert linear.bias is not None, "the config says this projection has a bias"
+    return linear.bias

@@ -10,6 +10,7 @@ these back.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
@@ -22,8 +23,9 @@ class Linear(nn.Module):
     def __init__(self, in_features: int, out_features: int, bias: bool = False) -> None:
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
-        self.weight = nn.Parameter(torch.empty(out_features, in_features))
-        self.bias = nn.Parameter(torch.zeros(out_features)) if bias else None
+        # Tensor, as torch's nn.Linear declares it: a tied lm_head takes the embedding's weight.
+        self.weight: torch.Tensor = nn.Parameter(torch.empty(out_features, in_features))
+        self.bias: torch.Tensor | None = nn.Parameter(torch.zeros(out_features)) if bias else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return F.linear(x, self.weight, self.bias)  # (..., in) -> (..., out)
@@ -67,12 +69,18 @@ class RotaryEmbedding(nn.Module):
         # Plain float32 attributes, not buffers: a model.to(bfloat16) must not round the table itself.
         self.cos_table, self.sin_table = angles.cos(), angles.sin()  # (P, D) each
 
-    def at(self, positions: torch.Tensor, dtype: torch.dtype) -> Rotation:
+    def at(self, positions: torch.Tensor, dtype: torch.dtype) -> RotationForm:
         """The rotation at these positions (T,), built once per forward pass and used by every layer."""
         if self.cos_table.device != positions.device:  # the tables follow the model to its device, once
             self.cos_table, self.sin_table = self.cos_table.to(positions.device), self.sin_table.to(positions.device)
         cos, sin = self.cos_table[positions].to(dtype), self.sin_table[positions].to(dtype)  # (T, D) each
         return Rotation(cos=cos[:, None, :], sin=sin[:, None, :])  # (T, 1, D): broadcast over heads
+
+
+class RotationForm(Protocol):
+    """RoPE at one pass's positions in any form (Rotation, or fast_rope.py's faster ones): x (T, heads, D) turned."""
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor: ...
 
 
 @dataclass(frozen=True)

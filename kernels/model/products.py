@@ -111,6 +111,7 @@ def multiply(product: str, x: torch.Tensor, weight: torch.Tensor, prepared: torc
     if product == "onednn":
         return torch.ops.mkldnn._linear_pointwise(x, prepared, bias, "none", [], "")
     if product == "transposed":
+        assert prepared is not None, "the transposed product multiplies by prepare()'s W^T"
         y = torch.mm(x, prepared) if x.dim() == 2 else x @ prepared  # (..., in) @ (in, out)
         return y if bias is None else y + bias
     return _float32_tiles(x, weight, bias)

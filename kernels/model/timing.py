@@ -10,13 +10,13 @@ beats the textbook by ``MARGIN``. A candidate far slower than the first one on i
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 MARGIN = 1.1  # a form other than the textbook must be this much faster to be chosen
 
 
-def time_calls(calls: dict[str, Callable[[], Any]], rounds: int = 5, budget_s: float = 2e-3) -> dict[str, float]:
+def time_calls(calls: Mapping[str, Callable[[], Any]], rounds: int = 5, budget_s: float = 2e-3) -> dict[str, float]:
     """Seconds per call of each candidate (the first is the reference): interleaved rounds, best of each."""
     first: dict[str, float] = {}
     for name, call in calls.items():

@@ -17,7 +17,7 @@ from torch import nn
 
 from kvcourse.kernels.model import cpu_fast
 from kvcourse.kernels.model.config import ModelConfig
-from kvcourse.kernels.model.layers import Linear, RMSNorm, RotaryEmbedding, Rotation
+from kvcourse.kernels.model.layers import Linear, RMSNorm, RotaryEmbedding, RotationForm
 
 if TYPE_CHECKING:  # the model only calls a backend; attention is the layer above it
     from kvcourse.kernels.attention.backend import AttentionBackend
@@ -35,7 +35,7 @@ class Attention(nn.Module):
         self.qkv_proj = Linear(config.hidden_size, self.q_size + 2 * self.kv_size, bias=config.attention_bias)
         self.o_proj = Linear(self.q_size, config.hidden_size, bias=config.attention_out_bias)
 
-    def forward(self, x: torch.Tensor, rope: Rotation, backend: AttentionBackend) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rope: RotationForm, backend: AttentionBackend) -> torch.Tensor:
         """Attention of the normalised ``x`` (T, hidden) -> (T, hidden)."""
         num_tokens = x.shape[0]
         qkv = self.qkv_proj(x)  # (T, q_size + 2 * kv_size)
@@ -75,7 +75,7 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.mlp = MLP(config)
 
-    def forward(self, x: torch.Tensor, rope: Rotation, backend: AttentionBackend) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rope: RotationForm, backend: AttentionBackend) -> torch.Tensor:
         x = x + self.self_attn(self.input_layernorm(x), rope, backend)  # the residual stream, (T, hidden)
         return x + self.mlp(self.post_attention_layernorm(x))
 
