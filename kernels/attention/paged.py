@@ -58,7 +58,7 @@ def paged_attention_reference(q: torch.Tensor, k_cache: torch.Tensor, v_cache: t
     q: (total new tokens, num_heads, D), sequences concatenated; returns the same shape.
     """
     outputs, start = [], 0
-    for i, (context_len, query_len) in enumerate(zip(context_lens, query_lens)):
+    for i, (context_len, query_len) in enumerate(zip(context_lens, query_lens, strict=True)):
         k = gather_kv(k_cache, block_tables[i], context_len)
         v = gather_kv(v_cache, block_tables[i], context_len)
         outputs.append(causal_attention(q[start:start + query_len], k, v, scale))

@@ -75,7 +75,7 @@ class PagedMetadata:
         if not (len(block_tables) == len(num_computed) == len(query_lens)) or not block_tables:
             raise ValueError("block_tables, num_computed and query_lens must be non-empty and equally long")
         slots, positions = [], []
-        for table, done, new in zip(block_tables, num_computed, query_lens):
+        for table, done, new in zip(block_tables, num_computed, query_lens, strict=True):
             if new < 1 or (done + new) > len(table) * block_size:
                 raise ValueError(f"{new} new tokens after {done} do not fit {len(table)} blocks of {block_size}")
             for pos in range(done, done + new):
@@ -83,7 +83,7 @@ class PagedMetadata:
                 positions.append(pos)
         width = max(len(t) for t in block_tables)
         padded = [t + [0] * (width - len(t)) for t in block_tables]
-        context = [d + n for d, n in zip(num_computed, query_lens)]
+        context = [d + n for d, n in zip(num_computed, query_lens, strict=True)]
         return cls(
             slot_mapping=torch.tensor(slots, dtype=torch.long, device=device),
             positions=torch.tensor(positions, dtype=torch.long, device=device),
@@ -154,7 +154,7 @@ class PagedAttentionBackend:
             return self._decode(q, k_cache, v_cache, None, scale)
         out = torch.empty_like(q)
         decode_rows, decode_seqs, start = [], [], 0
-        for i, (new, context) in enumerate(zip(meta.query_lens, meta.context_lens_list)):
+        for i, (new, context) in enumerate(zip(meta.query_lens, meta.context_lens_list, strict=True)):
             rows = slice(start, start + new)
             if new == 1:
                 decode_rows.append(start)

@@ -88,7 +88,7 @@ def beam_search(model: Transformer, prompt_ids: list[int], beam_width: int, max_
         best = torch.topk(candidates.flatten(), beam_width)
         vocab = candidates.shape[1]
         survivors = []
-        for score, flat in zip(best.values.tolist(), best.indices.tolist()):
+        for score, flat in zip(best.values.tolist(), best.indices.tolist(), strict=True):
             parent = beams[flat // vocab]
             child = Sequence(next(seq_ids), [*parent.token_ids, flat % vocab], parent.num_prompt_tokens, block_size)
             manager.fork(parent, child)

@@ -36,12 +36,13 @@ from kvcourse.kernels.memory.budget import num_blocks_for_budget
 from kvcourse.kernels.memory.events import EventKind, EventLog
 from kvcourse.kernels.memory.eviction import EvictionPolicy
 from kvcourse.kernels.memory.kv_cache_manager import KVCacheManager
+from kvcourse.kernels.model.transformer import Transformer
 
 
 class LLMEngine:
     """A small vLLM: paged KV pool, prefix caching, sharing, continuous batching (lessons 08-15)."""
 
-    def __init__(self, model: torch.nn.Module, config: EngineConfig | None = None, *,
+    def __init__(self, model: Transformer, config: EngineConfig | None = None, *,
                  block_manager: Callable[..., Any] | None = None, eviction: EvictionPolicy | None = None,
                  scheduling_policy: SchedulingPolicy | None = None) -> None:
         """The engine on ``model``. The three keywords are the labs' seams (lessons 18-20): ``block_manager``
@@ -87,7 +88,7 @@ class LLMEngine:
     # ---- requests in -------------------------------------------------------------------------
 
     def _refusal(self, ids: list[int], params: SamplingParams) -> str | None:
-        """Why a request could never be served, or None if it can (lesson 08)."""
+        """Why a request could never be served, or None if it can (lesson 08). ``params.max_new_tokens`` is set."""
         if not ids:
             return "the prompt is empty"
         vocab = self.model.config.vocab_size
@@ -95,7 +96,7 @@ class LLMEngine:
             return f"token ids must lie in [0, {vocab})"
         if params.n > self.config.max_num_seqs:
             return f"n = {params.n} samples exceed max_num_seqs = {self.config.max_num_seqs} running sequences"
-        longest = len(ids) + params.max_new_tokens
+        longest = len(ids) + (params.max_new_tokens or 0)  # add_request has replaced a None by the default
         if longest > self.max_model_len:
             return (f"prompt ({len(ids)}) + max_new_tokens ({params.max_new_tokens}) = {longest} tokens "
                     f"exceeds the model's context of {self.max_model_len}")
@@ -174,7 +175,7 @@ class LLMEngine:
         start in an idle engine): every sequence of each stops, with the reason."""
         outputs = []
         for seq, reason in self.scheduler.refused:
-            req = self.requests[seq.request_id]
+            req = self._request_of(seq)
             for other in req.seqs:
                 if other.status is not SequenceStatus.FINISHED:
                     self.scheduler.finish(other, FinishReason.ABORT)
@@ -183,9 +184,15 @@ class LLMEngine:
         self.scheduler.refused = []
         return outputs
 
+    def _request_of(self, seq: Sequence) -> Request:
+        """The request a sequence serves: every sequence the engine makes belongs to one."""
+        if seq.request_id is None or seq.request_id not in self.requests:
+            raise KeyError(f"sequence {seq.seq_id} belongs to no request of this engine ({seq.request_id!r})")
+        return self.requests[seq.request_id]
+
     def _mark_started(self, batch: ScheduledBatch) -> None:
         for seq in batch.seqs:
-            req = self.requests[seq.request_id]
+            req = self._request_of(seq)
             if req.status is RequestStatus.WAITING:
                 req.status = RequestStatus.RUNNING
                 req.num_cached_tokens = seq.num_cached_tokens
@@ -209,7 +216,8 @@ class LLMEngine:
     def _update_requests(self, grown: list[Sequence]) -> list[RequestOutput]:
         touched: dict[int, Request] = {}
         for seq in grown:
-            req = touched.setdefault(seq.request_id, self.requests[seq.request_id])
+            req = self._request_of(seq)
+            touched.setdefault(req.request_id, req)
             if seq not in req.seqs:
                 req.seqs.append(seq)  # a sample forked this step
             if req.first_token_step is None:

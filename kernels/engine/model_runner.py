@@ -50,7 +50,7 @@ class ModelRunner:
         self.pool.copy_blocks(list(batch.copies))
         device = self.model.device
         meta = self.build_metadata(batch)
-        new_tokens = [t for s, n in zip(batch.seqs, batch.num_scheduled_tokens)
+        new_tokens = [t for s, n in zip(batch.seqs, batch.num_scheduled_tokens, strict=True)
                       for t in s.token_ids[s.num_computed_tokens:s.num_computed_tokens + n]]
         input_ids = torch.tensor(new_tokens, dtype=torch.long, device=device)  # (T,)
         ends = list(itertools.accumulate(batch.num_scheduled_tokens))

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from kvcourse.kernels.engine.batch import ScheduledBatch, finish_pass
@@ -139,7 +140,7 @@ class Scheduler:
             budget -= batch.num_scheduled_tokens[-1]
         return budget
 
-    def view(self, seq: Sequence, preempted: list[Sequence] = ()) -> SeqView:
+    def view(self, seq: Sequence, preempted: Collection[Sequence] = ()) -> SeqView:
         """What the policy sees of a sequence (blocks needed: to admit it when waiting, to append when running)."""
         waiting = seq.status is SequenceStatus.WAITING
         manager = self.kv_cache_manager
@@ -282,5 +283,9 @@ class Scheduler:
         seq.token_ids.append(token)
         if seq.params.stop_on_eos and token in self.eos_token_ids:
             self.finish(seq, FinishReason.STOP)
-        elif seq.num_completion_tokens >= seq.params.max_new_tokens or seq.num_tokens >= self.max_model_len:
+        elif self._at_length_limit(seq):
             self.finish(seq, FinishReason.LENGTH)
+
+    def _at_length_limit(self, seq: Sequence) -> bool:
+        limit = seq.params.max_new_tokens  # None: no limit of its own (the engine always sets one)
+        return (limit is not None and seq.num_completion_tokens >= limit) or seq.num_tokens >= self.max_model_len

@@ -85,7 +85,7 @@ def next_token_agreement(reference: Transformer | Sequence[torch.Tensor], change
 
 def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
     """The first index where two token lists differ (one ending early counts), or None if equal."""
-    for i, (x, y) in enumerate(zip(a, b)):
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):  # one may end early
         if x != y:
             return i
     return None if len(a) == len(b) else min(len(a), len(b))

@@ -24,7 +24,7 @@ class AnswerMatch:
 
 
 def _first_difference(a: Sequence[int], b: Sequence[int]) -> int:
-    for i, (x, y) in enumerate(zip(a, b)):
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):  # answers may end at different lengths
         if x != y:
             return i
     return min(len(a), len(b))
@@ -34,8 +34,8 @@ def match_answers(first: Sequence[Sequence[int]], second: Sequence[Sequence[int]
     """Compare answer i of one run with answer i of the other, for every i."""
     if len(first) != len(second):
         raise ValueError(f"{len(first)} answers against {len(second)}: compare the same prompts")
-    same_tokens = sum(x == y for a, b in zip(first, second) for x, y in zip(a, b))
-    return AnswerMatch(same_answers=sum(list(a) == list(b) for a, b in zip(first, second)),
+    same_tokens = sum(x == y for a, b in zip(first, second, strict=True) for x, y in zip(a, b, strict=False))
+    return AnswerMatch(same_answers=sum(list(a) == list(b) for a, b in zip(first, second, strict=True)),
                        num_answers=len(first), same_tokens=same_tokens,
-                       num_tokens=sum(max(len(a), len(b)) for a, b in zip(first, second)),
-                       first_difference=tuple(_first_difference(a, b) for a, b in zip(first, second)))
+                       num_tokens=sum(max(len(a), len(b)) for a, b in zip(first, second, strict=True)),
+                       first_difference=tuple(_first_difference(a, b) for a, b in zip(first, second, strict=True)))

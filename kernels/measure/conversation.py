@@ -51,5 +51,5 @@ def turn_table(kept: Sequence[Turn], fresh: Sequence[Turn]) -> pd.DataFrame:
     rows = [{"turn": i, "prompt tokens": k.prompt_tokens,
              "cache kept: computed": k.computed, "cache kept: s to first word": round(k.seconds_to_first_token, 2),
              "fresh start: computed": f.computed, "fresh start: s to first word": round(f.seconds_to_first_token, 2)}
-            for i, (k, f) in enumerate(zip(kept, fresh), start=1)]
+            for i, (k, f) in enumerate(zip(kept, fresh, strict=True), start=1)]
     return pd.DataFrame(rows).set_index("turn")

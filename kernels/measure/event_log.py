@@ -52,7 +52,7 @@ def request_stories(engine: LLMEngine) -> list[RequestStory]:
         admitted, preempted = steps.get(EventKind.ADMIT, []), steps.get(EventKind.PREEMPT, [])
         prompt = len(request.prompt_token_ids)
         # Tokens written by each preemption: one per step since each admission, counted over all of them.
-        written = list(itertools.accumulate(p - a for a, p in zip(admitted, preempted)))
+        written = list(itertools.accumulate(p - a for a, p in zip(admitted, preempted, strict=False)))  # the last admission may run to the end
         recomputed = sum(prompt + w - 1 for w in written)
         finished = steps.get(EventKind.FINISH, [None])[-1]
         reason = "refused" if out.refusal else (out.finish_reasons[0] if out.finish_reasons else "")
@@ -78,5 +78,5 @@ def occupancy(engine: LLMEngine) -> tuple[list[int], list[int], list[int]]:
             done[event.step] += 1
     served = sum(1 for r in engine.requests.values() if r.refusal is None)
     blocks, running, done = (list(itertools.accumulate(x)) for x in (blocks, running, done))
-    waiting = [served - r - d for r, d in zip(running, done)]
+    waiting = [served - r - d for r, d in zip(running, done, strict=True)]
     return blocks, running, waiting

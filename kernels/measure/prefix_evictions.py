@@ -41,10 +41,10 @@ def evictions(engine: LLMEngine, names: Sequence[str]) -> pd.DataFrame:
 def visit_table(names: Sequence[str], outputs: Sequence[Any], evicted: pd.DataFrame) -> pd.DataFrame:
     """One row per visit: who, tokens reused from the cache, and the blocks it evicted (whose, cached when)."""
     rows = []
-    for number, (name, out) in enumerate(zip(names, outputs), start=1):
+    for number, (name, out) in enumerate(zip(names, outputs, strict=True), start=1):
         taken = evicted[evicted["taken by visit"] == number]
         what = [f"block {b} ({who}, visit {v})" for b, who, v in
-                zip(taken["block"], taken["held the prefix of"], taken["cached by visit"])]
+                zip(taken["block"], taken["held the prefix of"], taken["cached by visit"], strict=True)]
         rows.append({"visit": number, "who": name, "tokens reused": out.num_cached_tokens,
                      "evicted": ", ".join(what) or "nothing"})
     return pd.DataFrame(rows).set_index("visit")
