@@ -39,6 +39,9 @@ from .traces import LabTrace
 class BlockManagerBase:
     """The block manager the engine calls (lab A). Subclass it and write the methods that raise.
 
+    The engine's scheduler asks exactly these of any manager (``kvcourse.kernels.memory.block_manager``'s
+    ``BlockManager``), the same questions it asks its own ``KVCacheManager``.
+
     A sequence ``seq`` brings what you need: ``seq.seq_id``, ``seq.num_tokens``, ``seq.num_blocks``
     (blocks its tokens fill: ``ceil(num_tokens / block_size)``), ``seq.num_computed_tokens`` (tokens
     whose K/V are already in the pool) and ``seq.block_table``, the list of physical block ids that you

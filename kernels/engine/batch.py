@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kvcourse.kernels.engine.sequence import Sequence
-from kvcourse.kernels.memory.kv_cache_manager import KVCacheManager
+from kvcourse.kernels.memory.block_manager import BlockManager
 from kvcourse.kernels.memory.kv_pool import BlockCopy
 
 
@@ -52,7 +52,7 @@ class ScheduledBatch:
         return not self.seqs
 
 
-def finish_pass(batch: ScheduledBatch, kv_cache_manager: KVCacheManager) -> None:
+def finish_pass(batch: ScheduledBatch, kv_cache_manager: BlockManager) -> None:
     """After the forward pass: each sequence's new tokens are computed, and newly full blocks cached."""
     for seq, n in zip(batch.seqs, batch.num_scheduled_tokens, strict=True):
         seq.num_computed_tokens += n

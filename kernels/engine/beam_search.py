@@ -13,7 +13,6 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
@@ -21,6 +20,7 @@ from kvcourse.kernels.checks import ceil_div, check_positive_int
 from kvcourse.kernels.engine.batch import ScheduledBatch, finish_pass
 from kvcourse.kernels.engine.model_runner import ModelRunner
 from kvcourse.kernels.engine.sequence import Sequence
+from kvcourse.kernels.memory.block_manager import BlockManager
 from kvcourse.kernels.memory.events import EventLog
 from kvcourse.kernels.memory.kv_cache_manager import KVCacheManager
 from kvcourse.kernels.memory.kv_pool import BlockCopy
@@ -47,7 +47,7 @@ class BeamSearchResult:
         return 1 - self.peak_blocks_shared / self.peak_blocks_unshared
 
 
-def _forward(runner: ModelRunner, manager: KVCacheManager, seqs: list[Sequence],
+def _forward(runner: ModelRunner, manager: BlockManager, seqs: list[Sequence],
              copies: list[BlockCopy] | None = None) -> torch.Tensor:
     """Compute every sequence's uncomputed tokens; logits (len(seqs), vocab) of each last token."""
     batch = ScheduledBatch.of(seqs, [s.num_uncomputed_tokens for s in seqs], copies)
@@ -59,7 +59,7 @@ def _forward(runner: ModelRunner, manager: KVCacheManager, seqs: list[Sequence],
 @torch.inference_mode()
 def beam_search(model: Transformer, prompt_ids: list[int], beam_width: int, max_new_tokens: int,
                 block_size: int = 16, num_blocks: int | None = None,
-                block_manager: Callable[..., Any] | None = None) -> BeamSearchResult:
+                block_manager: Callable[[int, int], BlockManager] | None = None) -> BeamSearchResult:
     """Beam search over a paged pool where beams share blocks (lesson 12); ``block_manager`` is the lab's
     seam (lesson 18): a class called as ``block_manager(num_blocks, block_size)`` in place of KVCacheManager."""
     check_positive_int("beam_width", beam_width)
@@ -69,7 +69,7 @@ def beam_search(model: Transformer, prompt_ids: list[int], beam_width: int, max_
     total = len(prompt_ids) + max_new_tokens
     if num_blocks is None:  # enough for every beam to hold a private copy
         num_blocks = beam_width * (ceil_div(total, block_size) + 1)
-    manager = (block_manager or KVCacheManager)(num_blocks, block_size)
+    manager: BlockManager = (block_manager or KVCacheManager)(num_blocks, block_size)
     runner = ModelRunner.for_model(model, num_blocks, block_size)
     seq_ids = itertools.count()
     root = Sequence(next(seq_ids), list(prompt_ids), len(prompt_ids), block_size)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
 
 import torch
 
@@ -32,6 +31,7 @@ from kvcourse.kernels.engine.sampling import (
 from kvcourse.kernels.engine.scheduler import Scheduler
 from kvcourse.kernels.engine.sequence import FinishReason, Sequence, SequenceStatus
 from kvcourse.kernels.engine.threads import thread_policy
+from kvcourse.kernels.memory.block_manager import BlockManager
 from kvcourse.kernels.memory.budget import num_blocks_for_budget
 from kvcourse.kernels.memory.events import EventKind, EventLog
 from kvcourse.kernels.memory.eviction import EvictionPolicy
@@ -43,10 +43,10 @@ class LLMEngine:
     """A small vLLM: paged KV pool, prefix caching, sharing, continuous batching (lessons 08-15)."""
 
     def __init__(self, model: Transformer, config: EngineConfig | None = None, *,
-                 block_manager: Callable[..., Any] | None = None, eviction: EvictionPolicy | None = None,
+                 block_manager: Callable[[int, int], BlockManager] | None = None, eviction: EvictionPolicy | None = None,
                  scheduling_policy: SchedulingPolicy | None = None) -> None:
         """The engine on ``model``. The three keywords are the labs' seams (lessons 18-20): ``block_manager``
-        a class called as ``block_manager(num_blocks, block_size)`` in place of the KVCacheManager,
+        a class called as ``block_manager(num_blocks, block_size)`` in place of the KVCacheManager (a ``BlockManager``),
         ``eviction`` the prefix cache's eviction policy, ``scheduling_policy`` admission and preemption."""
         if block_manager is not None and eviction is not None:
             raise ValueError("eviction is a policy of the engine's own KV-cache manager: give block_manager or "
@@ -58,6 +58,7 @@ class LLMEngine:
         self.max_model_len = self.config.max_model_len or model.config.max_position_embeddings
         self.num_blocks = self._num_blocks()
         self.events = EventLog(self.config.max_events)
+        self.kv_cache_manager: BlockManager
         if block_manager is None:
             self.kv_cache_manager = KVCacheManager(self.num_blocks, self.config.block_size,
                                                    self.config.enable_prefix_caching, self.events, eviction)

@@ -32,8 +32,8 @@ from kvcourse.kernels.engine.policy import (
     SeqView,
 )
 from kvcourse.kernels.engine.sequence import FinishReason, Sequence, SequenceStatus
+from kvcourse.kernels.memory.block_manager import BlockManager
 from kvcourse.kernels.memory.events import EventKind, EventLog
-from kvcourse.kernels.memory.kv_cache_manager import KVCacheManager
 from kvcourse.kernels.memory.kv_pool import BlockCopy
 
 STUCK = "nothing else was running and it could not start"  # how a refusal of an idle engine begins (lab C)
@@ -56,11 +56,11 @@ class _Draft:
 class Scheduler:
     """FCFS continuous batching with recompute preemption (lessons 08 and 14)."""
 
-    def __init__(self, kv_cache_manager: KVCacheManager, max_num_seqs: int, max_num_batched_tokens: int,
+    def __init__(self, kv_cache_manager: BlockManager, max_num_seqs: int, max_num_batched_tokens: int,
                  max_model_len: int, eos_token_ids: frozenset[int] = frozenset(),
                  policy: SchedulingPolicy | None = None, events: EventLog | None = None) -> None:
         self.kv_cache_manager = kv_cache_manager
-        self.events = events if events is not None else kv_cache_manager.events
+        self.events = events if events is not None else getattr(kv_cache_manager, "events", None) or EventLog()
         self.policy = policy if policy is not None else FCFSPolicy()
         self.refused: list[tuple[Sequence, str]] = []  # turned away by the policy; the engine tells the requests
         self.max_num_seqs = max_num_seqs

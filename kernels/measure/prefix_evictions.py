@@ -15,6 +15,7 @@ import pandas as pd
 
 from kvcourse.kernels.engine.llm_engine import LLMEngine
 from kvcourse.kernels.memory.events import EventKind
+from kvcourse.kernels.memory.kv_cache_manager import KVCacheManager
 
 
 def _holders(engine: LLMEngine) -> tuple[dict[int, int], list[tuple[int, int, int]]]:
@@ -53,5 +54,8 @@ def visit_table(names: Sequence[str], outputs: Sequence[Any], evicted: pd.DataFr
 def eviction_queue(engine: LLMEngine, names: Sequence[str]) -> list[str]:
     """The cached blocks still in the free list, next to be evicted first: "block (whose prefix)"."""
     holder, _ = _holders(engine)
-    pool = engine.kv_cache_manager.block_pool
+    manager = engine.kv_cache_manager
+    if not isinstance(manager, KVCacheManager):
+        raise TypeError(f"the eviction queue is the engine's own KVCacheManager's, not a {type(manager).__name__}'s")
+    pool = manager.block_pool
     return [f"{b} ({names[holder[b]]})" for b in pool.free_block_ids if pool.is_cached(b)]

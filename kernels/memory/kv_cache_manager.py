@@ -8,35 +8,17 @@ or not, in its one free queue.
 
 from __future__ import annotations
 
-from typing import Protocol
-
 from kvcourse.kernels.checks import check_positive_int
+from kvcourse.kernels.memory.block_manager import Sequence
 from kvcourse.kernels.memory.block_pool import BlockPool, block_hash
 from kvcourse.kernels.memory.events import EventKind, EventLog
 from kvcourse.kernels.memory.eviction import EvictionPolicy
 from kvcourse.kernels.memory.kv_pool import BlockCopy
 
 
-class Sequence(Protocol):
-    """What the manager reads and writes on a sequence (engine.sequence.Sequence is one)."""
-
-    seq_id: int
-    block_table: list[int]
-    block_hashes: list[bytes]
-    num_computed_tokens: int
-    num_cached_tokens: int
-
-    @property
-    def num_tokens(self) -> int: ...
-
-    @property
-    def num_blocks(self) -> int: ...
-
-    def block_tokens(self, index: int) -> list[int]: ...
-
-
 class KVCacheManager:
-    """Maps sequences to physical blocks, with sharing and prefix caching (lessons 10-13)."""
+    """Maps sequences to physical blocks, with sharing and prefix caching (lessons 10-13): the engine's
+    ``BlockManager`` (block_manager.py)."""
 
     def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = False,
                  events: EventLog | None = None, eviction: EvictionPolicy | None = None) -> None:

@@ -191,3 +191,18 @@ def test_block_manager_seam_takes_a_class(tiny_model):
 def test_eviction_and_block_manager_together_are_refused(tiny_model):
     with pytest.raises(ValueError, match="not both"):
         LLMEngine(tiny_model, EngineConfig(block_size=4), block_manager=_Spy, eviction=LRUEviction())
+
+
+def test_the_engines_manager_and_lab_as_base_answer_one_block_manager_interface():
+    """The scheduler types its manager as ``BlockManager``: the engine's KVCacheManager and the class a learner
+    subclasses in lab A (course.labs.BlockManagerBase) both provide every method and property it names."""
+    from kvcourse.labs import BlockManagerBase
+    from kvcourse.kernels.memory.block_manager import BlockManager
+    from kvcourse.kernels.memory.kv_cache_manager import KVCacheManager
+
+    assert isinstance(KVCacheManager(8, 4), BlockManager)
+    names = [n for n in dir(BlockManager) if not n.startswith("_")]
+    assert {"can_allocate", "allocate", "can_append", "append_slots", "fork", "free", "cache_full_blocks",
+            "num_free_blocks", "num_used_blocks", "num_blocks"} <= set(names)
+    assert all(hasattr(BlockManagerBase, n) or n == "num_blocks" for n in names)
+    assert BlockManagerBase(8, 4).num_blocks == 8
