@@ -1,11 +1,12 @@
-"""The course's engine, one sub-package per layer (lessons 01-17).
+"""The course's engine, one sub-package per layer, that the lessons and labs run (docs/architecture.md).
 
 ``model/`` the decoder; ``attention/`` attention on contiguous and paged K/V; ``memory/`` the
 block pool, the KV-cache manager and the KV tensors; ``engine/`` sequences, scheduler, model
 runner, LLMEngine and generate; ``costs`` the analytic formulas; ``workload`` the request trace
 that lessons 09, 11 and 14 share; ``baselines/`` what paging replaced; ``measure/`` what lessons
 measure on the engine (a trace served, the event log read back, next-token agreement). Imports
-run one way: measure -> engine -> memory -> attention -> model.
+run one way: measure -> baselines -> engine -> memory -> attention -> model, each layer's modules
+naming the lessons that use them (tests/test_import_contracts.py checks the order).
 """
 
 from kvcourse.kernels import costs, workload

@@ -15,13 +15,10 @@ import operator
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from kvcourse.kernels import costs
 from kvcourse.kernels.model.config_table import MODEL_CONFIGS
-
-if TYPE_CHECKING:
-    from .model import Question
 
 GB = 10**9
 # One int8 convention across the bank (lesson 16): a 1-byte question counts the values only and says
@@ -83,14 +80,34 @@ FORMULAS: dict[str, Formula] = {
 }
 
 
-def draw_params(question: Question, seed: str) -> dict[str, Any]:
+class Parameterised(Protocol):
+    """What drawing and computing read of a parameterised question: model.py's Question has it all.
+
+    Named by shape, not imported: model.py checks a question's formula against FORMULAS, so this module
+    sits below model.py and never imports it.
+    """
+
+    @property
+    def lesson(self) -> str: ...
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def params(self) -> tuple[tuple[str, tuple], ...]: ...
+
+    @property
+    def formula(self) -> str | None: ...
+
+
+def draw_params(question: Parameterised, seed: str) -> dict[str, Any]:
     """The values this seed draws for this question: the same seed always draws the same values."""
     digest = hashlib.sha256(f"{seed}|{question.lesson}|{question.id}".encode()).digest()
     rng = random.Random(int.from_bytes(digest[:8], "big"))
     return {name: rng.choice(values) for name, values in sorted(question.params)}
 
 
-def compute_answer(question: Question, values: dict[str, Any]) -> float:
+def compute_answer(question: Parameterised, values: dict[str, Any]) -> float:
     """The right answer for these drawn values."""
     return float(FORMULAS[question.formula].compute(values))
 

@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 from enum import Enum
 
+from .labs import CLASS_NAMES, LAB_LESSONS  # the reference solutions' table: no engine imported
 from .units import DIMENSIONS, format_quantity, within_tolerance
 
 
@@ -143,7 +144,8 @@ class Question:
         return self.mistakes
 
     def _check_parameterised(self, where: str) -> None:
-        from .formulas import FORMULAS  # formulas imports the engine; keep model.py light
+        # formulas.py imports the engine, and PyTorch with it: loaded only where a parameterised question is made
+        from .formulas import FORMULAS, compute_answer, evaluate, facts
 
         self._check_tolerance(where)
         if self.answer is not None:
@@ -158,8 +160,6 @@ class Question:
             if not values:
                 _fail(where, f"param {name!r} has no values to draw from")
         if self.mistakes:
-            from .formulas import compute_answer, evaluate, facts
-
             first = {name: values[0] for name, values in self.params}  # one draw shows the names are right
             names = {**facts(first), "answer": compute_answer(self, first)}
             for value, _ in self._check_mistakes(where):
@@ -184,8 +184,6 @@ class Question:
             _fail(where, "a free-response question needs a model answer")
 
     def _check_lab(self, where: str) -> None:
-        from .labs import CLASS_NAMES, LAB_LESSONS  # the reference solutions' table: no engine imported
-
         if self.lab not in CLASS_NAMES:
             _fail(where, f"lab must be one of {sorted(CLASS_NAMES)}, got {self.lab!r}")
         if LAB_LESSONS[self.lab] != self.lesson:
@@ -194,8 +192,6 @@ class Question:
     @property
     def class_name(self) -> str:
         """The class a lab question's answer defines (MyBlockManager, ...)."""
-        from .labs import CLASS_NAMES
-
         return CLASS_NAMES.get(self.lab or "", "")
 
     @property

@@ -15,6 +15,9 @@ How a simulator is built (see ``base.py`` and ``rereading.py`` for a short, comp
   message line and the one figure, rendered in place;
 * shared tables live once: ``hardware.py`` the cards and whether a model fits on one,
   ``labels.py`` units, the bytes-per-value labels, the model label and plain log ticks;
+* where a lab runs the learner's policy in a lesson's simulator (learner_policy.py), the config and
+  model sit in ``<name>_model.py`` and the view in ``<name>.py`` (sharing, prefix_cache, paging): the
+  learner's twin builds on the model and the view builds the twin, so no two import each other;
 * a simulator holds config, model and view only: what a lesson measures on the engine itself
   (a trace served, the event log read back, next-token agreement) is ``kvcourse.kernels.measure``;
 * where the model predicts an engine measurement, a test asserts they agree

@@ -24,9 +24,9 @@ from kvcourse.kernels.checks import ceil_div
 from kvcourse.kernels.measure.spread import percentile
 from kvcourse.kernels.memory.kv_pool import BlockCopy
 from kvcourse.simulators.checks import InvalidInput
-from kvcourse.simulators.paging import PagingConfig, PagingSim
-from kvcourse.simulators.prefix_cache import PoolBlock, PrefixCache, PrefixCacheConfig
-from kvcourse.simulators.sharing import Sharing, SharingConfig
+from kvcourse.simulators.paging_model import PagingConfig, PagingSim
+from kvcourse.simulators.prefix_cache_model import PoolBlock, PrefixCache, PrefixCacheConfig
+from kvcourse.simulators.sharing_model import Sharing, SharingConfig
 
 
 class LearnerError(InvalidInput):

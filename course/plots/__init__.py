@@ -1,6 +1,6 @@
 """Drawing for lessons: one call per figure, so a cell shows the idea, not matplotlib.
 
-Every figure follows the course's rules (shared/LESSONS.md): a title that states the finding,
+Every figure follows the course's rules (docs/lessons.md): a title that states the finding,
 labelled axes with units, at most two panels, log axes where a quantity doubles. A lesson imports
 ``from kvcourse import plots`` and never matplotlib; each kind of figure is a module here, one concept
 each, re-exported below.

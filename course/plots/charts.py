@@ -1,6 +1,6 @@
 """The everyday charts: panels, lines, bars, a marker line, a chain of boxes.
 
-Every figure follows the course's rules (shared/LESSONS.md): a title that states the finding,
+Every figure follows the course's rules (docs/lessons.md): a title that states the finding,
 labelled axes with units, at most two panels, log axes where a quantity doubles.
 """
 

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import torch
 
-from kvcourse.timing_lab.sweep import ENGINE_MODES, HF_CACHE, HF_NO_CACHE, Runner, SweepConfig, engine_backend
+from kvcourse.timing_lab.config import (
+    ENGINE_MODES,
+    HF_CACHE,
+    HF_NO_CACHE,
+    Runner,
+    SweepConfig,
+    engine_backend,
+)
 
 
 def engine_cache_modes() -> tuple[str, ...]:

@@ -18,6 +18,7 @@ import torch
 
 from kvcourse.kernels import costs
 from kvcourse.kernels.attention.backend import SequenceCache, StepMetadata
+from kvcourse.kernels.engine.paged_generate import PagedSequenceCache
 from kvcourse.kernels.engine.sampling import SamplingParams, make_generator, sample
 from kvcourse.kernels.engine.threads import thread_policy
 from kvcourse.kernels.memory.cache_int8 import Int8KVBackend
@@ -118,9 +119,10 @@ def _sliding(req: CacheRequest) -> SequenceCache:
 
 
 def _paged(req: CacheRequest) -> ModelRunningCache:
-    from kvcourse.kernels.engine.paged_generate import paged_cache  # the paged engine sits above generate
-
-    return paged_cache(req)
+    """The paged engine's cache (paged_generate.py), one sequence, blocks in order."""
+    if req.attention != "auto":
+        raise ValueError(f"cache='paged' always uses paged attention; attention={req.attention!r} would be ignored")
+    return PagedSequenceCache(req.model, req.max_tokens)
 
 
 # The cache modes, a fixed table: importing the course changes no global state. Another cache is a

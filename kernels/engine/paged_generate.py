@@ -12,7 +12,6 @@ import torch
 
 from kvcourse.kernels.checks import ceil_div, check_positive_int
 from kvcourse.kernels.engine.batch import ScheduledBatch, finish_pass
-from kvcourse.kernels.engine.generate import CacheRequest
 from kvcourse.kernels.engine.model_runner import ModelRunner
 from kvcourse.kernels.engine.sequence import Sequence
 from kvcourse.kernels.memory.kv_cache_manager import KVCacheManager
@@ -76,10 +75,3 @@ class PagedSequenceCache:
         finish_pass(batch, self.kv_cache_manager)  # the engine's own end of a pass
         self._score_cells += self.num_heads * self.num_layers * (n * end - n * (n - 1) // 2)
         return logits
-
-
-def paged_cache(req: CacheRequest) -> PagedSequenceCache:
-    """generate(cache="paged"): the paged engine's cache, one sequence, blocks in order."""
-    if req.attention != "auto":
-        raise ValueError(f"cache='paged' always uses paged attention; attention={req.attention!r} would be ignored")
-    return PagedSequenceCache(req.model, req.max_tokens)

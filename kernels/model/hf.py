@@ -1,4 +1,7 @@
-"""Hugging Face conversion: copy a transformers Llama/Qwen2 model's weights into our Transformer (lessons 01, 04).
+"""Hugging Face conversion: a transformers Llama/Qwen2 model's config and weights, read for our Transformer.
+
+``Transformer.from_hf(hf_model)`` (lessons 01, 04) builds the model from ``hf_model_config`` and fills it with
+``copy_hf_weights``; this module names the Transformer as a type only, so the two never import each other.
 
 The copy is explicit and new each time: nothing is stored on the Hugging Face model, so an
 in-place weight update there is never hidden behind a stale converted copy. q, k and v are
@@ -8,13 +11,15 @@ stacked into one projection and gate and up into another, as the Transformer exp
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
 from kvcourse.kernels.model.config import ModelConfig
 from kvcourse.kernels.model.layers import Linear
-from kvcourse.kernels.model.transformer import DecoderLayer, Transformer
+
+if TYPE_CHECKING:  # the Transformer imports this module to convert (Transformer.from_hf)
+    from kvcourse.kernels.model.transformer import DecoderLayer, Transformer
 
 
 def hf_model_config(hf_model: Any) -> ModelConfig:
@@ -27,25 +32,18 @@ def hf_model_config(hf_model: Any) -> ModelConfig:
     return dataclasses.replace(config, eos_token_ids=eos_ids)
 
 
-def convert_hf_model(hf_model: Any) -> Transformer:
-    """A new Transformer holding a copy of the weights (same dtype and device), in eval mode."""
-    config = hf_model_config(hf_model)
-    state = hf_model.state_dict()
-    ref = state["model.embed_tokens.weight"]
-    with torch.device("meta"):
-        model = Transformer(config)
-    model = model.to_empty(device=ref.device).to(ref.dtype)
+def copy_hf_weights(model: Transformer, state: dict[str, torch.Tensor]) -> None:
+    """Copy a Hugging Face model's weights (its state dict) into ``model``, a Transformer of its config."""
+    config = model.config
     with torch.no_grad():
-        model.embed_tokens.weight.copy_(ref)
+        model.embed_tokens.weight.copy_(state["model.embed_tokens.weight"])
         model.norm.weight.copy_(state["model.norm.weight"])
         if not config.tie_word_embeddings:
             model.lm_head.weight.copy_(state["lm_head.weight"])
         for i, layer in enumerate(model.layers):
-            assert isinstance(layer, DecoderLayer), "a Transformer's layers are DecoderLayers"
-            _copy_layer(layer, state, f"model.layers.{i}.", config)
+            _copy_layer(cast("DecoderLayer", layer), state, f"model.layers.{i}.", config)
     if config.tie_word_embeddings:
         model.lm_head.weight = model.embed_tokens.weight
-    return model.eval()
 
 
 def _copy_layer(layer: DecoderLayer, state: dict[str, torch.Tensor], prefix: str, config: ModelConfig) -> None:

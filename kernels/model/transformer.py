@@ -17,6 +17,7 @@ from torch import nn
 
 from kvcourse.kernels.model import cpu_fast
 from kvcourse.kernels.model.config import ModelConfig
+from kvcourse.kernels.model.hf import copy_hf_weights, hf_model_config
 from kvcourse.kernels.model.layers import Linear, RMSNorm, RotaryEmbedding, RotationForm
 
 if TYPE_CHECKING:  # the model only calls a backend; attention is the layer above it
@@ -165,10 +166,16 @@ class Transformer(nn.Module):
 
     @classmethod
     def from_hf(cls, hf_model: Any) -> Transformer:
-        """A new Transformer with a copy of a transformers Llama/Qwen2 model's weights (see model.hf)."""
-        from kvcourse.kernels.model.hf import convert_hf_model
-
-        return convert_hf_model(hf_model)
+        """A new Transformer holding a copy of a transformers Llama/Qwen2 model's weights, in the same dtype and
+        on the same device, in eval mode (lessons 01, 04); hf.py reads the Hugging Face config and weights."""
+        config = hf_model_config(hf_model)
+        state = hf_model.state_dict()
+        ref = state["model.embed_tokens.weight"]
+        with torch.device("meta"):
+            model = cls(config)  # no memory yet: the copy below fills every weight
+        model = model.to_empty(device=ref.device).to(ref.dtype)
+        copy_hf_weights(model, state)
+        return model.eval()
 
 
 def _module_twin(module: nn.Module, made: dict[int, nn.Module]) -> Any:

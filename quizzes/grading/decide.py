@@ -20,59 +20,21 @@ never a hidden case, a hidden trace or a right value the student got wrong.
 from __future__ import annotations
 
 import copy
-import hashlib
-import hmac
 import itertools
 import json
 import math
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..checking import choice_key, compile_function, named_mistake, same_value, time_limit
-from ..formulas import compute_answer, draw_params
+from ..formulas import compute_answer, draw_params, render
 from ..model import Kind, Question
 from ..units import AnswerFormatError, format_quantity, parse_quantity, shown, within_tolerance
+from .course import NUM_HIDDEN_CASES, NUM_HIDDEN_TRACES, Course
 from .lab_guard import lab_shortcut
-from .nbgrader_export import COURSE_FILE, INSTRUCTOR_DIR
 
 if TYPE_CHECKING:
     from kvcourse.labs import LabTrace, TraceResult
-
-NUM_HIDDEN_CASES = 3
-NUM_HIDDEN_TRACES = 3  # per lab, drawn per student, beside the lab's public traces
-
-
-@dataclass(frozen=True)
-class Course:
-    """An nbgrader course written by `kvcourse grade init`, with its instructor-only settings."""
-
-    directory: Path
-    course_id: str
-    salt: str
-    secret: str = field(repr=False)
-    exchange: str
-
-    @classmethod
-    def load(cls, directory: Path) -> Course:
-        path = Path(directory) / INSTRUCTOR_DIR / COURSE_FILE
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as err:
-            why = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
-            raise ValueError(f"{path.resolve()} cannot be read ({why}). Is {Path(directory).resolve()} a course written "
-                             "by `kvcourse grade init`? cd into the course folder or pass --course DIR") from None
-        return cls(Path(directory).resolve(), data["course_id"], data["salt"], data["secret"], data["exchange"])
-
-    def seed(self, student: str) -> str:
-        """The seed of a student's parameterised values (the same draw as the notebook's set-up cell)."""
-        return f"{self.salt}/{student}"
-
-    def draw(self, *parts: str) -> int:
-        """A number only the course's secret can predict (hidden test cases)."""
-        digest = hmac.new(bytes.fromhex(self.secret), "|".join(parts).encode(), hashlib.sha256).digest()
-        return int.from_bytes(digest[:8], "big")
-
 
 def _plain(value: Any) -> Any:
     """A reference result as the collector hands values over (tuples become lists)."""
@@ -189,8 +151,6 @@ def decide(question: Question, record: dict | None, course: Course, student: str
     if within_tolerance(number, expected, question.rel_tol, question.abs_tol):
         explanation = question.explanation
         if question.kind is Kind.PARAMETERISED:
-            from ..formulas import render
-
             values = draw_params(question, course.seed(student))
             explanation = render(question.explanation, {**values, "answer": expected})
         return Decision(points, points, f"Right: {format_quantity(number, question.unit)}.", explanation)

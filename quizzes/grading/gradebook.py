@@ -20,8 +20,9 @@ from typing import Any
 from ..bank import load_quiz
 from ..model import Kind
 from ..units import format_quantity
-from .decide import Course, expected_answer
-from .nbgrader_export import INSTRUCTOR_DIR, lesson_of
+from .course import INSTRUCTOR_DIR, Course
+from .decide import expected_answer
+from .nbgrader_export import lesson_of
 from .recovery import NotGradable, read_bytes
 
 

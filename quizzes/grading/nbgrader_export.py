@@ -34,9 +34,7 @@ from ..bank import load_quiz
 from ..formulas import facts
 from ..model import Kind, Question, Quiz
 from ..units import DESCRIPTIONS
-
-INSTRUCTOR_DIR = "instructor"      # the course's secret lives here: never inside source/ or release/
-COURSE_FILE = "course.json"
+from .course import COURSE_FILE, INSTRUCTOR_DIR, NUM_HIDDEN_TRACES
 
 CONFIG_TEMPLATE = '''\
 # nbgrader configuration written by `kvcourse grade init`.
@@ -127,8 +125,6 @@ def _prompt_cell(question: Question) -> nbformat.NotebookNode:
         text += f"\n\nComplete `{question.function}` below."
     elif question.kind is Kind.LAB:
         from kvcourse.labs.traces import PUBLIC_SEEDS
-
-        from .decide import NUM_HIDDEN_TRACES
 
         text += (f"\n\nComplete `{question.class_name}` in the cell below: each of its methods raises until you "
                  "write it. The cell after it serves the public traces on your class and prints what the grader "

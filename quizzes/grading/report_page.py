@@ -13,8 +13,7 @@ import tempfile
 from pathlib import Path
 
 from ..model import Kind
-from .decide import Course
-from .nbgrader_export import INSTRUCTOR_DIR
+from .course import INSTRUCTOR_DIR, Course
 from .report import Report, ReportError, short
 
 TOP_COLOURS = 8  # findings with a colour of their own in the figure; the rest share a grey

@@ -1,4 +1,4 @@
-"""Exact claims lessons 01-03 make, checked here rather than in front of the learner (shared/LESSONS.md).
+"""Exact claims lessons 01-03 make, checked here rather than in front of the learner (docs/lessons.md).
 
 Each test names the lesson and the cell whose prose or expect() relies on it. They use the real
 model's configuration (no weights) or the tiny factory model, so they run in a second or two.

@@ -138,7 +138,7 @@ _ANSWER_WORDS = {
 
 
 def test_04_no_heading_gives_away_a_prediction_before_its_reveal():
-    """shared/LESSONS.md: a heading never gives away the prediction below it."""
+    """docs/lessons.md: a heading never gives away the prediction below it."""
     cells = json.loads((REPO_ROOT / "lessons" / "04_queries_keys_values.ipynb").read_text())["cells"]
     headings: list[str] = []
     for cell in cells:

@@ -1,4 +1,4 @@
-"""Exact claims lesson 05 makes, checked here rather than in front of the learner (shared/LESSONS.md)."""
+"""Exact claims lesson 05 makes, checked here rather than in front of the learner (docs/lessons.md)."""
 
 from __future__ import annotations
 

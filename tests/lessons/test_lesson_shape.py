@@ -1,4 +1,4 @@
-"""The shape of a lesson's code (shared/LESSONS.md, "Code cells show the idea"), checked on the source.
+"""The shape of a lesson's code (docs/lessons.md, "Code cells show the idea"), checked on the source.
 
 Short cells, no matplotlib in front of the learner (drawing lives in kvcourse.plots), none of the idioms a
 reader has to decode, and one short solution snippet per exercise that at least compiles. The snippets

@@ -92,7 +92,7 @@ def _code_sources(path: Path) -> list[str]:
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_no_bare_assert_in_front_of_the_learner(path: Path) -> None:
-    """A learner-visible assert is a crash with no explanation: lessons use expect() (shared/LESSONS.md)."""
+    """A learner-visible assert is a crash with no explanation: lessons use expect() (docs/lessons.md)."""
     bad = [line.strip() for src in _code_sources(path) for line in src.splitlines()
            if re.match(r"\s*assert\b", line)]
     assert not bad, f"{path.name}: use kvcourse.notebook.expect instead of {bad}"
@@ -117,7 +117,7 @@ _LESSON_MENTION = re.compile(r"[Ll]essons? (\d\d)(?:\s*(?:–|-|and|to)\s*(\d\d)
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_lessons_refer_only_to_lessons_that_exist(path: Path) -> None:
-    """A learner who follows "see lesson 09" must find lesson 09 (shared/LESSONS.md: link only to lessons that exist)."""
+    """A learner who follows "see lesson 09" must find lesson 09 (docs/lessons.md: link only to lessons that exist)."""
     existing = {p.name[:2] for p in NOTEBOOKS}
     cells = json.loads(path.read_text())["cells"]
     text = "\n".join("".join(c["source"]) for c in cells)
