@@ -56,7 +56,7 @@ def choice_key(question: Question, answer: Any) -> str | None:
     text = answer.strip()
     if text.lower() in question.option_keys:
         return text.lower()
-    for key, option in zip(question.option_keys, question.options):
+    for key, option in zip(question.option_keys, question.options, strict=True):
         if text == option.strip():
             return key
     return None

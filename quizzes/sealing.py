@@ -27,7 +27,7 @@ def _keystream(lesson: str, question_id: str, length: int) -> bytes:
 def seal(secret: dict, lesson: str, question_id: str) -> str:
     """The secret fields of a question as an opaque base64 string."""
     plain = json.dumps(secret, sort_keys=True, ensure_ascii=False).encode("utf-8")
-    mixed = bytes(a ^ b for a, b in zip(plain, _keystream(lesson, question_id, len(plain))))
+    mixed = bytes(a ^ b for a, b in zip(plain, _keystream(lesson, question_id, len(plain)), strict=True))
     return base64.b64encode(mixed).decode("ascii")
 
 
@@ -35,7 +35,7 @@ def unseal(sealed: str, lesson: str, question_id: str) -> dict:
     """The secret fields back from seal(); ValueError if the seal is damaged or belongs elsewhere."""
     try:
         mixed = base64.b64decode(sealed.encode("ascii"), validate=True)
-        plain = bytes(a ^ b for a, b in zip(mixed, _keystream(lesson, question_id, len(mixed))))
+        plain = bytes(a ^ b for a, b in zip(mixed, _keystream(lesson, question_id, len(mixed)), strict=True))
         secret = json.loads(plain.decode("utf-8"))
     except (ValueError, UnicodeError) as err:
         raise ValueError(f"the sealed answer of question {question_id!r} (lesson {lesson}) cannot be "

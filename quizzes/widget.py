@@ -71,7 +71,7 @@ class QuestionView:
         q = self.question
         wide = widgets.Layout(width="95%")
         if q.kind is Kind.CHOICE:
-            labels = [(f"({key}) {text}", key) for key, text in zip(q.option_keys, q.options)]
+            labels = [(f"({key}) {text}", key) for key, text in zip(q.option_keys, q.options, strict=True)]
             return widgets.RadioButtons(options=labels, value=None, layout=wide)
         if q.kind in (Kind.NUMERIC, Kind.PARAMETERISED):
             return widgets.Text(placeholder=DESCRIPTIONS[q.unit], layout=wide)

@@ -94,7 +94,7 @@ def expected_answer(question: Question, course: Course, student: str) -> Any:
         return compute_answer(question, draw_params(question, course.seed(student)))
     if question.kind is Kind.CODE:
         cases = code_cases(question, course, student)
-        return list(zip(cases, reference_calls(question, cases)))
+        return list(zip(cases, reference_calls(question, cases), strict=True))
     if question.kind is Kind.LAB:
         return (f"every trace passing: the lab's public traces and {NUM_HIDDEN_TRACES} hidden ones (the reference: "
                 f"kvcourse.quizzes.labs.solution_source({question.lab!r}))")
@@ -167,7 +167,7 @@ def _decide_code(question: Question, calls: Any, course: Course, student: str) -
     public = len(question.cases)
     passed = 0
     first_failure = ""
-    for index, ((args, want), got) in enumerate(zip(expected, calls)):
+    for index, ((args, want), got) in enumerate(zip(expected, calls, strict=True)):
         ok = isinstance(got, dict) and "ok" in got and not isinstance(got["ok"], dict) and same_value(got["ok"], want)
         passed += ok
         if not ok and not first_failure:
@@ -222,7 +222,7 @@ def _decide_lab(question: Question, record: dict, course: Course, student: str) 
     traces = lab_traces(question, course, student)
     if len(logs) != len(traces):
         return Decision(0.0, points, f"Unreadable answer: {len(logs)} runs handed over for {len(traces)} traces.")
-    results = [_judged(question.lab, trace, log) for trace, log in zip(traces, logs)]
+    results = [_judged(question.lab, trace, log) for trace, log in zip(traces, logs, strict=True)]
     mean = sum(r.score for r in results) / len(results)
     got = points if all(r.passed for r in results) else math.floor(points * mean * 10 + 1e-9) / 10
     details = {"traces": [{"name": r.name, "public": r.public, "score": r.score, "kind": r.kind,

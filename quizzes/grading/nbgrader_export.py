@@ -116,7 +116,7 @@ def _prompt_cell(question: Question) -> nbformat.NotebookNode:
     else:
         text += question.prompt
     if question.kind is Kind.CHOICE:
-        text += "\n\n" + "\n".join(f"- ({k}) {o}" for k, o in zip(question.option_keys, question.options))
+        text += "\n\n" + "\n".join(f"- ({k}) {o}" for k, o in zip(question.option_keys, question.options, strict=True))
         text += f'\n\nAssign the letter of your choice as a string: `{answer_name(question)} = "a"`.'
     elif question.kind in (Kind.NUMERIC, Kind.PARAMETERISED):
         text += (f"\n\nAssign {DESCRIPTIONS[question.unit]} to `{answer_name(question)}`; "

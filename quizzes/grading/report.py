@@ -237,7 +237,7 @@ def _choice(q: Question, answers: list[Answer], n: int) -> QuestionReport:
         match = _VERDICT_KEY.fullmatch(a.verdict)
         counts[key or (match.group(1) if match else a.absent or "unreadable")] += 1
     report = QuestionReport(q, f"{counts[q.correct]} of {n} right ({q.correct})")
-    for key, option in zip(q.option_keys, q.options):
+    for key, option in zip(q.option_keys, q.options, strict=True):
         right = key == q.correct
         meaning = "the right answer" if right else short(q.explanations[key])
         report.rows.append(Row(f"({key}) {short(option, 40)}", counts[key], meaning, right, f"{q.id} ({key})"))

@@ -52,7 +52,7 @@ def render_text(report: Report) -> str:
             continue
         widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers) - 1)]
         for row in [headers, *rows]:
-            lines.append("  " + "  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[-1])
+            lines.append("  " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)) + "  " + row[-1])
     return "\n".join(lines)
 
 
@@ -93,8 +93,8 @@ def figure_png(report: Report) -> str:
                  else f"{report.assignment}: share of the class wrong per question")
     if labelled:  # the legend in the findings' order, then the greys
         order = [name for name, _, _ in [*colours.values(), *_LEGEND.values()]]
-        handles = sorted(zip(*ax.get_legend_handles_labels()), key=lambda h: order.index(h[1]))
-        ax.legend(*zip(*handles), loc="upper center", bbox_to_anchor=(0.5, -0.18), fontsize=8, frameon=False)
+        handles = sorted(zip(*ax.get_legend_handles_labels(), strict=True), key=lambda h: order.index(h[1]))
+        ax.legend(*zip(*handles, strict=True), loc="upper center", bbox_to_anchor=(0.5, -0.18), fontsize=8, frameon=False)
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=90)
     return base64.b64encode(buffer.getvalue()).decode("ascii")
@@ -124,7 +124,7 @@ def render_html(report: Report) -> str:
         if rows:
             parts.append("<table><tr>" + "".join(f"<th>{e(h)}</th>" for h in headers) + "</tr>")
             right = [r.right for r in report.questions[i - 1].rows] if i else [False] * len(rows)
-            for row, is_right in zip(rows, right):
+            for row, is_right in zip(rows, right, strict=True):
                 parts.append(f"<tr{' class=right' if is_right else ''}>" + "".join(f"<td>{e(c)}</td>" for c in row)
                              + "</tr>")
             parts.append("</table>")

@@ -196,9 +196,9 @@ def test_eviction_and_block_manager_together_are_refused(tiny_model):
 def test_the_engines_manager_and_lab_as_base_answer_one_block_manager_interface():
     """The scheduler types its manager as ``BlockManager``: the engine's KVCacheManager and the class a learner
     subclasses in lab A (course.labs.BlockManagerBase) both provide every method and property it names."""
-    from kvcourse.labs import BlockManagerBase
     from kvcourse.kernels.memory.block_manager import BlockManager
     from kvcourse.kernels.memory.kv_cache_manager import KVCacheManager
+    from kvcourse.labs import BlockManagerBase
 
     assert isinstance(KVCacheManager(8, 4), BlockManager)
     names = [n for n in dir(BlockManager) if not n.startswith("_")]
