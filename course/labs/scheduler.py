@@ -17,7 +17,7 @@ from functools import lru_cache
 
 from kvcourse.kernels import LLMEngine
 from kvcourse.kernels.engine.policy import FCFSPolicy, Refuse, SchedulingPolicyError, SeqView
-from kvcourse.kernels.engine.scheduler import STUCK
+from kvcourse.kernels.engine.stuck import STUCK
 from kvcourse.kernels.measure.spread import percentile
 
 from .common import Cursor, LabViolation, ReplayMismatch, TraceResult, check_log, run_error

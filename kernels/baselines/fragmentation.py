@@ -144,6 +144,7 @@ class PagingReplay(_Replay):
                                    max_num_batched_tokens=num_blocks * block_size, max_model_len=longest,
                                    policy=scheduling_policy)
         self.num_recomputed_tokens = 0  # tokens whose K/V a preemption threw away
+        self._num_refused = 0  # requests the scheduling policy turned away, over every step
         self.finish_steps: dict[int, int] = {}  # request -> engine steps done when it finished
         self._recorded: list[tuple[int, list[int], int]] = []  # (request, block table, tokens stored)
         self._free_category = "idle"
@@ -155,7 +156,7 @@ class PagingReplay(_Replay):
     @property
     def num_refused(self) -> int:
         """Requests the scheduling policy turned away (never with first come, first served)."""
-        return len(self.scheduler.refused)
+        return self._num_refused
 
     @property
     def done(self) -> bool:
@@ -175,15 +176,16 @@ class PagingReplay(_Replay):
     def step(self) -> StepRecord:
         self._arrive()
         self.manager.events.step = self.step_index
-        stored = {seq: seq.num_computed_tokens for seq in self.scheduler.running}  # a preemption resets it
+        stored = {seq.seq_id: seq.num_computed_tokens for seq in self.scheduler.running}  # a preemption resets it
         batch = self.scheduler.schedule()
+        self._num_refused += len(batch.refused)
         self.report.num_preemptions += len(batch.preempted)
-        self.num_recomputed_tokens += sum(stored[seq] for seq in batch.preempted)
-        if len(batch.sampled_seqs) != len(self.scheduler.running):
+        self.num_recomputed_tokens += sum(stored[seq_id] for seq_id in batch.preempted)
+        if len(batch.sampled) != len(self.scheduler.running):
             raise RuntimeError("a running sequence was not computed to its last token: a scheduler limit bound")
         record = self._record()
         if not batch.is_empty:
-            grown = self.scheduler.update(batch, [[DUMMY_TOKEN] for _ in batch.sampled_seqs])
+            grown = self.scheduler.update(batch, [[DUMMY_TOKEN] for _ in batch.sampled])
             finished = [seq.seq_id for seq in grown if seq.status is SequenceStatus.FINISHED]
             self.finish_steps.update(dict.fromkeys(finished, self.step_index))
             self.num_finished += len(finished)

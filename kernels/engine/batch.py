@@ -1,18 +1,23 @@
-"""One step's contract: the batch the scheduler fixes once, that the runner reads and update consumes (lesson 14).
+"""One step's contract as data: what the scheduler fixed for this step, that the runner reads (lesson 14).
 
-A step reads as three calls over this one object, as vLLM's ``SchedulerOutput``:
+A step reads as three calls over this one record, as vLLM v1's ``SchedulerOutput``:
 ``batch = scheduler.schedule()``, ``logits = runner.run(batch)``, ``scheduler.update(batch, sampled)``.
-The batch says, once, which sequences run, how many new tokens each computes, which block
-copies go first, and which sequences are sampled: those whose new tokens reach their last
-token (a prompt chunk that stops short of the end needs no logits). Nothing downstream
-recomputes that, so nothing can read it after ``update`` has changed what it depends on.
-Beam search and ``generate(cache="paged")`` build the same object and end the same way
-(``finish_pass``).
+The record holds plain values, never a live ``Sequence``: for each scheduled sequence its id, its
+request, the token ids this step computes and the position of the first, its block table, and how
+many logits rows it needs; then the block copies that go first, the sequences preempted and the
+requests refused while it was made (with the reason). Nothing downstream can change it or read a
+value that ``update`` has since moved on. Beam search and ``generate(cache="paged")`` build the same
+record from their sequences (``ScheduledBatch.of``) and end the pass the same way (``finish_pass``).
+
+Made for what comes next: ``block_tables`` is one table per group of layers (one group today; layers
+with a window would keep their own), and ``num_logits`` counts rows, so a step that verifies draft
+tokens asks for several.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass
 
 from kvcourse.kernels.engine.sequence import Sequence
 from kvcourse.kernels.memory.block_manager import BlockManager
@@ -20,40 +25,95 @@ from kvcourse.kernels.memory.kv_pool import BlockCopy
 
 
 @dataclass(frozen=True)
-class ScheduledBatch:
-    """Sequences in batch order, the tokens each computes, and the rows that get logits (fixed when made)."""
+class ScheduledSeq:
+    """One sequence's part of a step, as values."""
 
-    seqs: tuple[Sequence, ...]
-    num_scheduled_tokens: tuple[int, ...]
-    copies: tuple[BlockCopy, ...] = ()
-    preempted: tuple[Sequence, ...] = ()
-    sampled: tuple[int, ...] = field(init=False)  # batch positions whose last token is computed: logits rows
-    sampled_seqs: tuple[Sequence, ...] = field(init=False)  # the sequences at those positions, in row order
+    seq_id: int
+    request_id: int | None
+    new_token_ids: tuple[int, ...]          # the tokens whose K/V this step computes, in order
+    start_position: int                     # the position of the first of them (tokens already computed)
+    block_tables: tuple[tuple[int, ...], ...]  # block ids in logical order, one table per group of layers
+    num_logits: int                         # logits rows it needs: 1 where its last token is computed, else 0
 
-    def __post_init__(self) -> None:
-        if len(self.seqs) != len(self.num_scheduled_tokens):
-            raise ValueError(f"{len(self.seqs)} sequences but {len(self.num_scheduled_tokens)} token counts")
-        sampled = tuple(i for i, (seq, n) in enumerate(zip(self.seqs, self.num_scheduled_tokens, strict=True))
-                        if seq.num_computed_tokens + n == seq.num_tokens)
-        object.__setattr__(self, "sampled", sampled)  # fixed here, once: nothing downstream recomputes it
-        object.__setattr__(self, "sampled_seqs", tuple(self.seqs[i] for i in sampled))
+    @property
+    def num_new_tokens(self) -> int:
+        return len(self.new_token_ids)
+
+    @property
+    def block_table(self) -> tuple[int, ...]:
+        """The table of the (today only) group of layers."""
+        return self.block_tables[0]
 
     @classmethod
-    def of(cls, seqs: list[Sequence], num_scheduled_tokens: list[int], copies: list[BlockCopy] | None = None,
-           preempted: list[Sequence] | None = None) -> ScheduledBatch:
-        return cls(tuple(seqs), tuple(num_scheduled_tokens), tuple(copies or ()), tuple(preempted or ()))
+    def of(cls, seq: Sequence, num_tokens: int) -> ScheduledSeq:
+        """``seq``'s next ``num_tokens`` uncomputed tokens, with its table as it stands now."""
+        start = seq.num_computed_tokens
+        if not 0 < num_tokens <= seq.num_tokens - start:
+            raise ValueError(f"sequence {seq.seq_id} has {seq.num_tokens - start} uncomputed tokens; "
+                             f"cannot schedule {num_tokens}")
+        new = tuple(seq.token_ids[start:start + num_tokens])
+        return cls(seq.seq_id, seq.request_id, new, start, (tuple(seq.block_table),),
+                   int(start + num_tokens == seq.num_tokens))
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A request the scheduler turned away while it made the step, and why (its output shows the reason)."""
+
+    seq_id: int
+    request_id: int | None
+    reason: str
+
+
+@dataclass(frozen=True)
+class ScheduledBatch:
+    """The sequences of one step in batch order, the copies before it, and what the scheduler turned away."""
+
+    seqs: tuple[ScheduledSeq, ...]
+    copies: tuple[BlockCopy, ...] = ()
+    preempted: tuple[int, ...] = ()              # seq ids preempted while the step was made
+    refused: tuple[Refusal, ...] = ()            # requests turned away, for the engine to end
+
+    @classmethod
+    def of(cls, seqs: Iterable[Sequence], num_scheduled_tokens: Iterable[int],
+           copies: Iterable[BlockCopy] = (), preempted: Iterable[Sequence] = (),
+           refused: Iterable[tuple[Sequence, str]] = ()) -> ScheduledBatch:
+        """The record of live sequences as they stand now, each computing its count of new tokens."""
+        seqs, counts = list(seqs), list(num_scheduled_tokens)
+        if len(seqs) != len(counts):
+            raise ValueError(f"{len(seqs)} sequences but {len(counts)} token counts")
+        return cls(tuple(ScheduledSeq.of(s, n) for s, n in zip(seqs, counts, strict=True)), tuple(copies),
+                   tuple(s.seq_id for s in preempted), tuple(Refusal(s.seq_id, s.request_id, why) for s, why in refused))
+
+    @property
+    def num_scheduled_tokens(self) -> tuple[int, ...]:
+        return tuple(s.num_new_tokens for s in self.seqs)
 
     @property
     def num_tokens(self) -> int:
         return sum(self.num_scheduled_tokens)
 
     @property
+    def sampled(self) -> tuple[int, ...]:
+        """Batch positions that get logits rows, in row order."""
+        return tuple(i for i, s in enumerate(self.seqs) if s.num_logits)
+
+    @property
+    def sampled_ids(self) -> tuple[int, ...]:
+        """The seq ids at those positions, in row order."""
+        return tuple(self.seqs[i].seq_id for i in self.sampled)
+
+    @property
     def is_empty(self) -> bool:
         return not self.seqs
 
 
-def finish_pass(batch: ScheduledBatch, kv_cache_manager: BlockManager) -> None:
-    """After the forward pass: each sequence's new tokens are computed, and newly full blocks cached."""
-    for seq, n in zip(batch.seqs, batch.num_scheduled_tokens, strict=True):
-        seq.num_computed_tokens += n
+def finish_pass(batch: ScheduledBatch, seqs: Iterable[Sequence], kv_cache_manager: BlockManager) -> None:
+    """After the forward pass: the batch's sequences (``seqs``, in batch order) have their new tokens
+    computed, and newly full blocks cached."""
+    for seq, part in zip(seqs, batch.seqs, strict=True):
+        if seq.seq_id != part.seq_id or seq.num_computed_tokens != part.start_position:
+            raise ValueError(f"sequence {seq.seq_id} is not the one this batch scheduled at that place "
+                             f"({part.seq_id}, from position {part.start_position})")
+        seq.num_computed_tokens += part.num_new_tokens
         kv_cache_manager.cache_full_blocks(seq)

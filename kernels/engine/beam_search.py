@@ -50,9 +50,9 @@ class BeamSearchResult:
 def _forward(runner: ModelRunner, manager: BlockManager, seqs: list[Sequence],
              copies: list[BlockCopy] | None = None) -> torch.Tensor:
     """Compute every sequence's uncomputed tokens; logits (len(seqs), vocab) of each last token."""
-    batch = ScheduledBatch.of(seqs, [s.num_uncomputed_tokens for s in seqs], copies)
+    batch = ScheduledBatch.of(seqs, [s.num_uncomputed_tokens for s in seqs], copies or ())
     logits = runner.run(batch)
-    finish_pass(batch, manager)  # the engine's own end of a pass (Scheduler.update starts with it)
+    finish_pass(batch, seqs, manager)  # the engine's own end of a pass (Scheduler.update starts with it)
     return logits
 
 

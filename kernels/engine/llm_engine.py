@@ -163,46 +163,45 @@ class LLMEngine:
         self.events.step = self.num_steps
         batch = self.scheduler.schedule()
         self.num_steps += 1
-        refused = self._refused()
+        refused = self._refused(batch)
         if batch.is_empty:
             return refused
-        self._mark_started(batch)
-        logits = self.model_runner.run(batch)  # (len(batch.sampled), vocab)
-        grown = self.scheduler.update(batch, self._sample(batch, logits))
+        seqs = self.scheduler.live(batch)  # the live sequences behind the record, for their requests and sampling
+        self._mark_started(seqs)
+        logits = self.model_runner.run(batch)  # (len(batch.sampled), vocab): the runner reads the record only
+        grown = self.scheduler.update(batch, self._sample([seqs[i] for i in batch.sampled], logits))
         return refused + self._update_requests(grown)
 
-    def _refused(self) -> list[RequestOutput]:
-        """Requests the scheduler turned away this step (its policy's refusals, or a request that could not
-        start in an idle engine): every sequence of each stops, with the reason."""
+    def _refused(self, batch: ScheduledBatch) -> list[RequestOutput]:
+        """Requests the scheduler turned away making this step (its policy's refusals, or a request that could
+        not start in an idle engine): every sequence of each stops, with the reason."""
         outputs = []
-        for seq, reason in self.scheduler.refused:
-            req = self._request_of(seq)
+        for refusal in batch.refused:
+            req = self._request(refusal.request_id, refusal.seq_id)
             for other in req.seqs:
                 if other.status is not SequenceStatus.FINISHED:
                     self.scheduler.finish(other, FinishReason.ABORT)
-            req.refusal, req.status = reason, RequestStatus.REFUSED
+            req.refusal, req.status = refusal.reason, RequestStatus.REFUSED
             outputs.append(req.output())
-        self.scheduler.refused = []
         return outputs
 
-    def _request_of(self, seq: Sequence) -> Request:
+    def _request(self, request_id: int | None, seq_id: int) -> Request:
         """The request a sequence serves: every sequence the engine makes belongs to one."""
-        if seq.request_id is None or seq.request_id not in self.requests:
-            raise KeyError(f"sequence {seq.seq_id} belongs to no request of this engine ({seq.request_id!r})")
-        return self.requests[seq.request_id]
+        if request_id is None or request_id not in self.requests:
+            raise KeyError(f"sequence {seq_id} belongs to no request of this engine ({request_id!r})")
+        return self.requests[request_id]
 
-    def _mark_started(self, batch: ScheduledBatch) -> None:
-        for seq in batch.seqs:
-            req = self._request_of(seq)
+    def _mark_started(self, seqs: list[Sequence]) -> None:
+        for seq in seqs:
+            req = self._request(seq.request_id, seq.seq_id)
             if req.status is RequestStatus.WAITING:
                 req.status = RequestStatus.RUNNING
                 req.num_cached_tokens = seq.num_cached_tokens
 
     @staticmethod
-    def _sample(batch: ScheduledBatch, logits: torch.Tensor) -> list[list[int]]:
-        """One token per sampled sequence; a sequence about to split into n samples draws n, one from
-        each sample's own generator (lesson 12)."""
-        seqs = batch.sampled_seqs
+    def _sample(seqs: list[Sequence], logits: torch.Tensor) -> list[list[int]]:
+        """One token per sampled sequence (``seqs``, in logits row order); a sequence about to split into n
+        samples draws n, one from each sample's own generator (lesson 12)."""
         # Greedy rows need no generator: one argmax over the whole (B, vocab) block, not B small ones.
         greedy = logits.argmax(dim=-1).tolist() if any(s.params.greedy for s in seqs) else []
         tokens = []
@@ -217,7 +216,7 @@ class LLMEngine:
     def _update_requests(self, grown: list[Sequence]) -> list[RequestOutput]:
         touched: dict[int, Request] = {}
         for seq in grown:
-            req = self._request_of(seq)
+            req = self._request(seq.request_id, seq.seq_id)
             touched.setdefault(req.request_id, req)
             if seq not in req.seqs:
                 req.seqs.append(seq)  # a sample forked this step

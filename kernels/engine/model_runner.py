@@ -3,9 +3,9 @@
 The same three moves serve ``LLMEngine``, beam search and ``generate(cache="paged")``: lay every
 scheduled sequence's new tokens end to end in one flat batch, say where each token's K/V goes
 and which blocks each sequence reads (``PagedMetadata``), and run the model once. The batch
-(batch.py) says which sequences get logits: those whose new tokens reach their last token, since
-a prompt chunk that stops short of the end needs none. The runner changes no bookkeeping; the caller ends the
-pass (``finish_pass`` or ``Scheduler.update``).
+(batch.py, a record of values) says which sequences get logits: those whose new tokens reach their
+last token, since a prompt chunk that stops short of the end needs none. The runner reads the record
+and changes no bookkeeping; the caller ends the pass (``finish_pass`` or ``Scheduler.update``).
 """
 
 from __future__ import annotations
@@ -41,21 +41,21 @@ class ModelRunner:
 
     def build_metadata(self, batch: ScheduledBatch) -> PagedMetadata:
         """Slots, positions, block tables and context lengths for the batch's scheduled tokens."""
-        return PagedMetadata.build([s.block_table for s in batch.seqs], [s.num_computed_tokens for s in batch.seqs],
+        return PagedMetadata.build([list(s.block_table) for s in batch.seqs], [s.start_position for s in batch.seqs],
                                    list(batch.num_scheduled_tokens), self.pool.block_size, self.model.device)
 
     @torch.inference_mode()
     def run(self, batch: ScheduledBatch) -> torch.Tensor:
-        """Logits (len(batch.sampled), vocab): one row per sampled sequence, in batch order."""
+        """Logits (rows asked for, vocab): each sequence's ``num_logits`` last new tokens, in batch order.
+        Reads the record only: no sequence is touched."""
         self.pool.copy_blocks(list(batch.copies))
         device = self.model.device
         meta = self.build_metadata(batch)
-        new_tokens = [t for s, n in zip(batch.seqs, batch.num_scheduled_tokens, strict=True)
-                      for t in s.token_ids[s.num_computed_tokens:s.num_computed_tokens + n]]
+        new_tokens = [t for s in batch.seqs for t in s.new_token_ids]
         input_ids = torch.tensor(new_tokens, dtype=torch.long, device=device)  # (T,)
         ends = list(itertools.accumulate(batch.num_scheduled_tokens))
-        last_rows = [ends[i] - 1 for i in batch.sampled]
-        logits_index = torch.tensor(last_rows, dtype=torch.long, device=device)
+        rows = [end - k for s, end in zip(batch.seqs, ends, strict=True) for k in range(s.num_logits, 0, -1)]
+        logits_index = torch.tensor(rows, dtype=torch.long, device=device)
         backend = PagedAttentionBackend(self.pool, meta, self.decode_kernel)
         logits: torch.Tensor = self.model(input_ids, meta.positions, backend, logits_index)
-        return logits  # (len(last_rows), vocab)
+        return logits  # (len(rows), vocab)

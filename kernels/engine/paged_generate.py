@@ -72,6 +72,6 @@ class PagedSequenceCache:
         n, end = seq.num_uncomputed_tokens, seq.num_tokens
         batch = ScheduledBatch.of([seq], [n], copies)
         logits = self.runner.run(batch)
-        finish_pass(batch, self.kv_cache_manager)  # the engine's own end of a pass
+        finish_pass(batch, [seq], self.kv_cache_manager)  # the engine's own end of a pass
         self._score_cells += self.num_heads * self.num_layers * (n * end - n * (n - 1) // 2)
         return logits

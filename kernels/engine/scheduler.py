@@ -13,7 +13,7 @@ choice and carries it out; a policy can also turn a waiting request away, with a
 ``update`` is everything that follows a forward pass: count the computed tokens, cache newly
 full blocks (``batch.finish_pass``), fork the samples of a request after its prompt, append the
 sampled tokens and retire the sequences that are done. The batch between the two is one
-contract (batch.py), fixed by ``schedule``.
+contract (batch.py): a record of values fixed by ``schedule``, refusals included.
 """
 
 from __future__ import annotations
@@ -32,11 +32,10 @@ from kvcourse.kernels.engine.policy import (
     SeqView,
 )
 from kvcourse.kernels.engine.sequence import FinishReason, Sequence, SequenceStatus
+from kvcourse.kernels.engine.stuck import STUCK, short_of_blocks, stuck_sequence
 from kvcourse.kernels.memory.block_manager import BlockManager
 from kvcourse.kernels.memory.events import EventKind, EventLog
 from kvcourse.kernels.memory.kv_pool import BlockCopy
-
-STUCK = "nothing else was running and it could not start"  # how a refusal of an idle engine begins (lab C)
 
 
 @dataclass
@@ -62,7 +61,8 @@ class Scheduler:
         self.kv_cache_manager = kv_cache_manager
         self.events = events if events is not None else getattr(kv_cache_manager, "events", None) or EventLog()
         self.policy = policy if policy is not None else FCFSPolicy()
-        self.refused: list[tuple[Sequence, str]] = []  # turned away by the policy; the engine tells the requests
+        self.refused: list[tuple[Sequence, str]] = []  # turned away while a step is made; it goes into the batch
+        self._in_flight: tuple[ScheduledBatch, list[Sequence]] | None = None  # the last batch, until its update
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_model_len = max_model_len
@@ -119,7 +119,17 @@ class Scheduler:
         stop = self._schedule_waiting(draft, budget)
         if not draft.seqs and not draft.preempted and not self.running and self.waiting:
             self._refuse_stuck(stop)  # else no step would ever change anything: the engine would spin
-        return ScheduledBatch.of(draft.seqs, draft.num_scheduled_tokens, draft.copies, draft.preempted)
+        batch = ScheduledBatch.of(draft.seqs, draft.num_scheduled_tokens, draft.copies, draft.preempted,
+                                  self.refused)
+        self.refused, self._in_flight = [], (batch, draft.seqs)
+        return batch
+
+    def live(self, batch: ScheduledBatch) -> list[Sequence]:
+        """The sequences ``batch`` schedules, in batch order: for the engine's sampling and ``update``.
+        Only the batch this scheduler made last, and only until its ``update``."""
+        if self._in_flight is None or self._in_flight[0] is not batch:
+            raise ValueError("this batch is not the one this scheduler made last (or it was updated already)")
+        return list(self._in_flight[1])
 
     def _schedule_running(self, batch: _Draft, budget: int) -> int:
         for seq in list(self.running):
@@ -200,27 +210,12 @@ class Scheduler:
         self.events.record(EventKind.REFUSE, seq.seq_id, detail=reason)
 
     def _refuse_stuck(self, stop: tuple[Sequence | None, str]) -> None:
-        """Nothing runs, nothing was admitted, sequences wait: refuse one, saying why admission stopped.
-
-        ``add_request`` refuses what could never fit alone, so this is a safety net for a policy or a
-        block manager (the labs') that admits no one from an idle engine. A sequence that has begun its
-        answer is never refused: if only such sequences are stuck, that is an error, raised with the cause.
-        """
-        stuck, why = stop
-        if stuck is None or stuck.num_completion_tokens:
-            stuck = next((s for s in self.waiting if not s.num_completion_tokens), None)
+        """Nothing runs, nothing was admitted, sequences wait: refuse one, saying why admission stopped
+        (stuck.py). If only sequences that have begun their answers are stuck, raise with the cause."""
+        stuck = stuck_sequence(self.waiting, stop[0])
         if stuck is None:
-            raise RuntimeError(f"nothing runs and no waiting sequence can start again: {why}")
-        self._refuse(stuck, f"{STUCK}: {why}")
-
-    def _stuck_on_blocks(self, seq: Sequence) -> str:
-        manager = self.kv_cache_manager
-        free, total = manager.num_free_blocks, getattr(manager, "num_blocks", None)
-        why = (f"sequence {seq.seq_id} needs {self.view(seq).num_blocks_needed} free blocks to start and the "
-               f"block manager reports {free}" + (f" of {total}" if total is not None else ""))
-        if total is not None and free < total and not self.running:
-            why += f" with nothing running ({total - free} never given back)"
-        return why
+            raise RuntimeError(f"nothing runs and no waiting sequence can start again: {stop[1]}")
+        self._refuse(stuck, f"{STUCK}: {stop[1]}")
 
     def _schedule_waiting(self, batch: _Draft, budget: int) -> tuple[Sequence | None, str]:
         """Admit what fits; returns the sequence admission stopped at (if one) and why it stopped."""
@@ -236,7 +231,9 @@ class Scheduler:
             if seq in batch.preempted:
                 return seq, f"sequence {seq.seq_id} was preempted this step"
             if not self.kv_cache_manager.can_allocate(seq):
-                return seq, self._stuck_on_blocks(seq)  # the choice does not fit this step: admissions end here
+                manager = self.kv_cache_manager  # the choice does not fit this step: admissions end here
+                return seq, short_of_blocks(seq.seq_id, self.view(seq).num_blocks_needed, manager.num_free_blocks,
+                                            manager.num_blocks, bool(self.running))
             del self.waiting[index]
             self.kv_cache_manager.allocate(seq)
             self.events.record(EventKind.ADMIT, seq.seq_id,
@@ -249,12 +246,14 @@ class Scheduler:
     # ---- after the forward pass ------------------------------------------------------------------
 
     def update(self, batch: ScheduledBatch, sampled: list[list[int]]) -> list[Sequence]:
-        """Bookkeeping after the pass; ``sampled`` holds one token per ``batch.sampled_seqs`` entry
+        """Bookkeeping after the pass; ``sampled`` holds one token list per ``batch.sampled`` row
         (``1 + num_pending_forks`` tokens where samples split). Returns every sequence that got a token."""
-        sampled_seqs = batch.sampled_seqs  # fixed by schedule(), before anything below changes a sequence
+        live = self.live(batch)
+        sampled_seqs = [live[i] for i in batch.sampled]  # fixed by schedule(), before anything below changes
         if len(sampled) != len(sampled_seqs):
             raise ValueError(f"{len(sampled)} sampled token lists for {len(sampled_seqs)} sampled sequences")
-        finish_pass(batch, self.kv_cache_manager)
+        self._in_flight = None
+        finish_pass(batch, live, self.kv_cache_manager)
         grown = []
         for seq, tokens in zip(sampled_seqs, sampled, strict=True):
             if len(tokens) != 1 + seq.num_pending_forks:

@@ -215,17 +215,34 @@ def test_pool_sized_from_a_byte_budget(tiny_model_each_path):
 
 
 def test_the_step_contract_is_fixed_when_scheduled(tiny_model_each_path):
-    """schedule() fixes the sampled rows once; update() reads them even after it has advanced the sequences."""
+    """schedule() returns a record of values (no live sequence): update() reads it even after it has advanced
+    the sequences, and nothing the runner or update does changes it."""
+    import dataclasses
+
+    from kvcourse.kernels.engine.batch import ScheduledBatch, ScheduledSeq
+    from kvcourse.kernels.engine.sequence import Sequence
+
     engine = LLMEngine(tiny_model_each_path, EngineConfig(block_size=4, max_num_batched_tokens=6))
-    engine.add_request(prompts([9])[0], SamplingParams(max_new_tokens=3))  # 9 tokens: a chunk of 6, then 3
+    ids = prompts([9])[0]
+    engine.add_request(ids, SamplingParams(max_new_tokens=3))  # 9 tokens: a chunk of 6, then 3
     first = engine.scheduler.schedule()
-    assert first.num_scheduled_tokens == (6,) and first.sampled == () and first.sampled_seqs == ()
+    assert first.num_scheduled_tokens == (6,) and first.sampled == () and first.sampled_ids == ()
+    part = first.seqs[0]
+    assert part.new_token_ids == tuple(ids[:6]) and part.start_position == 0 and len(part.block_table) == 3
     engine.scheduler.update(first, [])
     second = engine.scheduler.schedule()
     assert second.num_scheduled_tokens == (3,) and second.sampled == (0,)
+    before = dataclasses.astuple(second)
     logits = engine.model_runner.run(second)
-    assert logits.shape[0] == len(second.sampled_seqs) == 1
+    assert logits.shape[0] == len(second.sampled_ids) == 1
     grown = engine.scheduler.update(second, [[int(logits[0].argmax())]])
-    assert grown == list(second.sampled_seqs) and second.sampled == (0,), "the contract did not move"
+    assert [s.seq_id for s in grown] == list(second.sampled_ids) and dataclasses.astuple(second) == before
+    assert second.seqs[0].new_token_ids == tuple(ids[6:]) and second.seqs[0].start_position == 6
+    values = (int, str, tuple, type(None), ScheduledSeq)
+    for field in dataclasses.fields(second):
+        assert not isinstance(getattr(second, field.name), Sequence), "no live object in the record"
+    assert all(isinstance(v, values) or dataclasses.is_dataclass(v) for v in dataclasses.astuple(second.seqs[0]))
+    with pytest.raises(ValueError, match="not the one this scheduler made last"):
+        engine.scheduler.update(second, [[0]])  # a record is consumed once
     with pytest.raises(ValueError, match="2 sequences but 1 token counts"):
-        type(second)(second.seqs * 2, (1,))
+        ScheduledBatch.of(engine.scheduler.running * 2, [1])
