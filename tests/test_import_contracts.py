@@ -37,8 +37,8 @@ NOTEBOOK_EDGES = [edge for path in sorted((ROOT / "lessons").glob("*.ipynb"))
 # engine -> memory -> attention -> model is the serving stack (kernels/__init__.py). Beside it: baselines/
 # replays what paging replaced on the engine's own scheduler, so it sits above engine/; measure/ is what
 # lessons measure on all of it (a trace served, the event log read back), so it sits above baselines/;
-# costs and workload are formulas and a request trace that every layer may use, over checks (argument
-# checks). The package itself, kvcourse.kernels, re-exports every layer's public names: it is the top.
+# costs, cache_layout and workload are formulas and a request trace that every layer may use, over checks
+# (argument checks). The package itself, kvcourse.kernels, re-exports every layer's public names: it is the top.
 KERNEL_LAYERS = (
     ("kvcourse.kernels",),
     ("kvcourse.kernels.measure.*",),
@@ -47,7 +47,7 @@ KERNEL_LAYERS = (
     ("kvcourse.kernels.memory.*",),
     ("kvcourse.kernels.attention.*",),
     ("kvcourse.kernels.model.*",),
-    ("kvcourse.kernels.costs", "kvcourse.kernels.workload"),
+    ("kvcourse.kernels.costs", "kvcourse.kernels.cache_layout", "kvcourse.kernels.workload"),
     ("kvcourse.kernels.checks",),
 )
 
