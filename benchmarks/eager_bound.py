@@ -43,7 +43,7 @@ def _packed(linear) -> Callable[[torch.Tensor], torch.Tensor]:
 def eager_decode(model, prompt: list[int], num_new: int) -> tuple[float, list[int]]:
     """Seconds per decode token and the greedy tokens: the prompt through ``model``, then the flat loop."""
     from kvcourse.kernels.attention.backend import StepMetadata
-    from kvcourse.kernels.memory.caches import ContiguousKVBackend
+    from kvcourse.kernels.attention.backends.contiguous import ContiguousKVBackend
 
     cfg = model.config
     num_heads, num_kv, head_dim, inter = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.intermediate_size

@@ -1,16 +1,17 @@
 """The course's engine, one sub-package per layer, that the lessons and labs run (docs/architecture.md).
 
-``model/`` the decoder; ``attention/`` attention on contiguous and paged K/V; ``memory/`` the
-block pool, the KV-cache manager and the KV tensors; ``engine/`` sequences, scheduler, model
-runner, LLMEngine and generate; ``costs`` the analytic formulas; ``workload`` the request trace
-that lessons 09, 11 and 14 share; ``baselines/`` what paging replaced; ``measure/`` what lessons
-measure on the engine (a trace served, the event log read back, next-token agreement). Imports
+``model/`` the decoder; ``attention/`` attention and every attention backend, contiguous and paged;
+``memory/`` the block pool, the KV-cache manager and the paged KV tensors; ``engine/`` sequences,
+scheduler, model runner, LLMEngine and generate; ``costs`` the analytic formulas; ``workload`` the
+request trace that lessons 09, 11 and 14 share; ``baselines/`` what paging replaced; ``measure/`` what
+lessons measure on the engine at work (a trace served, the event log read back, steps timed). Imports
 run one way: measure -> baselines -> engine -> memory -> attention -> model, each layer's modules
 naming the lessons that use them (tests/test_import_contracts.py checks the order).
 """
 
 from kvcourse.kernels import costs, workload
 from kvcourse.kernels.attention.backend import AttentionBackend, StepMetadata
+from kvcourse.kernels.attention.backends.int8 import quantize_int8
 from kvcourse.kernels.attention.cpu_paged import cpu_paged_decode, in_place_decode
 from kvcourse.kernels.attention.paged import (
     gather_kv,
@@ -53,7 +54,6 @@ from kvcourse.kernels.measure.serving import (
 )
 from kvcourse.kernels.memory.block_pool import BlockPool, block_hash
 from kvcourse.kernels.memory.budget import MemoryBudget, num_blocks_for_budget
-from kvcourse.kernels.memory.cache_int8 import quantize_int8
 from kvcourse.kernels.memory.events import EventKind
 from kvcourse.kernels.memory.eviction import EvictionCandidate, EvictionPolicy, LRUEviction
 from kvcourse.kernels.memory.kv_cache_manager import KVCacheManager

@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from kvcourse.kernels.attention.backends.contiguous import NoCacheBackend
 from kvcourse.kernels.engine.generate import as_transformer
-from kvcourse.kernels.memory.caches import NoCacheBackend
 from kvcourse.simulators.base import SimulatorView
 from kvcourse.simulators.checks import InvalidInput, check_int
 from kvcourse.simulators.controls import int_control

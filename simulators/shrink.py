@@ -63,7 +63,7 @@ KV_HEAD_CHOICES = (("MHA: one per query head", KVHeads.MHA), ("as the model ship
                    ("MQA: just one", KVHeads.MQA))
 BYTES_PER_VALUE_CHOICES = bytes_per_value_choices(4, 2)  # int8 is a switch of its own, its scales counted
 LESSON_09_FILLED = 0.311  # share of a reserving pool that held real tokens on LESSON_TRACE (lesson 09)
-SCALE_BYTES = 4  # one float32 scale per token, per KV head, for K and for V (kernels/memory/cache_int8.py)
+SCALE_BYTES = 4  # one float32 scale per token, per KV head, for K and for V (kernels/attention/backends/int8.py)
 MAX_GB = 1e5
 MAX_TOKENS = 10_000_000
 MAX_USERS_DRAWN = 10**9

@@ -18,12 +18,12 @@ import torch
 
 from kvcourse.kernels import costs
 from kvcourse.kernels.attention.backend import SequenceCache, StepMetadata
+from kvcourse.kernels.attention.backends.contiguous import ContiguousKVBackend, NoCacheBackend
+from kvcourse.kernels.attention.backends.int8 import Int8KVBackend
+from kvcourse.kernels.attention.backends.sliding import SlidingWindowBackend
 from kvcourse.kernels.engine.paged_generate import PagedSequenceCache
 from kvcourse.kernels.engine.sampling import SamplingParams, make_generator, sample
 from kvcourse.kernels.engine.threads import thread_policy
-from kvcourse.kernels.memory.cache_int8 import Int8KVBackend
-from kvcourse.kernels.memory.cache_sliding import SlidingWindowBackend
-from kvcourse.kernels.memory.caches import ContiguousKVBackend, NoCacheBackend
 from kvcourse.kernels.model.transformer import Transformer
 
 

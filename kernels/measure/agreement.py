@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import torch
 
 from kvcourse.kernels.attention.backend import StepMetadata
-from kvcourse.kernels.memory.cache_int8 import Int8KVBackend
-from kvcourse.kernels.memory.caches import NoCacheBackend
+from kvcourse.kernels.attention.backends.contiguous import NoCacheBackend
+from kvcourse.kernels.attention.backends.int8 import Int8KVBackend
 from kvcourse.kernels.model.transformer import Transformer
 
 # Lesson 16's texts for comparing a changed model's next-token predictions with the original's.

@@ -19,7 +19,7 @@ import torch
 
 from kvcourse.kernels import costs
 from kvcourse.kernels.attention.backend import StepMetadata
-from kvcourse.kernels.memory.caches import ContiguousKVBackend
+from kvcourse.kernels.attention.backends.contiguous import ContiguousKVBackend
 from kvcourse.kernels.model.transformer import Transformer
 
 

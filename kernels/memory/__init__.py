@@ -1,1 +1,1 @@
-"""Where K/V live (lessons 05, 06, 08, 10-13, 16): block pool, KV-cache manager, KV tensors, byte budgets, events."""
+"""Where paged K/V live (lessons 08, 10-13, labs A-B): block pool, KV-cache manager, KV pool, byte budgets, events, eviction."""

@@ -54,7 +54,7 @@ def test_each_layer_opens_with_a_docstring_naming_its_lessons(layer):
 @pytest.mark.parametrize("layer", LAYERS)
 def test_imports_run_one_way(layer):
     later = LAYERS[LAYERS.index(layer) + 1:] + ["baselines"]
-    for path in (KERNELS / layer).glob("*.py"):
+    for path in (KERNELS / layer).rglob("*.py"):  # backends/ in attention/ too
         wrong = {m for m in _imported_modules(path)
                  if any(m.startswith(f"kvcourse.kernels.{up}") for up in later)}
         assert not wrong, f"{path.relative_to(KERNELS)} imports {sorted(wrong)} (imports run engine -> memory -> attention -> model)"

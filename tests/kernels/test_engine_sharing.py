@@ -9,9 +9,9 @@ import torch
 from test_engine_llm import prompts
 
 from kvcourse.kernels import EngineConfig, LLMEngine, SamplingParams, generate
+from kvcourse.kernels.attention.backends.contiguous import NoCacheBackend
 from kvcourse.kernels.engine.beam_search import beam_search
 from kvcourse.kernels.engine.sampling import params_for_sample
-from kvcourse.kernels.memory.caches import NoCacheBackend
 from kvcourse.kernels.memory.events import EventKind
 
 pytestmark = pytest.mark.usefixtures("one_cpu_thread")  # tiny models: one thread

@@ -20,8 +20,8 @@ import torch
 from factories import make_tiny_hf_llama, make_tiny_model
 
 from kvcourse.kernels import EngineConfig, LLMEngine, SamplingParams, Transformer, generate
+from kvcourse.kernels.attention.backends.contiguous import NoCacheBackend
 from kvcourse.kernels.engine.generate import as_transformer
-from kvcourse.kernels.memory.caches import NoCacheBackend
 from kvcourse.kernels.model import cpu_fast, layers, products
 from kvcourse.syllabus import REPO_ROOT
 
@@ -201,7 +201,7 @@ import torch, warnings
 warnings.simplefilter("error")
 from factories import make_tiny_hf_llama
 from kvcourse.kernels import Transformer, generate
-from kvcourse.kernels.memory.caches import NoCacheBackend
+from kvcourse.kernels.attention.backends.contiguous import NoCacheBackend
 from kvcourse.kernels.model import products
 assert torch.backends.cpu.get_cpu_capability() == "AVX2", torch.backends.cpu.get_cpu_capability()
 assert not products.onednn_bf16_linear()[0], "oneDNN's bf16 product should not run on an AVX2 CPU"

@@ -8,9 +8,9 @@ from factories import make_config, make_tiny_model
 
 from kvcourse.kernels import MODEL_CONFIGS, costs, generate
 from kvcourse.kernels.attention.backend import StepMetadata
-from kvcourse.kernels.memory.cache_int8 import Int8KVBackend, dequantize_int8, quantize_int8
-from kvcourse.kernels.memory.cache_sliding import SlidingWindowBackend
-from kvcourse.kernels.memory.caches import ContiguousKVBackend, NoCacheBackend
+from kvcourse.kernels.attention.backends.contiguous import ContiguousKVBackend, NoCacheBackend
+from kvcourse.kernels.attention.backends.int8 import Int8KVBackend, dequantize_int8, quantize_int8
+from kvcourse.kernels.attention.backends.sliding import SlidingWindowBackend
 
 PROMPT = [5, 17, 33, 42, 61, 8, 90, 12]
 

@@ -7,8 +7,8 @@ import torch
 from factories import make_tiny_hf_llama
 
 from kvcourse.kernels import CACHE_MODES, SamplingParams, Transformer, costs, generate
+from kvcourse.kernels.attention.backends.contiguous import ContiguousKVBackend
 from kvcourse.kernels.engine.generate import Phase, as_transformer
-from kvcourse.kernels.memory.caches import ContiguousKVBackend
 
 pytestmark = pytest.mark.usefixtures("one_cpu_thread")  # tiny models: one thread
 

@@ -7,7 +7,7 @@ import torch
 from factories import make_config, make_tiny_hf_llama, make_tiny_model
 
 from kvcourse.kernels import Transformer, costs
-from kvcourse.kernels.memory.caches import NoCacheBackend
+from kvcourse.kernels.attention.backends.contiguous import NoCacheBackend
 from kvcourse.kernels.model import products
 
 VARIANTS = [

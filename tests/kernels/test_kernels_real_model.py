@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from kvcourse.kernels import MODEL_CONFIGS, Transformer, costs, generate
-from kvcourse.kernels.memory.caches import NoCacheBackend
+from kvcourse.kernels.attention.backends.contiguous import NoCacheBackend
 
 pytestmark = pytest.mark.slow
 

@@ -9,7 +9,7 @@ import torch
 from factories import make_tiny_model
 
 from kvcourse.kernels import costs, generate
-from kvcourse.kernels.memory.caches import NoCacheBackend
+from kvcourse.kernels.attention.backends.contiguous import NoCacheBackend
 from kvcourse.kernels.model.merge_heads import regroup_kv_heads, regroup_kv_projection
 
 pytestmark = pytest.mark.usefixtures("one_cpu_thread")  # tiny models: one thread

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from kvcourse.kernels import Transformer, costs
-from kvcourse.kernels.measure.recompute import ROUNDING_SCALE, drift_by_layer, drift_summary, trend
+from kvcourse.kernels.model.recompute import ROUNDING_SCALE, drift_by_layer, drift_summary, trend
 from kvcourse.simulators.qkv import QKVExplorer, record_qkv
 from kvcourse.syllabus import REPO_ROOT
 

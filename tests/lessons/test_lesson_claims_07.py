@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kvcourse.kernels import MODEL_CONFIGS, costs
-from kvcourse.kernels.measure.model_memory import memory_table
+from kvcourse.kernels.model.memory_table import memory_table
 
 
 def test_memory_table_is_the_cost_model_row_by_row():

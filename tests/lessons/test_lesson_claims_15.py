@@ -23,7 +23,8 @@ from kvcourse.kernels import (
     Transformer,
     costs,
 )
-from kvcourse.kernels.measure import prefill, windows
+from kvcourse.kernels.measure import prefill
+from kvcourse.kernels.model import context_windows
 from kvcourse.simulators.context_window import (
     MEMORY,
     MODEL,
@@ -80,7 +81,7 @@ def test_one_user_on_real_cards_by_hand():
         return spare // (per_token * 16) * 16 if spare > 0 else 0
 
     names, cards = ["llama-2-7b", "llama-2-13b", "llama-3-8b", "mistral-7b", "qwen2.5-7b", "llama-3-70b"], (24, 40, 80, 141)
-    table = windows.one_user_table(names, {f"{gb} GB": gb for gb in cards})  # the lesson's table
+    table = context_windows.one_user_table(names, {f"{gb} GB": gb for gb in cards})  # the lesson's table
     for name in names:
         for gb in cards:
             assert table.loc[name, f"{gb} GB"] == by_hand(name, gb), (name, gb)

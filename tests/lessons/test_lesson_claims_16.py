@@ -27,7 +27,7 @@ from kvcourse.kernels import (
     next_token_agreement,
     regroup_kv_heads,
 )
-from kvcourse.kernels.measure.sinks import attention_to_key
+from kvcourse.kernels.attention.sinks import attention_to_key
 from kvcourse.simulators.qkv import attend_one, record_qkv
 from kvcourse.simulators.shrink import Shrink, ShrinkConfig
 

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from kvcourse.kernels import costs, generate
+from kvcourse.kernels.attention.backends.contiguous import NoCacheBackend
 from kvcourse.kernels.attention.reference import AttentionStats, naive_attention, tiled_attention
-from kvcourse.kernels.memory.caches import NoCacheBackend
 from kvcourse.simulators.kv_cache import KVCacheConfig, KVCacheSim
 from kvcourse.simulators.qkv import QKVExplorer, record_qkv
 from kvcourse.simulators.rereading import Rereading, RereadingConfig

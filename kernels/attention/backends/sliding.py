@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import torch
 
+from kvcourse.kernels.attention.backends.contiguous import _SequenceBackend
 from kvcourse.kernels.checks import check_positive_int
-from kvcourse.kernels.memory.caches import _SequenceBackend
 from kvcourse.kernels.model.config import ModelConfig
 
 

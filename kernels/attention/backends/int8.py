@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import torch
 
+from kvcourse.kernels.attention.backends.contiguous import _GrowingCache
 from kvcourse.kernels.checks import check_positive_int
-from kvcourse.kernels.memory.caches import _GrowingCache
 from kvcourse.kernels.model.config import ModelConfig
 
 INT8_MAX = 127
