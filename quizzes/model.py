@@ -13,7 +13,8 @@ import re
 from dataclasses import dataclass, field
 from enum import Enum
 
-from .labs import CLASS_NAMES, LAB_LESSONS  # the reference solutions' table: no engine imported
+from kvcourse.labs.spec import LABS
+
 from .units import DIMENSIONS, format_quantity, within_tolerance
 
 
@@ -75,7 +76,7 @@ class Question:
     # free response
     model_answer: str = ""
     min_chars: int = 40
-    # lab: which of kvcourse.labs.LABS; the class to write and the reference are kvcourse.quizzes.labs'
+    # lab: the key of its LabSpec in kvcourse.labs.LABS, which names its lesson, its class and its reference
     lab: str | None = None
     where: str = field(default="", compare=False)
 
@@ -184,15 +185,15 @@ class Question:
             _fail(where, "a free-response question needs a model answer")
 
     def _check_lab(self, where: str) -> None:
-        if self.lab not in CLASS_NAMES:
-            _fail(where, f"lab must be one of {sorted(CLASS_NAMES)}, got {self.lab!r}")
-        if LAB_LESSONS[self.lab] != self.lesson:
-            _fail(where, f"lab {self.lab!r} is the lab of lesson {LAB_LESSONS[self.lab]}, not of lesson {self.lesson}")
+        if self.lab not in LABS:
+            _fail(where, f"lab must be one of {sorted(LABS)}, got {self.lab!r}")
+        if LABS[self.lab].lesson != self.lesson:
+            _fail(where, f"lab {self.lab!r} is the lab of lesson {LABS[self.lab].lesson}, not of lesson {self.lesson}")
 
     @property
     def class_name(self) -> str:
         """The class a lab question's answer defines (MyBlockManager, ...)."""
-        return CLASS_NAMES.get(self.lab or "", "")
+        return LABS[self.lab].class_name if self.lab in LABS else ""
 
     @property
     def option_keys(self) -> tuple[str, ...]:

@@ -4,6 +4,7 @@ Lab A (lesson 18): the block manager. Lab B (lesson 19): the prefix cache's evic
 (lesson 20): the scheduler's admission and preemption. ``check(lab, policy)`` serves the public
 traces on the learner's policy and prints the verdict of each beside the engine's own policy's
 figures; the grader (``kvcourse grade autograde``) does the same on hidden traces drawn per student.
+Each lab's definition (its interface, traces, judge, reference and counts) is one ``LabSpec`` in ``LABS``.
 """
 
 from kvcourse.kernels.engine.policy import Refuse, SeqView
@@ -15,7 +16,9 @@ from .common import TraceResult
 from .eviction import EvictionBase
 from .run import check, judge_runs, record_runs
 from .scheduler import SchedulerBase
-from .traces import LABS, LabTrace, draw_trace, public_traces
+from .spec import LABS, LabSpec, draw_trace, lab_spec, public_traces
+from .traces import LabTrace
 
-__all__ = ["LABS", "BlockCopy", "EvictionCandidate", "Refuse", "SeqView", "BlockManagerBase", "EvictionBase", "SchedulerBase", "LabTrace", "TraceResult", "check", "draw_trace", "judge_runs", "public_traces",
-           "record_runs"]
+__all__ = ["LABS", "BlockCopy", "EvictionCandidate", "Refuse", "SeqView", "BlockManagerBase", "EvictionBase",
+           "SchedulerBase", "LabSpec", "LabTrace", "TraceResult", "check", "draw_trace", "judge_runs", "lab_spec",
+           "public_traces", "record_runs"]

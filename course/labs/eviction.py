@@ -14,7 +14,12 @@ from __future__ import annotations
 from functools import lru_cache
 
 from kvcourse.kernels import LLMEngine
-from kvcourse.kernels.memory.eviction import EvictionCandidate, EvictionPolicyError, LRUEviction
+from kvcourse.kernels.memory.eviction import (
+    EvictionCandidate,
+    EvictionPolicy,
+    EvictionPolicyError,
+    LRUEviction,
+)
 
 from .common import Cursor, LabViolation, ReplayMismatch, TraceResult, check_log, run_error
 from .drive import Served, serve
@@ -63,11 +68,16 @@ class ReplayEviction:
         return choice
 
 
+def _engine(trace: LabTrace, eviction: EvictionPolicy) -> LLMEngine:
+    """The engine a trace is served on: prefix caching on, ``eviction`` choosing what the pool forgets."""
+    return LLMEngine(lab_model(), lab_config(trace, prefix_caching=True), eviction=eviction)
+
+
 def record(policy, trace: LabTrace) -> dict:
     """Serve ``trace`` with the learner's eviction policy and write down every choice."""
     log = {"entries": [], "error": None}
     try:
-        serve(LLMEngine(lab_model(), lab_config(trace), eviction=RecordingEviction(policy, log["entries"])), trace)
+        serve(_engine(trace, RecordingEviction(policy, log["entries"])), trace)
     except (LabViolation, EvictionPolicyError) as err:
         log["error"] = str(err)
     except Exception as err:  # noqa: BLE001
@@ -88,7 +98,7 @@ def _figures(served: Served) -> dict[str, float]:
 
 @lru_cache(maxsize=64)  # a class's public traces are judged once per student: serve LRU once
 def _lru(trace: LabTrace) -> Served:
-    return serve(LLMEngine(lab_model(), lab_config(trace), eviction=LRUEviction()), trace)
+    return serve(_engine(trace, LRUEviction()), trace)
 
 
 def judge(trace: LabTrace, log: object) -> TraceResult:
@@ -102,7 +112,7 @@ def judge(trace: LabTrace, log: object) -> TraceResult:
 
     try:
         replay = ReplayEviction(check_log(log)["entries"])
-        mine = serve(LLMEngine(lab_model(), lab_config(trace), eviction=replay), trace)
+        mine = serve(_engine(trace, replay), trace)
         if replay.cursor.index != len(replay.cursor.entries):
             raise ReplayMismatch("the recorded run goes on after the engine stopped")
     except EvictionPolicyError as err:

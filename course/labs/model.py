@@ -37,9 +37,8 @@ def lab_model() -> Transformer:
     return model.eval()
 
 
-def lab_config(trace: LabTrace) -> EngineConfig:
-    """The engine settings a trace is served with."""
+def lab_config(trace: LabTrace, prefix_caching: bool = False) -> EngineConfig:
+    """The engine settings a trace is served with (prefix caching only where the lab is about it: lab B)."""
     return EngineConfig(block_size=trace.block_size, num_blocks=trace.num_blocks, max_num_seqs=trace.max_num_seqs,
                         max_num_batched_tokens=TOKEN_BUDGET, max_model_len=LAB_MODEL.max_position_embeddings,
-                        enable_prefix_caching=trace.lab == "eviction", fast_paths="off", num_threads=1,
-                        max_events=0)
+                        enable_prefix_caching=prefix_caching, fast_paths="off", num_threads=1, max_events=0)

@@ -12,44 +12,24 @@ from collections.abc import Callable
 
 from kvcourse.time_limit import time_limit
 
-from . import block_manager, eviction, scheduler
 from .common import LabViolation, TraceResult
-from .traces import LABS, LabTrace, public_traces
+from .spec import lab_spec
+from .traces import LabTrace
 
 TRACE_LIMIT_S = 60.0  # one trace served on the learner's policy
-
-_MODULES = {"block_manager": block_manager, "eviction": eviction, "scheduler": scheduler}
-LAB_TITLES = {"block_manager": "Lab A: your block manager", "eviction": "Lab B: your eviction policy",
-              "scheduler": "Lab C: your scheduler"}
-
-
-def _module(lab: str):
-    if lab not in _MODULES:
-        raise ValueError(f"no lab {lab!r}: the labs are {', '.join(LABS)}")
-    return _MODULES[lab]
-
-
-def learner_policy(lab: str, answer: object) -> object:
-    """What the engine is given: the class itself for lab A (it is called per pool), an instance otherwise."""
-    if not callable(answer) and lab == "block_manager":
-        raise LabViolation("the answer is not a class: define class MyBlockManager(BlockManagerBase)")
-    if isinstance(answer, type) and lab != "block_manager":
-        try:
-            return answer()
-        except Exception as err:  # noqa: BLE001
-            raise LabViolation(f"{answer.__name__}() raised {type(err).__name__}: {str(err)[:200]}") from None
-    return answer
 
 
 def record_runs(lab: str, answer: object, traces: list[dict]) -> list[dict]:
     """Each trace served on the learner's policy, as plain logs (never raises for the learner's code)."""
-    module, logs = _module(lab), []
+    spec, logs = lab_spec(lab), []
     for plain in traces:
         trace = LabTrace.from_plain(plain)
+        if trace.lab != spec.key:
+            raise ValueError(f"{trace.name} is a trace of lab {trace.lab!r}, not of {spec.key!r}")
         try:
             with time_limit(TRACE_LIMIT_S):
-                policy = learner_policy(lab, answer)  # a class gives a fresh instance per trace
-                logs.append(module.record(policy, trace))
+                policy = spec.policy(answer)  # a class gives a fresh instance per trace, where the engine wants one
+                logs.append(spec.record(policy, trace))
         except LabViolation as err:
             logs.append({"entries": [], "beams": [], "error": str(err)})
         except TimeoutError:
@@ -59,11 +39,11 @@ def record_runs(lab: str, answer: object, traces: list[dict]) -> list[dict]:
 
 def judge_runs(lab: str, traces: list[LabTrace], logs: object) -> list[TraceResult]:
     """Each recorded run replayed and scored, outside the learner's code (the grader's side)."""
-    module = _module(lab)
+    spec = lab_spec(lab)
     if not isinstance(logs, list) or len(logs) != len(traces):
         return [TraceResult(t.name, t.public, 0.0, "the run handed back no log for this trace", kind="replay")
                 for t in traces]
-    return [module.judge(trace, log) for trace, log in zip(traces, logs, strict=True)]
+    return [spec.judge(trace, log) for trace, log in zip(traces, logs, strict=True)]
 
 
 def summary(results: list[TraceResult]) -> str:
@@ -80,11 +60,12 @@ def summary(results: list[TraceResult]) -> str:
 def check(lab: str, answer: object, traces: list[LabTrace] | None = None,
           show: Callable[[str], None] = print) -> list[TraceResult]:
     """Serve the public traces on your policy and print what the grader would say of each."""
-    traces = traces if traces is not None else public_traces(lab)
+    spec = lab_spec(lab)
+    traces = traces if traces is not None else spec.public_traces()
     for trace in traces:
         show(f"{trace.name}: {trace.describe()}")
     results = judge_runs(lab, traces, record_runs(lab, answer, [t.to_plain() for t in traces]))
     passed = sum(r.passed for r in results)
-    show(f"{LAB_TITLES[lab]}: {passed} of {len(results)} public traces pass, "
+    show(f"{spec.title}: {passed} of {len(results)} public traces pass, "
          f"score {sum(r.score for r in results) / max(1, len(results)):.0%}\n" + summary(results))
     return results

@@ -2,10 +2,10 @@
 
 A trace is a small serving day for the tiny lab model: requests with their arrival step, their
 answer length, their samples (n) and, for lab A, beam searches; for lab B, conversations whose
-next turn extends the previous prompt and answer. ``public_traces(lab)`` are the ones a learner
-sees; ``draw_trace(lab, seed)`` draws one more of the same families from a seed (the grader's seeds
-come from the course secret, so nobody can predict them). A trace travels into the grading sandbox
-as plain JSON (``to_plain``/``from_plain``) and is validated on the way back in.
+next turn extends the previous prompt and answer. Each lab draws its traces from one family here, from a
+seed; which family, which seeds a learner sees and how many more the grader draws per student is the lab's
+spec (spec.py). A trace travels into the grading sandbox as plain JSON (``to_plain``/``from_plain``) and is
+validated on the way back in.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-LABS = ("block_manager", "eviction", "scheduler")
 VOCAB = 96  # the lab model's vocabulary (model.py)
 MAX_TOKENS_PER_SEQ = 120  # below the lab model's 128 positions
 
@@ -46,7 +45,7 @@ class LabTrace:
     """A named trace: requests, the pool they share, and (lab A) beam searches."""
 
     name: str
-    lab: str
+    lab: str  # the key of the lab it was drawn for (its LabSpec, spec.py)
     requests: tuple[LabRequest, ...]
     num_blocks: int
     block_size: int = 4
@@ -55,8 +54,6 @@ class LabTrace:
     public: bool = True
 
     def __post_init__(self) -> None:
-        if self.lab not in LABS:
-            raise ValueError(f"lab must be one of {LABS}, got {self.lab!r}")
         for i, r in enumerate(self.requests):
             if not r.prompt or min(r.prompt) < 0 or max(r.prompt) >= VOCAB:
                 raise ValueError(f"{self.name}: request {i} needs a prompt of token ids in [0, {VOCAB})")
@@ -95,7 +92,7 @@ def _prompt(rng: random.Random, length: int) -> tuple[int, ...]:
     return tuple(rng.randrange(VOCAB) for _ in range(length))
 
 
-def _block_manager_trace(rng: random.Random, name: str, public: bool) -> LabTrace:
+def block_manager_trace(rng: random.Random, name: str, public: bool) -> LabTrace:
     """Greedy requests, parallel samples (n > 1) and beam searches on a pool tight enough to preempt."""
     requests = []
     for _ in range(rng.randint(5, 8)):
@@ -108,7 +105,7 @@ def _block_manager_trace(rng: random.Random, name: str, public: bool) -> LabTrac
     return LabTrace(name, "block_manager", tuple(requests), rng.randint(14, 22), beams=beams, public=public)
 
 
-def _eviction_trace(rng: random.Random, name: str, public: bool) -> LabTrace:
+def eviction_trace(rng: random.Random, name: str, public: bool) -> LabTrace:
     """A popular and a rarer system prompt, one-off prompts that pass through the cache once, and follow-up
     turns that come soon after the turn they continue; two requests at a time, on a pool with room for the
     longest conversation and a few cached blocks more. Recency and popularity pull apart: a burst of
@@ -138,7 +135,7 @@ def _eviction_trace(rng: random.Random, name: str, public: bool) -> LabTrace:
     return LabTrace(name, "eviction", tuple(requests), longest + rng.randint(6, 10), max_num_seqs=2, public=public)
 
 
-def _scheduler_trace(rng: random.Random, name: str, public: bool) -> LabTrace:
+def scheduler_trace(rng: random.Random, name: str, public: bool) -> LabTrace:
     """A burst of short and long requests on a pool too small for all of them at once."""
     requests = []
     step = 0
@@ -148,21 +145,3 @@ def _scheduler_trace(rng: random.Random, name: str, public: bool) -> LabTrace:
         requests.append(LabRequest(_prompt(rng, rng.randint(8, 24) if long else rng.randint(2, 8)),
                                    rng.randint(16, 40) if long else rng.randint(3, 10), step))
     return LabTrace(name, "scheduler", tuple(requests), rng.randint(16, 24), max_num_seqs=6, public=public)
-
-
-_FAMILIES = {"block_manager": _block_manager_trace, "eviction": _eviction_trace, "scheduler": _scheduler_trace}
-# A learner's public traces: lab B's are picked to show what its hidden ones do, one trace where counting
-# hits beats least recently used (seed 3) and two where it loses (11, 22); most recently used loses on all.
-PUBLIC_SEEDS = {"block_manager": (11, 22, 33), "eviction": (3, 11, 22), "scheduler": (11, 22, 33)}
-
-
-def draw_trace(lab: str, seed: int, name: str | None = None, public: bool = False) -> LabTrace:
-    """One trace of the lab's families, drawn from ``seed``."""
-    if lab not in _FAMILIES:
-        raise ValueError(f"no lab {lab!r}: the labs are {', '.join(LABS)}")
-    return _FAMILIES[lab](random.Random(seed), name or f"hidden {seed % 10_000:04d}", public)
-
-
-def public_traces(lab: str) -> list[LabTrace]:
-    """The traces a learner is shown: the same for everyone."""
-    return [draw_trace(lab, seed, f"public {i + 1}", public=True) for i, seed in enumerate(PUBLIC_SEEDS[lab])]

@@ -2,8 +2,9 @@
 
 `kvcourse grade init` writes instructor/course.json (nbgrader_export.py); grading reads it back as a
 ``Course`` (decide.py, gradebook.py, report.py). The folder's name, the file's name and how many hidden
-cases and traces the course's secret draws per student live here, below both, so that writing a course
-and grading one never import each other.
+cases the course's secret draws per student for a code question live here, below both, so that writing a
+course and grading one never import each other. How many hidden traces a lab draws is the lab's own
+(``LabSpec.num_hidden_traces``, kvcourse.labs.spec).
 """
 
 from __future__ import annotations
@@ -16,8 +17,7 @@ from pathlib import Path
 
 INSTRUCTOR_DIR = "instructor"      # the course's secret lives here: never inside source/ or release/
 COURSE_FILE = "course.json"
-NUM_HIDDEN_CASES = 3
-NUM_HIDDEN_TRACES = 3  # per lab, drawn per student, beside the lab's public traces
+NUM_HIDDEN_CASES = 3  # per code question, drawn per student, beside the bank's public cases
 
 
 @dataclass(frozen=True)

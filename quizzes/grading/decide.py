@@ -9,10 +9,11 @@ instructor/course.json, and never sent into a student's sandbox:
 - code questions: the reference solution on the bank's public cases and on three hidden cases
   drawn for this student from the course secret (HMAC), so a function that only knows the public
   examples fails;
-- labs (lessons 18-20): the runs the sandbox recorded on the lab's public traces and on three hidden
-  traces drawn for this student from the course secret, replayed here on the engine and scored
-  (kvcourse.labs.judge_runs); the points are the question's times the mean trace score. A lab whose
-  code uses the engine's own implementation, or the grader's own code, scores 0 (lab_guard.py).
+- labs (lessons 18-20): the runs the sandbox recorded on the lab's public traces and on the hidden
+  traces its spec asks for (``LabSpec.num_hidden_traces``), drawn for this student from the course
+  secret, replayed here on the engine and scored by the lab's judge (kvcourse.labs.judge_runs); the
+  points are the question's times the mean trace score. A lab whose code uses the engine's own
+  implementation, or the grader's own code, scores 0 (lab_guard.py).
 Feedback says right or wrong and why (a planted mistake of the bank by name, as the quick check does),
 never a hidden case, a hidden trace or a right value the student got wrong.
 """
@@ -24,17 +25,18 @@ import itertools
 import json
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+from kvcourse.labs import LabTrace, TraceResult, judge_runs
+from kvcourse.labs.spec import LABS
 
 from ..checking import choice_key, compile_function, named_mistake, same_value, time_limit
 from ..formulas import compute_answer, draw_params, render
 from ..model import Kind, Question
 from ..units import AnswerFormatError, format_quantity, parse_quantity, shown, within_tolerance
-from .course import NUM_HIDDEN_CASES, NUM_HIDDEN_TRACES, Course
+from .course import NUM_HIDDEN_CASES, Course
 from .lab_guard import lab_shortcut
 
-if TYPE_CHECKING:
-    from kvcourse.labs import LabTrace, TraceResult
 
 def _plain(value: Any) -> Any:
     """A reference result as the collector hands values over (tuples become lists)."""
@@ -96,8 +98,9 @@ def expected_answer(question: Question, course: Course, student: str) -> Any:
         cases = code_cases(question, course, student)
         return list(zip(cases, reference_calls(question, cases), strict=True))
     if question.kind is Kind.LAB:
-        return (f"every trace passing: the lab's public traces and {NUM_HIDDEN_TRACES} hidden ones (the reference: "
-                f"kvcourse.quizzes.labs.solution_source({question.lab!r}))")
+        lab = LABS[question.lab]
+        return (f"every trace passing: the lab's {lab.num_public_traces} public traces and {lab.num_hidden_traces} "
+                f"hidden ones (the reference: {lab.reference})")
     return question.model_answer
 
 
@@ -121,7 +124,7 @@ def decide(question: Question, record: dict | None, course: Course, student: str
     ``source`` is the student's code, which a lab's answer is read for (``lab_shortcut``)."""
     points = float(question.points)
     if question.kind is Kind.LAB and (shortcut := lab_shortcut(source)):
-        what = _LAB_WORK.get(question.lab, "policy")
+        what = LABS[question.lab].work
         return Decision(0.0, points, f"Not graded on its runs: your code uses {shortcut}: write your own {what} "
                                      f"(0 of {points:g} points).")
     if record is None or "missing" in record:
@@ -185,17 +188,11 @@ def _decide_code(question: Question, calls: Any, course: Course, student: str) -
 
 # -- labs ------------------------------------------------------------------------------------------
 
-_LAB_WORK = {"block_manager": "block manager", "eviction": "eviction policy", "scheduler": "scheduler"}
-
-
 def lab_traces(question: Question, course: Course, student: str) -> list[LabTrace]:
-    """The traces a lab is graded on: its public traces, then NUM_HIDDEN_TRACES drawn for this student from
-    the course secret (nobody without the secret can predict them)."""
-    from kvcourse.labs import draw_trace, public_traces
-
-    hidden = [draw_trace(question.lab, course.draw(question.lesson, question.id, student, "trace", str(i)),
-                         name=f"hidden {i + 1}") for i in range(NUM_HIDDEN_TRACES)]
-    return public_traces(question.lab) + hidden
+    """The traces a lab is graded on: its spec's public traces, then its hidden ones, drawn for this student
+    from the course secret (nobody without the secret can predict them)."""
+    return LABS[question.lab].graded_traces(
+        lambda i: course.draw(question.lesson, question.id, student, "trace", str(i)))
 
 
 def _cut(text: str, limit: int = 300) -> str:
@@ -204,8 +201,6 @@ def _cut(text: str, limit: int = 300) -> str:
 
 def _judged(lab: str, trace: LabTrace, log: Any) -> TraceResult:
     """One trace replayed and scored; a log the replay cannot even read scores 0, never a crash."""
-    from kvcourse.labs import TraceResult, judge_runs
-
     try:
         return judge_runs(lab, [trace], [log])[0]
     except Exception as err:  # noqa: BLE001 - a forged log: whatever it makes the replay raise

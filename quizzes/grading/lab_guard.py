@@ -2,8 +2,10 @@
 
 A replay checks what a learner's class did, not who wrote it: a class that hands every call to the
 engine's own KVCacheManager, LRUEviction or FCFSPolicy would replay perfectly. ``lab_shortcut`` reads
-the code of a submission (every cell the sandbox runs) for the engine's own implementations, the
-grader's own code and the usual ways round such a reading, and names the first it finds. It reads the
+the code of a submission (every cell the sandbox runs) for the engine's own implementations (each lab's
+spec names its own: ``LabSpec.engine_own``), the grader's own code (every module of kvcourse.labs but
+those a learner uses), the reference solutions and the usual ways round such a reading, and names the
+first it finds. It reads the
 code as written, not what it computes: a name built at run time gets past it (INSTRUCTORS.md,
 "Grading the labs"), and is then judged on what the class did.
 """
@@ -11,16 +13,24 @@ code as written, not what it computes: a name built at run time gets past it (IN
 from __future__ import annotations
 
 import ast
+import pkgutil
 import re
 
-# What a lab's answer must not use: the engine's own implementation of the policy, the grader's own code,
+import kvcourse.labs
+from kvcourse.labs.spec import LABS
+
+# What a lab's answer must not use: the engine's own implementation of any lab's part, the grader's own code,
 # and the usual ways round a reading of the code. Names are matched as code: a comment never counts.
-_ENGINE = ("KVCacheManager", "BlockPool", "LRUEviction", "FCFSPolicy", "Scheduler")
-# ``judge`` itself is left out: a helper of that name is common, and the labs' judge is reached only through
-# a module of kvcourse.labs (below) or runs where it decides nothing, in the sandbox.
-_GRADER = ("record_runs", "judge_runs", "learner_policy")  # and every Recording* and Replay* class
+_ENGINE = tuple(dict.fromkeys(name for lab in LABS.values() for name in lab.engine_own))
+# ``judge`` and ``record`` themselves are left out: helpers of those names are common, and the labs' own are
+# reached only through a module of kvcourse.labs (below) or run where they decide nothing, in the sandbox.
+_GRADER = ("record_runs", "judge_runs")  # and every Recording* and Replay* class
 _AROUND = ("__import__", "importlib")
-_LAB_INTERNALS = ("run", "drive", "common", "model", "block_manager", "block_replay", "eviction", "scheduler")
+# kvcourse.labs' modules that a learner uses: the package itself (check, the bases), the specs, the traces, the
+# notebook helpers. Every other one is the grader's own: the runs, the replays, the judges.
+_LEARNER_MODULES = ("spec", "traces", "notebook")
+_LAB_INTERNALS = tuple(sorted(module.name for module in pkgutil.iter_modules(kvcourse.labs.__path__)
+                              if module.name not in _LEARNER_MODULES))
 _MODULES = {"kvcourse.kernels.memory": "the engine's own memory code (kvcourse.kernels.memory)",
             "kvcourse.kernels.engine": "the engine's own scheduling code (kvcourse.kernels.engine)",
             **{f"kvcourse.labs.{name}": f"the grader's own code (kvcourse.labs.{name})" for name in _LAB_INTERNALS},

@@ -30,11 +30,14 @@ from pathlib import Path
 import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
+from kvcourse.labs.spec import LABS
+
 from ..bank import load_quiz
 from ..formulas import facts
+from ..labs import solution_source
 from ..model import Kind, Question, Quiz
 from ..units import DESCRIPTIONS
-from .course import COURSE_FILE, INSTRUCTOR_DIR, NUM_HIDDEN_TRACES
+from .course import COURSE_FILE, INSTRUCTOR_DIR
 
 CONFIG_TEMPLATE = '''\
 # nbgrader configuration written by `kvcourse grade init`.
@@ -124,13 +127,12 @@ def _prompt_cell(question: Question) -> nbformat.NotebookNode:
     elif question.kind is Kind.CODE:
         text += f"\n\nComplete `{question.function}` below."
     elif question.kind is Kind.LAB:
-        from kvcourse.labs.traces import PUBLIC_SEEDS
-
+        lab = LABS[question.lab]
         text += (f"\n\nComplete `{question.class_name}` in the cell below: each of its methods raises until you "
                  "write it. The cell after it serves the public traces on your class and prints what the grader "
-                 f"says of each. After you submit, your class is graded on those {len(PUBLIC_SEEDS[question.lab])} traces and on "
-                 f"{NUM_HIDDEN_TRACES} hidden ones drawn for your student id: {question.points} points times the "
-                 "mean trace score.")
+                 f"says of each. After you submit, your class is graded on those {lab.num_public_traces} traces and "
+                 f"on {lab.num_hidden_traces} hidden ones drawn for your student id: {question.points} points times "
+                 "the mean trace score.")
     else:
         text += "\n\nWrite your answer in the cell below (graded by hand)."
     return _cell(new_markdown_cell, text, f"prompt_{question.id}", "prompt", question.id, locked=True)
@@ -151,30 +153,27 @@ def _show_cell(question: Question, lesson: str) -> nbformat.NotebookNode:
 def lab_answer_source(question: Question) -> str:
     """A lab's answer cell: the reference solution split so that nbgrader's release leaves a class to complete.
 
-    The reference's imports and class header stand outside the solution regions; each method the base
-    class leaves to the learner keeps its header and the base's docstring, with the reference's body in
-    a region of its own; the reference's own state and helpers (``__init__``, ``_take``...) close the last
-    region. Released, every region becomes nbgrader's ``raise NotImplementedError()`` inside a method,
-    so the cell still defines a subclass of the base whose methods raise until written.
+    The reference's imports and class header stand outside the solution regions; each method the lab's
+    spec leaves to the learner (``LabSpec.methods``) keeps its header and the base's docstring, with the
+    reference's body in a region of its own; the reference's own state and helpers (``__init__``,
+    ``_take``...) close the last region. Released, every region becomes nbgrader's ``raise
+    NotImplementedError()`` inside a method, so the cell still defines a subclass of the base whose
+    methods raise until written.
     """
-    import kvcourse.labs as labs
-    from kvcourse.labs.run import LAB_TITLES
-
-    from ..labs import LAB_LESSONS, solution_source
-
-    source = solution_source(question.lab)
+    lab = LABS[question.lab]
+    base, base_name = lab.base, lab.base.__name__
+    source = solution_source(lab.key)
     lines = source.splitlines()
     tree = ast.parse(source)
-    cls = next(node for node in tree.body if isinstance(node, ast.ClassDef))
-    base_name = cls.bases[0].id
-    base = getattr(labs, base_name)
+    cls = next((node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == lab.class_name), None)
+    if cls is None or [ast.unparse(b) for b in cls.bases] != [base_name]:
+        raise ValueError(f"{lab.reference} must define class {lab.class_name}({base_name}), as the lab's spec says")
     members = [node for node in cls.body if not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant))]
-    methods = [node for node in members if isinstance(node, ast.FunctionDef) and not node.name.startswith("_")
-               and hasattr(base, node.name)]
+    methods = [node for node in members if isinstance(node, ast.FunctionDef) and node.name in lab.methods]
     helpers = [node for node in members if node not in methods]
 
     out = [*lines[:cls.lineno - 1 - len(cls.decorator_list)], f"class {cls.name}({base_name}):",
-           f'    """{LAB_TITLES[question.lab]} (lesson {LAB_LESSONS[question.lab]}): write each method below, and '
+           f'    """{lab.title} (lesson {lab.lesson}): write each method below, and '
            f'add the state and helpers you need.\n    {base_name} says what the engine expects of each."""']
     for number, method in enumerate(methods):
         first = method.decorator_list[0].lineno if method.decorator_list else method.lineno

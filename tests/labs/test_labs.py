@@ -27,14 +27,14 @@ def _traces(lab):
     return public_traces(lab) + [draw_trace(lab, seed) for seed in DRAWN]
 
 
-@pytest.mark.parametrize("lab", LABS)
+@pytest.mark.parametrize("lab", list(LABS))
 def test_the_reference_scores_full_marks_on_every_trace(lab):
     results = _judge(lab, reference(lab), _traces(lab))
     assert [(r.name, r.score, r.reason) for r in results] == [(r.name, 1.0, "") for r in results]
     assert all(r.metrics for r in results)
 
 
-@pytest.mark.parametrize("lab", LABS)
+@pytest.mark.parametrize("lab", list(LABS))
 def test_traces_travel_as_plain_json_and_are_validated(lab):
     for trace in _traces(lab):
         assert LabTrace.from_plain(copy.deepcopy(trace.to_plain())) == trace
@@ -216,7 +216,7 @@ def test_refusing_work_with_a_reason_never_pays():
 # -- the grader's side trusts no log ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("lab", LABS)
+@pytest.mark.parametrize("lab", list(LABS))
 def test_a_changed_or_borrowed_log_cannot_be_replayed(lab):
     traces = public_traces(lab)
     logs = record_runs(lab, reference(lab), [t.to_plain() for t in traces])

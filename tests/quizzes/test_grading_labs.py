@@ -33,14 +33,14 @@ from lab_course import (
 )
 from nbgrader.preprocessors import ClearSolutions
 
-from kvcourse.labs import record_runs
+from kvcourse.labs import LABS, record_runs
 from kvcourse.quizzes.bank import load_quiz, parse_quiz
 from kvcourse.quizzes.grading.autograde import autograde
-from kvcourse.quizzes.grading.decide import NUM_HIDDEN_TRACES, Course, decide, lab_traces
+from kvcourse.quizzes.grading.decide import Course, decide, lab_traces
 from kvcourse.quizzes.grading.lab_guard import lab_shortcut
 from kvcourse.quizzes.grading.nbgrader_export import build_notebook, init_course
 from kvcourse.quizzes.grading.sandbox import bwrap_path, quizzes_dir
-from kvcourse.quizzes.labs import CLASS_NAMES, LAB_LESSONS, solution_source
+from kvcourse.quizzes.labs import solution_source
 from kvcourse.quizzes.model import Kind
 
 COURSE = Course(Path("/nonexistent"), "kvtest", "0123456789ab", "cd" * 32, "/srv/nbgrader/exchange")
@@ -61,10 +61,10 @@ def _class(source: str, name: str):
 
 
 def test_each_lab_lesson_holds_its_lab_and_choice_questions_that_explain_every_option():
-    for lab, lesson in LAB_LESSONS.items():
-        quiz = load_quiz(lesson)
+    for lab, spec in LABS.items():
+        quiz = load_quiz(spec.lesson)
         labs = [q for q in quiz.questions if q.kind is Kind.LAB]
-        assert [(q.lab, q.id, q.points, q.class_name) for q in labs] == [(lab, lab, 10, CLASS_NAMES[lab])]
+        assert [(q.lab, q.id, q.points, q.class_name) for q in labs] == [(lab, lab, 10, spec.class_name)]
         choices = [q for q in quiz.questions if q.kind is Kind.CHOICE]
         assert 2 <= len(choices) <= 3 and quiz.title.startswith("Lab ")
         for q in choices:
@@ -94,10 +94,10 @@ def _run(source: str, namespace: dict) -> bool:
         return False
 
 
-@pytest.mark.parametrize("lab", list(LAB_LESSONS))
+@pytest.mark.parametrize("lab", list(LABS))
 def test_the_release_leaves_a_class_to_complete_and_its_check_runs_the_public_traces(lab):
-    question = _lab(LAB_LESSONS[lab])
-    nb = build_notebook(load_quiz(LAB_LESSONS[lab]), "salt")
+    question = _lab(LABS[lab].lesson)
+    nb = build_notebook(load_quiz(LABS[lab].lesson), "salt")
     cell = {c.metadata["nbgrader"]["grade_id"]: c for c in nb.cells}
     answer, test = cell[f"answer_{lab}"], cell[f"test_{lab}"]
     assert answer.metadata["nbgrader"]["solution"] and test.metadata["nbgrader"]["points"] == 10
@@ -122,7 +122,7 @@ def test_the_release_leaves_a_class_to_complete_and_its_check_runs_the_public_tr
 def test_lab_notebooks_have_valid_nbgrader_metadata_and_points():
     from nbgrader.nbgraderformat import MetadataValidator
 
-    for lesson in LAB_LESSONS.values():
+    for lesson in (spec.lesson for spec in LABS.values()):
         quiz = load_quiz(lesson)
         nb = build_notebook(quiz, "salt")
         MetadataValidator().validate_nb(nb)
@@ -151,7 +151,7 @@ def test_hidden_traces_are_drawn_per_student_and_course_and_never_public():
     q = _lab("20")
     alice, again, bob = (lab_traces(q, COURSE, s) for s in ("alice", "alice", "bob"))
     other = lab_traces(q, Course(Path("/x"), "kvtest", "0123456789ab", "ef" * 32, "/x"), "alice")
-    assert len(alice) == 3 + NUM_HIDDEN_TRACES and [t.name for t in alice[3:]] == ["hidden 1", "hidden 2", "hidden 3"]
+    assert len(alice) == 3 + LABS["scheduler"].num_hidden_traces and [t.name for t in alice[3:]] == ["hidden 1", "hidden 2", "hidden 3"]
     assert [t.to_plain() for t in alice] == [t.to_plain() for t in again]
     assert alice[:3] == bob[:3] and all(t.public for t in alice[:3]) and not any(t.public for t in alice[3:])
     assert alice[3:] != bob[3:] and alice[3:] != other[3:]
@@ -470,7 +470,7 @@ def test_the_sandbox_hides_the_course_and_the_reference_solutions(graded):
 @SANDBOX
 def test_released_and_graded_notebooks_hold_no_solution_and_no_hidden_trace(graded):
     for lesson, text in graded["released"].items():
-        lab = next(lab for lab, n in LAB_LESSONS.items() if n == lesson)
+        lab = next(key for key, spec in LABS.items() if spec.lesson == lesson)
         assert "BEGIN SOLUTION" not in text and "course.json" not in text, lesson
         for line in ("self.free_list = list(range(num_blocks))", "leaves = [c for c in candidates",
                      "return running[-1].seq_id"):
