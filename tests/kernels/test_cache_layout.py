@@ -7,8 +7,8 @@ import pytest
 
 from kvcourse.kernels.cache_layout import CacheLayout, LayerGroup, full, latent, layout_of, linear, window
 from kvcourse.kernels.costs import kv_bytes_per_token
-from kvcourse.kernels.model.config_table import MODEL_CONFIGS
 from kvcourse.kernels.model.cache_layouts import LAYOUTS_2023, LAYOUTS_2026, cache_table
+from kvcourse.kernels.model.config_table import MODEL_CONFIGS
 
 KIB = 1024
 
