@@ -9,6 +9,8 @@ bytes per token no longer tell the whole story; a bounded part (windows, chunks)
 
 from __future__ import annotations
 
+import pandas as pd
+
 from kvcourse.kernels.cache_layout import CacheLayout, full, latent, linear, window
 from kvcourse.kernels.model.config_table import MODEL_CONFIGS
 
@@ -44,8 +46,9 @@ LAYOUTS_2023: dict[str, CacheLayout] = {
 }
 
 
-def cache_table(context_len: int, names: list[str] | None = None) -> list[dict[str, object]]:
-    """One row per model: bytes per token, the bounded part and the state at ``context_len``, and the total."""
+def cache_table(context_len: int, names: list[str] | None = None) -> pd.DataFrame:
+    """One row per model: its layer kinds, the bytes every token adds, the bounded part (windows, chunks) and
+    the fixed state at ``context_len``, and one user's whole cache at that length; 16-bit values."""
     layouts = {**LAYOUTS_2023, **LAYOUTS_2026}
     rows = []
     for name in names or list(layouts):
@@ -53,7 +56,8 @@ def cache_table(context_len: int, names: list[str] | None = None) -> list[dict[s
             raise KeyError(f"unknown model {name!r}; known: {', '.join(sorted(layouts))}")
         layout = layouts[name]
         at = layout.bytes_at(context_len)
-        kinds = ", ".join(f"{g.num_layers} {g.kind}" + (f" ({g.window})" if g.window else "") for g in layout.groups)
+        kinds = ", ".join(f"{g.num_layers} {g.kind}" + (f" ({g.window:,})" if g.window else "") for g in layout.groups)
         rows.append({"model": name, "layers": kinds, "bytes per token": layout.per_token_bytes,
-                     "bounded bytes": at.bounded, "state bytes": at.state, f"total at {context_len:,}": at.total})
-    return rows
+                     "bounded (MB)": round(at.bounded / 1e6, 1), "state (MB)": round(at.state / 1e6, 1),
+                     f"one user at {context_len:,} tokens (GB)": round(at.total / 1e9, 2)})
+    return pd.DataFrame(rows).set_index("model")

@@ -84,9 +84,11 @@ def test_a_layout_that_cannot_be_is_refused_with_the_reason(make, message):
 
 
 def test_the_table_lists_every_model_and_refuses_an_unknown_one():
-    rows = cache_table(32_768)
-    assert {r["model"] for r in rows} == set(LAYOUTS_2023) | set(LAYOUTS_2026)
-    deepseek = next(r for r in rows if r["model"] == "deepseek-v3")
-    assert deepseek["bytes per token"] == 70_272 and deepseek["total at 32,768"] == 70_272 * 32_768
+    table = cache_table(32_768)
+    assert set(table.index) == set(LAYOUTS_2023) | set(LAYOUTS_2026)
+    deepseek = table.loc["deepseek-v3"]
+    assert deepseek["bytes per token"] == 70_272 and deepseek["layers"] == "61 latent"
+    assert deepseek["one user at 32,768 tokens (GB)"] == round(70_272 * 32_768 / 1e9, 2)
+    assert table.loc["gemma-3-27b", "layers"] == "52 window (1,024), 10 full"
     with pytest.raises(KeyError, match="unknown model 'gpt-5'"):
         cache_table(1000, ["gpt-5"])
