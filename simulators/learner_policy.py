@@ -7,9 +7,6 @@ beside it on the same input so that the status line can compare them:
 * ``LearnerPrefixCache`` (lab B, lesson 13's prefix cache) with the learner's eviction policy;
 * ``LearnerPagingSim`` (lab C, lesson 11's paging replay) on the learner's scheduling policy.
 
-Each twin names its lab's spec (``lab``, kvcourse.labs.spec), which the notebook and the grader read too;
-from it the twin takes what the engine is given for the learner's answer (a class, or an instance of it).
-
 The learner's code may raise, or break a rule of the engine. Each such case is a ``LearnerError``
 (an ``InvalidInput``, so the view shows it as a message, never a traceback), named as the grader would
 name it; once broken, a model is not stepped again until it is rebuilt.
@@ -20,14 +17,12 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any
 
 from kvcourse.kernels import BlockPool, PagingReplay, workload
 from kvcourse.kernels.checks import ceil_div
 from kvcourse.kernels.measure.spread import percentile
 from kvcourse.kernels.memory.kv_pool import BlockCopy
-from kvcourse.labs.common import LabViolation
-from kvcourse.labs.spec import LABS, LabSpec
 from kvcourse.simulators.checks import InvalidInput
 from kvcourse.simulators.paging_model import PagingConfig, PagingSim
 from kvcourse.simulators.prefix_cache_model import PoolBlock, PrefixCache, PrefixCacheConfig
@@ -50,13 +45,14 @@ class PolicyError(LearnerError):
     """Lab C: the learner's scheduling policy raised, made a choice the scheduler refuses, or starved a request."""
 
 
-def _policy(lab: LabSpec, answer: Any, error: type[LearnerError]) -> Any:
-    """What the lab's engine is given for the learner's answer (``LabSpec.policy``): a class is made into a fresh
-    instance per run, except where the engine makes one per pool (lab A); what goes wrong is the lab's message."""
+def _instance(policy: Any, error: type[LearnerError]) -> Any:
+    """A policy given as a class is made here (a fresh one per run), one given as an object is used as it is."""
+    if not isinstance(policy, type):
+        return policy
     try:
-        return lab.policy(answer)
-    except LabViolation as err:
-        raise error(str(err)) from None
+        return policy()
+    except Exception as err:  # noqa: BLE001 - the learner's code: its error is the message
+        raise error(f"{policy.__name__}() raised {type(err).__name__}: {str(err)[:200]}") from None
 
 
 # -- lab A: a block manager in lesson 12's simulator ---------------------------------------------------------
@@ -107,10 +103,8 @@ class LearnerSharing(Sharing):
     manager's free count is right after every call.
     """
 
-    lab: ClassVar[LabSpec] = LABS["block_manager"]
-
     def __init__(self, config: SharingConfig, block_manager: Callable[[int, int], Any]) -> None:
-        self.block_manager = _policy(self.lab, block_manager, ManagerError)
+        self.block_manager = block_manager
         super().__init__(config)
 
     def new_manager(self) -> Any:
@@ -229,10 +223,8 @@ class LearnerPrefixCache(PrefixCache):
     """Lesson 13's requests with the learner's eviction policy choosing what the pool forgets (lab B);
     ``engine`` serves them in the engine's own order (least recently used first)."""
 
-    lab: ClassVar[LabSpec] = LABS["eviction"]
-
     def __init__(self, config: PrefixCacheConfig, num_served: int, eviction: Any) -> None:
-        self.eviction = _policy(self.lab, eviction, EvictionError)
+        self.eviction = _instance(eviction, EvictionError)
         super().__init__(config, num_served)
 
     def reset(self) -> None:
@@ -300,8 +292,6 @@ class LearnerPagingSim(PagingSim):
     """Lesson 11's trace paged twice, step by step: first come, first served (``fcfs``, the engine's own
     policy) and the learner's scheduling policy (``mine``, lab C)."""
 
-    lab: ClassVar[LabSpec] = LABS["scheduler"]
-
     def __init__(self, config: PagingConfig | None, scheduling_policy: Any) -> None:
         self.config = config if config is not None else PagingConfig()
         self.scheduling_policy = scheduling_policy
@@ -321,8 +311,8 @@ class LearnerPagingSim(PagingSim):
         self.broken: str | None = None  # what the policy did wrong: it is not asked again
         self.fcfs = PagingReplay(self.trace, c.num_blocks, c.block_size)
         self.mine = PagingReplay(self.trace, c.num_blocks, c.block_size,
-                                 _policy(self.lab, self.scheduling_policy, PolicyError))
-        for replay, name in ((self.fcfs, "first come, first served"), (self.mine, f"your {self.lab.work}")):
+                                 _instance(self.scheduling_policy, PolicyError))
+        for replay, name in ((self.fcfs, "first come, first served"), (self.mine, "your scheduler")):
             replay.name = replay.report.name = name
 
     @property
