@@ -111,20 +111,17 @@ def _compiled() -> Callable[..., None]:
     """The kernel compiled by numba, its programs in parallel (on first use; cached on disk by numba after that).
     numba is imported here, not with the engine: it takes a moment, and only the CPU's decode steps need it.
 
-    Which threads run the programs: numba's OpenMP layer where it loads, else its "workqueue". Between two
-    kernels a decode step runs torch's products on torch's OpenMP threads, which spin for a while after
-    each product; a pool that must first wake its own sleeping threads then fights them for the cores.
-    Timed on the engine (``benchmarks/bench_batch_throughput``, float32, batch 32, AMD Zen 4, 2 threads):
-    a step took 250 ms on the workqueue and 161 ms on OpenMP, the kernel's share 71 ms against 37. Both
-    pools idle-spin no longer than torch's own, and a kernel on one thread (the suite's) wakes none.
-    Whichever layer loads, ``in_place_decode`` times the kernel after a torch product, as a step runs it,
-    against the gather. A NUMBA_THREADING_LAYER the user set wins.
+    Parallel on numba's "workqueue" threads, which sleep between calls. Its OpenMP layer was measured faster
+    on a quiet machine (``benchmarks/bench_batch_throughput``, float32, batch 32, AMD Zen 4, 2 threads: a
+    step of 161 ms against 250, as its threads meet torch's spinning ones between products), but an
+    OpenMP pool spins after each call: with a second busy process on 2 cores, lesson 08 took 282 s against
+    32 s alone. A pool that sleeps is the one every machine can bear. ``in_place_decode`` times the kernel
+    after a torch product, as a step runs it, against the gather. A NUMBA_THREADING_LAYER the user set wins.
     """
     import numba
 
     if not os.environ.get("NUMBA_THREADING_LAYER"):
-        numba.config.THREADING_LAYER = "default"  # the first of the priorities that loads
-        numba.config.THREADING_LAYER_PRIORITY = ["omp", "workqueue", "tbb"]  # workqueue always loads
+        numba.config.THREADING_LAYER = "workqueue"
     kernel = types.FunctionType(_kernel.__code__, {**globals(), "prange": numba.prange}, "_kernel")
     return numba.njit(kernel, parallel=True, nogil=True, cache=True,
                       fastmath={"reassoc", "contract", "nsz", "arcp"})
