@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from kvcourse.kernels.measure.agreement import first_difference  # the timing lab's name for it too
 from kvcourse.timing_lab.config import (
     DEFAULT_LENGTHS,
     DEFAULT_PROMPT,
@@ -119,14 +120,6 @@ class SweepResult:
                 "completed_lengths": self.completed_lengths,
                 "reference_tokens": {str(n): ids for n, ids in sorted(self.reference_tokens.items())},
                 "runs": rows}
-
-
-def first_difference(expected: list[int], got: list[int]) -> int | None:
-    """Index of the first position where two token lists differ, or None when equal."""
-    for i, (a, b) in enumerate(zip(expected, got, strict=False)):
-        if a != b:
-            return i
-    return None if len(expected) == len(got) else min(len(expected), len(got))
 
 
 def environment_header(model, config: SweepConfig, prompt_len: int) -> dict:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from kvcourse.kernels.measure.agreement import first_difference
+
 __all__ = ["AnswerMatch", "match_answers"]
 
 
@@ -23,13 +25,6 @@ class AnswerMatch:
         return same if self.same_answers == self.num_answers else different
 
 
-def _first_difference(a: Sequence[int], b: Sequence[int]) -> int:
-    for i, (x, y) in enumerate(zip(a, b, strict=False)):  # answers may end at different lengths
-        if x != y:
-            return i
-    return min(len(a), len(b))
-
-
 def match_answers(first: Sequence[Sequence[int]], second: Sequence[Sequence[int]]) -> AnswerMatch:
     """Compare answer i of one run with answer i of the other, for every i."""
     if len(first) != len(second):
@@ -38,4 +33,10 @@ def match_answers(first: Sequence[Sequence[int]], second: Sequence[Sequence[int]
     return AnswerMatch(same_answers=sum(list(a) == list(b) for a, b in zip(first, second, strict=True)),
                        num_answers=len(first), same_tokens=same_tokens,
                        num_tokens=sum(max(len(a), len(b)) for a, b in zip(first, second, strict=True)),
-                       first_difference=tuple(_first_difference(a, b) for a, b in zip(first, second, strict=True)))
+                       first_difference=tuple(_differs_at(a, b) for a, b in zip(first, second, strict=True)))
+
+
+def _differs_at(a: Sequence[int], b: Sequence[int]) -> int:
+    """``first_difference``, with the shorter length where one answer is the other's beginning or both are equal."""
+    at = first_difference(a, b)
+    return min(len(a), len(b)) if at is None else at

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from kvcourse.kernels.cache_layout import CacheLayout, full, latent, linear, window
+from kvcourse.kernels.cache_layout import CacheLayout, full, latent, layout_of, linear, window
 from kvcourse.kernels.model.config_table import MODEL_CONFIGS
 
 LAYOUTS_2026: dict[str, CacheLayout] = {
@@ -42,7 +42,7 @@ LAYOUTS_2026: dict[str, CacheLayout] = {
 
 # The full-attention models of 2023 beside them, from config_table.py (no window applied).
 LAYOUTS_2023: dict[str, CacheLayout] = {
-    name: CacheLayout((full(c.num_layers, c.num_kv_heads, c.head_dim),)) for name, c in MODEL_CONFIGS.items()
+    name: layout_of(config) for name, config in MODEL_CONFIGS.items()
 }
 
 
