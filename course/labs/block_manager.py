@@ -26,13 +26,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import lru_cache
 
-from kvcourse.kernels import LLMEngine, beam_search
+from kvcourse.kernels import LLMEngine
 from kvcourse.kernels.memory.kv_pool import BlockCopy
 
 from .block_replay import ReplayManager
 from .common import LabViolation, ReplayMismatch, TraceResult, check_log, run_error
 from .drive import Served, serve
-from .model import lab_config, lab_model
+from .model import lab_beam_search, lab_config, lab_model
 from .traces import LabTrace
 
 
@@ -168,8 +168,8 @@ def record(manager_class: Callable, trace: LabTrace) -> dict:
         for run in trace.beams:
             entries: list = []
             log["beams"].append(entries)
-            beam_search(model, list(run.prompt), run.beam_width, run.max_new_tokens, trace.block_size,
-                        block_manager=lambda nb, bs, e=entries: RecordingManager(manager_class, nb, bs, e))
+            lab_beam_search(run, trace.block_size,
+                            block_manager=lambda nb, bs, e=entries: RecordingManager(manager_class, nb, bs, e))
     except LabViolation as err:
         log["error"] = str(err)
     except Exception as err:  # noqa: BLE001 - whatever the learner's manager makes the engine raise
@@ -181,8 +181,7 @@ def record(manager_class: Callable, trace: LabTrace) -> dict:
 def _reference(trace: LabTrace) -> tuple[Served, list[list[list[int]]]]:
     model = lab_model()
     served = serve(LLMEngine(model, lab_config(trace)), trace)
-    beams = [beam_search(model, list(r.prompt), r.beam_width, r.max_new_tokens, trace.block_size).beams
-             for r in trace.beams]
+    beams = [lab_beam_search(run, trace.block_size) for run in trace.beams]
     return served, beams
 
 
@@ -221,8 +220,7 @@ def judge(trace: LabTrace, log: object) -> TraceResult:
                 holder.append(ReplayManager(entries, nb, bs))
                 return holder[-1]
 
-            my_beams.append(beam_search(model, list(run.prompt), run.beam_width, run.max_new_tokens,
-                                        trace.block_size, block_manager=factory).beams)
+            my_beams.append(lab_beam_search(run, trace.block_size, block_manager=factory))
             holder[0].finish("a beam search")
     except LabViolation as err:
         return fail(str(err), _rule(str(err)))

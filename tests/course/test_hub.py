@@ -270,6 +270,13 @@ def _answers(right: bool, lesson: str = "05", course: Path | None = None) -> dic
     return answers
 
 
+def _graded_status(course: Path, assignment: str, student: str) -> str:
+    """What autograde recorded for one student (verdicts and notes), for a failing assertion's message."""
+    found = [json.loads(path.read_text()).get(student, {}) for path in course.rglob(f"*{assignment}*.json")]
+    kept = [{key: status.get(key) for key in ("verdicts", "notes", "points")} for status in found if status]
+    return "\n" + json.dumps(kept, indent=1)[:4000]
+
+
 def _answer_and_submit(hub, name: str, assignment: str, answers: dict[str, str]) -> None:
     """A student's fetched notebook, answered through the contents API and submitted with the assignment list."""
     which = {"course_id": COURSE_ID, "assignment_id": assignment}
@@ -431,8 +438,10 @@ def test_a_class_on_the_hub_end_to_end(tmp_path):
                                 capture_output=True, text=True, timeout=300)
         assert graded.returncode == 0, graded.stdout + graded.stderr
         lab_points = sum(q.points for q in load_quiz("18").questions)
-        assert f"graded alice: {lab_points} of {lab_points} automatic points" in graded.stdout, graded.stdout
-        assert f"graded bob: 0 of {lab_points} automatic points" in graded.stdout, graded.stdout
+        assert f"graded alice: {lab_points} of {lab_points} automatic points" in graded.stdout, \
+            graded.stdout + _graded_status(course, LAB, "alice")
+        assert f"graded bob: 0 of {lab_points} automatic points" in graded.stdout, \
+            graded.stdout + _graded_status(course, LAB, "bob")
         exported = subprocess.run([KVCOURSE, "grade", "export", "--to", "grades.csv"], cwd=course, env=teacher,
                                   capture_output=True, text=True, timeout=120)
         assert exported.returncode == 0, exported.stdout + exported.stderr

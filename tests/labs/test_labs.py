@@ -9,10 +9,12 @@ from __future__ import annotations
 import copy
 
 import pytest
+import torch
 
+from kvcourse.kernels.engine.threads import thread_policy
 from kvcourse.kernels.memory.kv_pool import BlockCopy
 from kvcourse.labs import LABS, Refuse, check, draw_trace, judge_runs, public_traces, record_runs
-from kvcourse.labs.model import lab_model
+from kvcourse.labs.model import LAB_THREADS, lab_model
 from kvcourse.labs.traces import LabTrace
 from kvcourse.quizzes.labs import reference
 
@@ -43,6 +45,25 @@ def test_traces_travel_as_plain_json_and_are_validated(lab):
     plain["requests"][0][0] = [500]
     with pytest.raises(ValueError, match="token ids"):
         LabTrace.from_plain(plain)
+
+
+@pytest.mark.parametrize("lab", list(LABS))
+def test_every_run_of_a_trace_holds_the_labs_thread_count_whatever_the_callers(lab, monkeypatch):
+    # The sandbox runs on one core and the grader's replay in a process with more threads: a product summed in
+    # another order there could change a token, and the replay would then fail a right answer.
+    from kvcourse.kernels.model import layers
+
+    seen, linear = set(), layers.F.linear
+
+    def counted(*args, **kwargs):
+        seen.add(torch.get_num_threads())
+        return linear(*args, **kwargs)
+
+    monkeypatch.setattr(layers.F, "linear", counted)
+    with thread_policy(2):
+        results = _judge(lab, reference(lab), public_traces(lab)[:1])
+        assert torch.get_num_threads() == 2, "the caller's count is restored"
+    assert [r.score for r in results] == [1.0] and seen == {LAB_THREADS}
 
 
 def test_the_lab_model_is_the_same_every_time():
