@@ -57,3 +57,23 @@ def attention_seconds(engine, kernel: str) -> float:
         for layer, (k, v) in enumerate(kv):
             backend.attend(layer, q, k, v)
         return time.perf_counter() - start
+
+
+def kv_bytes_read(engine) -> int:
+    """Bytes of K and V one decode step must read: every block in the running sequences' tables, every layer."""
+    pool = engine.pool
+    blocks = {b for s in engine.scheduler.running for b in s.block_table}
+    return 2 * pool.k.shape[0] * len(blocks) * pool.k[0, 0].numel() * pool.k.element_size()
+
+
+def kv_read_seconds(engine) -> float:
+    """Seconds to read that many bytes of the pool once, as one streaming sum per layer (torch's threads): the
+    least any decode attention can take, since it must read each sequence's K/V once."""
+    pool = engine.pool
+    count = len({b for s in engine.scheduler.running for b in s.block_table})
+    with torch.inference_mode():
+        start = time.perf_counter()
+        for layer in range(pool.k.shape[0]):
+            pool.k[layer, :count].sum()
+            pool.v[layer, :count].sum()
+        return time.perf_counter() - start
