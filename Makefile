@@ -118,6 +118,7 @@ lab: setup
 # PYTEST_ARGS passes on to pytest, e.g. make test PYTEST_ARGS='-m "not slow"' (the quick loop) or '-k paged'.
 test: setup $(CHP_STAMP)
 	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
 	$(PY) -m mypy
 	$(VENV)/bin/pytest -n 2 $(PYTEST_ARGS)
 
@@ -137,6 +138,7 @@ bench: setup
 
 lint: setup
 	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
 	$(PY) -m mypy
 
 clean:

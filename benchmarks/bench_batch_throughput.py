@@ -72,43 +72,60 @@ def sweep(model, workload: Workload, batch_sizes: list[int], rounds: int, steps:
         lin_scale = paired_ratio([x * b / first for x in samples[f"linears_b{first}"]], lin)
         floor_scale = paired_ratio([x * b / first for x in floors], floor)
         contexts = [s.num_tokens for s in engines[b].scheduler.running]
-        rows.append({
-            "batch": b, "context_tokens_at_end": [min(contexts), max(contexts)],
-            "engine_ms_per_step": summary(eng, 1e3), "linears_ms_per_pass": summary(lin, 1e3),
-            "engine_tokens_per_second": b / summary(eng)["median"],
-            "linears_rows_per_second": b / summary(lin)["median"],
-            "engine_over_linears_time": paired_ratio(eng, lin),
-            "engine_speedup_vs_batch1": eng_scale, "linears_speedup_vs_batch1": lin_scale,
-            "kv_bytes_read_per_step": kv_bytes_read(engines[b]),
-            "kv_read_ms_per_step": summary(samples[f"kv_read_b{b}"], 1e3),
-            "floor_speedup_vs_batch1": floor_scale,
-        })
-        print(f"  batch {b:3d}: engine {rows[-1]['engine_ms_per_step']['median']:7.1f} ms/step "
-              f"({rows[-1]['engine_tokens_per_second']:7.1f} tok/s, x{eng_scale['ratio_of_medians']:5.2f}), "
-              f"linears {rows[-1]['linears_ms_per_pass']['median']:7.1f} ms "
-              f"(x{lin_scale['ratio_of_medians']:5.2f}), + one read of the K/V "
-              f"{rows[-1]['kv_read_ms_per_step']['median']:5.1f} ms (x{floor_scale['ratio_of_medians']:5.2f}); "
-              f"contexts {contexts and min(contexts)}-"
-              f"{contexts and max(contexts)}", flush=True)
+        rows.append(
+            {
+                "batch": b,
+                "context_tokens_at_end": [min(contexts), max(contexts)],
+                "engine_ms_per_step": summary(eng, 1e3),
+                "linears_ms_per_pass": summary(lin, 1e3),
+                "engine_tokens_per_second": b / summary(eng)["median"],
+                "linears_rows_per_second": b / summary(lin)["median"],
+                "engine_over_linears_time": paired_ratio(eng, lin),
+                "engine_speedup_vs_batch1": eng_scale,
+                "linears_speedup_vs_batch1": lin_scale,
+                "kv_bytes_read_per_step": kv_bytes_read(engines[b]),
+                "kv_read_ms_per_step": summary(samples[f"kv_read_b{b}"], 1e3),
+                "floor_speedup_vs_batch1": floor_scale,
+            }
+        )
+        print(
+            f"  batch {b:3d}: engine {rows[-1]['engine_ms_per_step']['median']:7.1f} ms/step "
+            f"({rows[-1]['engine_tokens_per_second']:7.1f} tok/s, x{eng_scale['ratio_of_medians']:5.2f}), "
+            f"linears {rows[-1]['linears_ms_per_pass']['median']:7.1f} ms "
+            f"(x{lin_scale['ratio_of_medians']:5.2f}), + one read of the K/V "
+            f"{rows[-1]['kv_read_ms_per_step']['median']:5.1f} ms (x{floor_scale['ratio_of_medians']:5.2f}); "
+            f"contexts {contexts and min(contexts)}-"
+            f"{contexts and max(contexts)}",
+            flush=True,
+        )
     last = rows[-1]
     step_ms = last["engine_ms_per_step"]["median"]
     attention = summary(samples["attention_engine_kernel"], 1e3)
     gather = summary(samples["attention_gather"], 1e3)
-    print(f"  batch {largest}: paged attention through the {kernel!r} kernel {attention['median']:.1f} ms of the "
-          f"{step_ms:.1f} ms step ({attention['median'] / step_ms:.0%}); through the gather "
-          f"{gather['median']:.1f} ms", flush=True)
+    print(
+        f"  batch {largest}: paged attention through the {kernel!r} kernel {attention['median']:.1f} ms of the "
+        f"{step_ms:.1f} ms step ({attention['median'] / step_ms:.0%}); through the gather "
+        f"{gather['median']:.1f} ms",
+        flush=True,
+    )
     engine_scale = last["engine_speedup_vs_batch1"]["ratio_of_medians"]
     linears_scale = last["linears_speedup_vs_batch1"]["ratio_of_medians"]
     floor_scale = last["floor_speedup_vs_batch1"]["ratio_of_medians"]
-    return {"rows": rows, "largest_batch": last["batch"],
-            "decode_kernel": kernel, "largest_batch_attention_ms_per_step": attention,
-            "largest_batch_attention_share_of_step": attention["median"] / step_ms,
-            "largest_batch_gather_attention_ms_per_step": gather,
-            "engine_scaling": engine_scale,
-            "linears_scaling": linears_scale, "engine_scaling_over_linears_scaling": engine_scale / linears_scale,
-            "meets_target": engine_scale >= TARGET_FRACTION_OF_LINEARS * linears_scale,
-            "floor_scaling": floor_scale, "engine_scaling_over_floor_scaling": engine_scale / floor_scale,
-            "meets_target_against_floor": engine_scale >= TARGET_FRACTION_OF_LINEARS * floor_scale}
+    return {
+        "rows": rows,
+        "largest_batch": last["batch"],
+        "decode_kernel": kernel,
+        "largest_batch_attention_ms_per_step": attention,
+        "largest_batch_attention_share_of_step": attention["median"] / step_ms,
+        "largest_batch_gather_attention_ms_per_step": gather,
+        "engine_scaling": engine_scale,
+        "linears_scaling": linears_scale,
+        "engine_scaling_over_linears_scaling": engine_scale / linears_scale,
+        "meets_target": engine_scale >= TARGET_FRACTION_OF_LINEARS * linears_scale,
+        "floor_scaling": floor_scale,
+        "engine_scaling_over_floor_scaling": engine_scale / floor_scale,
+        "meets_target_against_floor": engine_scale >= TARGET_FRACTION_OF_LINEARS * floor_scale,
+    }
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -121,9 +138,14 @@ def main(argv: list[str] | None = None) -> dict:
     if (args.rounds + 1) * args.steps >= 64:
         parser.error("(rounds + 1) * steps must stay below 64, the shortest answer, so the batch stays full")
     workload = Workload.make(max(args.batch_sizes), seed=1)
-    result: dict = {"workload": workload.describe(), "batch_sizes": args.batch_sizes, "rounds": args.rounds,
-                    "steps_per_sample": args.steps, "target": f"engine scaling >= {TARGET_FRACTION_OF_LINEARS} x "
-                    f"linears scaling at batch {max(args.batch_sizes)}", "bf16_note": bf16_note()}
+    result: dict = {
+        "workload": workload.describe(),
+        "batch_sizes": args.batch_sizes,
+        "rounds": args.rounds,
+        "steps_per_sample": args.steps,
+        "target": f"engine scaling >= {TARGET_FRACTION_OF_LINEARS} x linears scaling at batch {max(args.batch_sizes)}",
+        "bf16_note": bf16_note(),
+    }
     for name in args.dtypes:
         model, _, _ = load_engine_model(DTYPES[name])
         print(f"{name}:", flush=True)
@@ -133,11 +155,13 @@ def main(argv: list[str] | None = None) -> dict:
     for name in args.dtypes:
         r = result[name]
         verdict = "met" if r["meets_target"] else "NOT met"
-        print(f"{name}: batch {r['largest_batch']} / batch 1 = {r['engine_scaling']:.2f}x for the engine, "
-              f"{r['linears_scaling']:.2f}x for the bare linears ({r['engine_scaling_over_linears_scaling']:.0%}; "
-              f"target >= {TARGET_FRACTION_OF_LINEARS:.0%}: {verdict}); against the linears plus one read of the "
-              f"K/V, {r['floor_scaling']:.2f}x ({r['engine_scaling_over_floor_scaling']:.0%}: "
-              f"{'met' if r['meets_target_against_floor'] else 'NOT met'})")
+        print(
+            f"{name}: batch {r['largest_batch']} / batch 1 = {r['engine_scaling']:.2f}x for the engine, "
+            f"{r['linears_scaling']:.2f}x for the bare linears ({r['engine_scaling_over_linears_scaling']:.0%}; "
+            f"target >= {TARGET_FRACTION_OF_LINEARS:.0%}: {verdict}); against the linears plus one read of the "
+            f"K/V, {r['floor_scaling']:.2f}x ({r['engine_scaling_over_floor_scaling']:.0%}: "
+            f"{'met' if r['meets_target_against_floor'] else 'NOT met'})"
+        )
     print(f"{result['bf16_note']}\nwritten to {path}")
     return result
 

@@ -28,16 +28,26 @@ def sweep(model, ids, lengths: list[int], runs: int) -> list[dict]:
         seconds: dict[str, list[float]] = {"contiguous": [], "none": []}
         tokens = {}
         for r in range(runs):
-            for cache in (("contiguous", "none") if r % 2 == 0 else ("none", "contiguous")):
+            for cache in ("contiguous", "none") if r % 2 == 0 else ("none", "contiguous"):
                 start = time.perf_counter()
                 tokens[cache] = generate(model, ids, n, cache=cache, eos_token_id=[]).tokens
                 seconds[cache].append(time.perf_counter() - start)
         med = {k: statistics.median(v) for k, v in seconds.items()}
-        rows.append({"new_tokens": n, "seconds_cache": med["contiguous"], "seconds_no_cache": med["none"],
-                     "samples": seconds, "speedup": med["none"] / med["contiguous"],
-                     "tokens_identical": tokens["none"] == tokens["contiguous"]})
-        print(f"  {n:4d} new tokens: cache {med['contiguous']:7.2f} s, no cache {med['none']:7.2f} s, "
-              f"speedup {rows[-1]['speedup']:5.1f}x, same tokens: {rows[-1]['tokens_identical']}", flush=True)
+        rows.append(
+            {
+                "new_tokens": n,
+                "seconds_cache": med["contiguous"],
+                "seconds_no_cache": med["none"],
+                "samples": seconds,
+                "speedup": med["none"] / med["contiguous"],
+                "tokens_identical": tokens["none"] == tokens["contiguous"],
+            }
+        )
+        print(
+            f"  {n:4d} new tokens: cache {med['contiguous']:7.2f} s, no cache {med['none']:7.2f} s, "
+            f"speedup {rows[-1]['speedup']:5.1f}x, same tokens: {rows[-1]['tokens_identical']}",
+            flush=True,
+        )
     return rows
 
 
@@ -56,9 +66,16 @@ def main(argv: list[str] | None = None) -> dict:
     model = as_transformer(hf_model)
     rows = sweep(model, ids, sorted(args.lengths), args.runs)
     speedups = [r["speedup"] for r in rows]
-    result = {"model": "smollm2-135m", "dtype": "float32", "prompt_tokens": len(ids), "rows": rows,
-              "meets_targets": {"speedup_grows_with_length": all(b > a for a, b in zip(speedups, speedups[1:], strict=False)),
-                                "tokens_identical": all(r["tokens_identical"] for r in rows)}}
+    result = {
+        "model": "smollm2-135m",
+        "dtype": "float32",
+        "prompt_tokens": len(ids),
+        "rows": rows,
+        "meets_targets": {
+            "speedup_grows_with_length": all(b > a for a, b in zip(speedups, speedups[1:], strict=False)),
+            "tokens_identical": all(r["tokens_identical"] for r in rows),
+        },
+    }
     path = write_result("cache_onoff", result)
     print(f"targets: {result['meets_targets']}; written to {path}")
     return result

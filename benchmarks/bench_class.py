@@ -107,14 +107,23 @@ def run_class(notebook: Path, num_students: int) -> dict:
         for student in students:
             student.stop()
     p = sampler.peaks
-    return {"lesson": notebook.name, "students": num_students, "seconds": [round(s, 1) for s in seconds],
-            "median_seconds": round(statistics.median(seconds), 1),
-            "idle_pss_gib": _gib(idle.pss), "idle_rss_gib": _gib(idle.rss),
-            "peak_pss_gib": _gib(p.total.pss), "peak_rss_gib": _gib(p.total.rss),
-            "peak_server_pss_gib": _gib(p.server.pss), "peak_kernel_pss_gib": _gib(p.kernel.pss),
-            "peak_server_rss_gib": _gib(p.server.rss), "peak_kernel_rss_gib": _gib(p.kernel.rss),
-            "mem_available_before_gib": _gib(available_before), "mem_available_min_gib": _gib(p.min_available),
-            "load_avg_1min": {"mean": round(statistics.mean(p.loads), 2), "max": round(max(p.loads), 2)}}
+    return {
+        "lesson": notebook.name,
+        "students": num_students,
+        "seconds": [round(s, 1) for s in seconds],
+        "median_seconds": round(statistics.median(seconds), 1),
+        "idle_pss_gib": _gib(idle.pss),
+        "idle_rss_gib": _gib(idle.rss),
+        "peak_pss_gib": _gib(p.total.pss),
+        "peak_rss_gib": _gib(p.total.rss),
+        "peak_server_pss_gib": _gib(p.server.pss),
+        "peak_kernel_pss_gib": _gib(p.kernel.pss),
+        "peak_server_rss_gib": _gib(p.server.rss),
+        "peak_kernel_rss_gib": _gib(p.kernel.rss),
+        "mem_available_before_gib": _gib(available_before),
+        "mem_available_min_gib": _gib(p.min_available),
+        "load_avg_1min": {"mean": round(statistics.mean(p.loads), 2), "max": round(max(p.loads), 2)},
+    }
 
 
 def survey(lessons: tuple[str, ...]) -> list[dict]:
@@ -123,9 +132,12 @@ def survey(lessons: tuple[str, ...]) -> list[dict]:
     for number in lessons:
         row = run_class(get_lesson(number).notebook_path, 1)
         rows.append(row)
-        print(f"lesson {number}: peak PSS {row['peak_pss_gib']:.2f} GiB (server {row['peak_server_pss_gib']:.2f}, "
-              f"kernel {row['peak_kernel_pss_gib']:.2f}), RSS {row['peak_rss_gib']:.2f} GiB, "
-              f"{row['median_seconds']:.0f} s, load {row['load_avg_1min']['mean']}", flush=True)
+        print(
+            f"lesson {number}: peak PSS {row['peak_pss_gib']:.2f} GiB (server {row['peak_server_pss_gib']:.2f}, "
+            f"kernel {row['peak_kernel_pss_gib']:.2f}), RSS {row['peak_rss_gib']:.2f} GiB, "
+            f"{row['median_seconds']:.0f} s, load {row['load_avg_1min']['mean']}",
+            flush=True,
+        )
     return rows
 
 
@@ -136,18 +148,25 @@ def sweep(notebook: Path, max_students: int, per_student_gib: float, level_budge
     while n <= max_students:
         needed = n * per_student_gib + HEADROOM_GIB
         if mem_available() / GIB < needed:
-            stopped = (f"memory: {n} students need about {needed:.1f} GiB with headroom, "
-                       f"{mem_available() / GIB:.1f} GiB available")
+            stopped = (
+                f"memory: {n} students need about {needed:.1f} GiB with headroom, "
+                f"{mem_available() / GIB:.1f} GiB available"
+            )
             break
         start = time.perf_counter()
         row = run_class(notebook, n)
         row["slowdown_vs_1"] = round(row["median_seconds"] / rows[0]["median_seconds"], 2) if rows else 1.0
         rows.append(row)
-        print(f"{n} students: total peak PSS {row['peak_pss_gib']:.2f} GiB, MemAvailable min "
-              f"{row['mem_available_min_gib']:.1f} GiB, lesson {row['median_seconds']:.0f} s "
-              f"(x{row['slowdown_vs_1']}), load {row['load_avg_1min']['mean']}", flush=True)
+        print(
+            f"{n} students: total peak PSS {row['peak_pss_gib']:.2f} GiB, MemAvailable min "
+            f"{row['mem_available_min_gib']:.1f} GiB, lesson {row['median_seconds']:.0f} s "
+            f"(x{row['slowdown_vs_1']}), load {row['load_avg_1min']['mean']}",
+            flush=True,
+        )
         if time.perf_counter() - start > level_budget_s:
-            stopped = f"time: {n} students took {time.perf_counter() - start:.0f} s, over the {level_budget_s:.0f} s budget"
+            stopped = (
+                f"time: {n} students took {time.perf_counter() - start:.0f} s, over the {level_budget_s:.0f} s budget"
+            )
             break
         n *= 2
     return {"lesson": notebook.name, "rows": rows, "stopped_by": stopped}
@@ -159,8 +178,11 @@ def figures(survey_rows: list[dict], sweep_result: dict, cpus: int, machine_gib:
     rows = sweep_result["rows"]
     largest = rows[-1]
     # What one more student adds, at the largest N measured (libraries shared between students count once).
-    marginal = ((largest["peak_pss_gib"] - rows[0]["peak_pss_gib"]) / (largest["students"] - 1)
-                if largest["students"] > 1 else peak["peak_pss_gib"])
+    marginal = (
+        (largest["peak_pss_gib"] - rows[0]["peak_pss_gib"]) / (largest["students"] - 1)
+        if largest["students"] > 1
+        else peak["peak_pss_gib"]
+    )
     by_memory = math.floor((machine_gib - HEADROOM_GIB - rows[0]["peak_pss_gib"]) / max(marginal, 1e-9)) + 1
     by_memory_alone = math.floor((machine_gib - HEADROOM_GIB) / peak["peak_pss_gib"])
     slowdowns = {r["students"]: r["slowdown_vs_1"] for r in rows}
@@ -169,23 +191,36 @@ def figures(survey_rows: list[dict], sweep_result: dict, cpus: int, machine_gib:
     # full speed and 2 x cpus at half speed. The measured slowdowns sit above it on a shared machine.
     by_cpu_2x = 2 * cpus
     return {
-        "peak_lesson": peak["lesson"], "per_student_peak_pss_gib": peak["peak_pss_gib"],
-        "per_student_peak_rss_gib": peak["peak_rss_gib"], "per_student_idle_pss_gib": peak["idle_pss_gib"],
+        "peak_lesson": peak["lesson"],
+        "per_student_peak_pss_gib": peak["peak_pss_gib"],
+        "per_student_peak_rss_gib": peak["peak_rss_gib"],
+        "per_student_idle_pss_gib": peak["idle_pss_gib"],
         "marginal_pss_per_student_gib": round(marginal, 3),
-        "students_by_memory": by_memory, "students_by_memory_without_sharing": by_memory_alone,
-        "slowdown_by_students": slowdowns, "students_at_once_within_2x_measured": within_2x,
+        "students_by_memory": by_memory,
+        "students_by_memory_without_sharing": by_memory_alone,
+        "slowdown_by_students": slowdowns,
+        "students_at_once_within_2x_measured": within_2x,
         "students_at_once_within_2x_idle_machine_model": by_cpu_2x,
-        "headroom_gib": HEADROOM_GIB, "machine_gib": machine_gib, "cpus": cpus,
-        "z2jh": {"mem_guarantee": f"{math.ceil(peak['peak_pss_gib'] * 4) / 4:g}G",
-                 "mem_limit": f"{math.ceil(peak['peak_rss_gib'] * 1.25 * 4) / 4:g}G",
-                 "cpu_guarantee": round(cpus / max(by_memory, 1), 2), "cpu_limit": 1},
+        "headroom_gib": HEADROOM_GIB,
+        "machine_gib": machine_gib,
+        "cpus": cpus,
+        "z2jh": {
+            "mem_guarantee": f"{math.ceil(peak['peak_pss_gib'] * 4) / 4:g}G",
+            "mem_limit": f"{math.ceil(peak['peak_rss_gib'] * 1.25 * 4) / 4:g}G",
+            "cpu_guarantee": round(cpus / max(by_memory, 1), 2),
+            "cpu_limit": 1,
+        },
     }
 
 
 def quick_notebook(folder: Path) -> Path:
     """A two-cell notebook that imports the course: the machinery's check, in seconds."""
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("import kvcourse\nx = list(range(10**5))"),
-                                         nbformat.v4.new_code_cell("print(sum(x))")])
+    nb = nbformat.v4.new_notebook(
+        cells=[
+            nbformat.v4.new_code_cell("import kvcourse\nx = list(range(10**5))"),
+            nbformat.v4.new_code_cell("print(sum(x))"),
+        ]
+    )
     path = folder / "class_quick.ipynb"
     nbformat.write(nb, path)
     return path
@@ -203,22 +238,31 @@ def main(argv: list[str] | None = None) -> dict:
     if args.quick:
         with tempfile.TemporaryDirectory() as folder:
             row = run_class(quick_notebook(Path(folder)), 1)
-        print(f"one student, idle: PSS {row['idle_pss_gib']:.3f} GiB; peak PSS {row['peak_pss_gib']:.3f} GiB "
-              f"(server {row['peak_server_pss_gib']:.3f}, kernel {row['peak_kernel_pss_gib']:.3f})")
+        print(
+            f"one student, idle: PSS {row['idle_pss_gib']:.3f} GiB; peak PSS {row['peak_pss_gib']:.3f} GiB "
+            f"(server {row['peak_server_pss_gib']:.3f}, kernel {row['peak_kernel_pss_gib']:.3f})"
+        )
         return row
     lessons = tuple(n.strip() for n in args.lessons.split(",") if n.strip())
     survey_rows = survey(lessons)
     peak = max(survey_rows, key=lambda r: r["peak_pss_gib"])
-    notebook = get_lesson(args.sweep_lesson).notebook_path if args.sweep_lesson else \
-        get_lesson(peak["lesson"][:2]).notebook_path
+    notebook = (
+        get_lesson(args.sweep_lesson).notebook_path
+        if args.sweep_lesson
+        else get_lesson(peak["lesson"][:2]).notebook_path
+    )
     sweep_result = sweep(notebook, args.max_students, peak["peak_pss_gib"], args.level_budget_s)
-    result = {"how": " ".join(["python -m benchmarks.bench_class", *argv]),
-              "server": "kvcourse lab (jupyter lab, the student's lab) per student; kernel sessions made "
-                        "through its REST API, cells sent over the kernel's connection file",
-              "threads_per_kernel": 1, "survey": survey_rows, "sweep": sweep_result,
-              "figures": figures(survey_rows, sweep_result, os.cpu_count() or 1),
-              "note": "machine shared with other work while measured: timings inflated (see load_avg_1min); "
-                      "memory figures unaffected"}
+    result = {
+        "how": " ".join(["python -m benchmarks.bench_class", *argv]),
+        "server": "kvcourse lab (jupyter lab, the student's lab) per student; kernel sessions made "
+        "through its REST API, cells sent over the kernel's connection file",
+        "threads_per_kernel": 1,
+        "survey": survey_rows,
+        "sweep": sweep_result,
+        "figures": figures(survey_rows, sweep_result, os.cpu_count() or 1),
+        "note": "machine shared with other work while measured: timings inflated (see load_avg_1min); "
+        "memory figures unaffected",
+    }
     path = write_result("class", result)
     print(f"wrote {path}")
     return result

@@ -48,9 +48,13 @@ from benchmarks.eager_bound import eager_decode
 from benchmarks.floor import engine_linears, fastest_linears_seconds, hf_linears, linears_seconds
 
 PROMPT = [{"role": "user", "content": "Explain what a KV cache is and why it makes text generation faster."}]
-TARGETS = {"min_speedup_vs_textbook": 1.0, "max_ratio_to_eager_bound_fp32": 1.15,
-           "min_speedup_vs_hf_eager_fp32": 1.15, "min_speedup_vs_hf_eager_bf16": 1.1,
-           "min_speedup_vs_hf_eager_bf16_onednn": 1.5}
+TARGETS = {
+    "min_speedup_vs_textbook": 1.0,
+    "max_ratio_to_eager_bound_fp32": 1.15,
+    "min_speedup_vs_hf_eager_fp32": 1.15,
+    "min_speedup_vs_hf_eager_bf16": 1.1,
+    "min_speedup_vs_hf_eager_bf16_onednn": 1.5,
+}
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
@@ -71,12 +75,18 @@ def hf_decode(hf_model, ids: torch.Tensor, num_new: int) -> tuple[float, list[in
 
     clock = StepClock()
     with torch.inference_mode():
-        out = hf_model.generate(ids[None], max_new_tokens=num_new, min_new_tokens=num_new, do_sample=False,
-                                use_cache=True, logits_processor=LogitsProcessorList([clock]),
-                                pad_token_id=0)
+        out = hf_model.generate(
+            ids[None],
+            max_new_tokens=num_new,
+            min_new_tokens=num_new,
+            do_sample=False,
+            use_cache=True,
+            logits_processor=LogitsProcessorList([clock]),
+            pad_token_id=0,
+        )
     # times[0] follows the prefill; times[i] follows decode step i.
     per_token = (clock.times[-1] - clock.times[0]) / (len(clock.times) - 1)
-    return per_token, out[0, len(ids):].tolist()
+    return per_token, out[0, len(ids) :].tolist()
 
 
 def ours_decode(model, ids: torch.Tensor, num_new: int) -> tuple[float, list[int]]:
@@ -115,31 +125,43 @@ def compare(ours, hf_model, ids: torch.Tensor, num_new: int, rounds: int, textbo
         return seconds
 
     ours_linears, their_linears = engine_linears(ours), hf_linears(hf_model)
-    measures = {"ours": run_ours, "floor": lambda: fastest_linears_seconds(ours_linears),
-                "hf_eager_generate": run_hf, "hf_linears": lambda: linears_seconds(their_linears)}
+    measures = {
+        "ours": run_ours,
+        "floor": lambda: fastest_linears_seconds(ours_linears),
+        "hf_eager_generate": run_hf,
+        "hf_linears": lambda: linears_seconds(their_linears),
+    }
     if ours.dtype == torch.float32:
         measures["eager_bound"] = run_bound
     if textbook is not None:
         measures["textbook"] = run_textbook
     samples = interleaved(measures, rounds)
-    same = next((i for i, (a, b) in enumerate(zip(tokens["ours"], tokens["hf"], strict=False)) if a != b), len(tokens["ours"]))
+    same = next(
+        (i for i, (a, b) in enumerate(zip(tokens["ours"], tokens["hf"], strict=False)) if a != b), len(tokens["ours"])
+    )
     to_floor = paired_ratio(samples["ours"], samples["floor"])
     vs_hf = paired_ratio(samples["hf_eager_generate"], samples["ours"])
     num_layers = ours.config.num_layers
     bound = {}
     if "eager_bound" in samples:
-        bound = {"eager_bound_to_floor": paired_ratio(samples["eager_bound"], samples["floor"]),
-                 "ours_to_eager_bound": paired_ratio(samples["ours"], samples["eager_bound"]),
-                 "eager_bound_tokens_identical": tokens["eager_bound"] == tokens["ours"]}
+        bound = {
+            "eager_bound_to_floor": paired_ratio(samples["eager_bound"], samples["floor"]),
+            "ours_to_eager_bound": paired_ratio(samples["ours"], samples["eager_bound"]),
+            "eager_bound_tokens_identical": tokens["eager_bound"] == tokens["ours"],
+        }
     if "textbook" in samples:
-        bound |= {"fast_paths_speedup": paired_ratio(samples["textbook"], samples["ours"]),
-                  "textbook_tokens_identical": tokens["textbook"] == tokens["ours"]}
+        bound |= {
+            "fast_paths_speedup": paired_ratio(samples["textbook"], samples["ours"]),
+            "textbook_tokens_identical": tokens["textbook"] == tokens["ours"],
+        }
     return {
         "ms_per_token": {k: summary(v, 1e3) for k, v in samples.items()},
         "samples_ms": {k: [x * 1e3 for x in v] for k, v in samples.items()},
         "ratio_to_floor": to_floor,
-        "overhead_ms_per_layer": (to_floor["ratio_of_medians"] - 1) * summary(samples["floor"])["median"]
-        * 1e3 / num_layers,
+        "overhead_ms_per_layer": (to_floor["ratio_of_medians"] - 1)
+        * summary(samples["floor"])["median"]
+        * 1e3
+        / num_layers,
         "speedup_vs_hf_eager_generate": vs_hf,
         "tokens_identical_to_hf": tokens["ours"] == tokens["hf"],
         "num_leading_tokens_identical": same,
@@ -156,11 +178,13 @@ def grade(result: dict, onednn_bf16: bool) -> dict:
             continue
         row = result[name]
         if "fast_paths_speedup" in row:
-            verdicts[f"{name}_vs_textbook"] = (row["fast_paths_speedup"]["ratio_of_medians"]
-                                               >= TARGETS["min_speedup_vs_textbook"])
+            verdicts[f"{name}_vs_textbook"] = (
+                row["fast_paths_speedup"]["ratio_of_medians"] >= TARGETS["min_speedup_vs_textbook"]
+            )
         if name == "fp32" and "ours_to_eager_bound" in row:
-            verdicts["fp32_eager_bound"] = (row["ours_to_eager_bound"]["ratio_of_medians"]
-                                            <= TARGETS["max_ratio_to_eager_bound_fp32"])
+            verdicts["fp32_eager_bound"] = (
+                row["ours_to_eager_bound"]["ratio_of_medians"] <= TARGETS["max_ratio_to_eager_bound_fp32"]
+            )
         key = f"min_speedup_vs_hf_eager_{name}" + ("_onednn" if name == "bf16" and onednn_bf16 else "")
         verdicts[f"{name}_vs_hf_eager"] = row["speedup_vs_hf_eager_generate"]["ratio_of_medians"] >= TARGETS[key]
     return verdicts
@@ -181,33 +205,54 @@ def main(argv: list[str] | None = None) -> dict:
     hf_model, tok = load_model(dtype=torch.float32, device="cpu")
     attn = getattr(hf_model.config, "_attn_implementation", None)
     ids = tok.apply_chat_template(PROMPT, add_generation_prompt=True, return_tensors="pt")["input_ids"][0]
-    result: dict = {"model": "smollm2-135m", "prompt_tokens": len(ids), "new_tokens": args.new_tokens,
-                    "rounds": args.rounds, "peer": f"transformers generate(), eager (attn_implementation={attn})",
-                    "floor": "the engine's linears, one row, each by the fastest product here (benchmarks/floor.py)",
-                    "bf16_note": bf16_note(), "targets": TARGETS}
+    result: dict = {
+        "model": "smollm2-135m",
+        "prompt_tokens": len(ids),
+        "new_tokens": args.new_tokens,
+        "rounds": args.rounds,
+        "peer": f"transformers generate(), eager (attn_implementation={attn})",
+        "floor": "the engine's linears, one row, each by the fastest product here (benchmarks/floor.py)",
+        "bf16_note": bf16_note(),
+        "targets": TARGETS,
+    }
     for name in args.dtypes:
         hf_model.to(DTYPES[name])
-        row = compare(Transformer.from_hf(hf_model).accelerate(), hf_model, ids, args.new_tokens, args.rounds,
-                      textbook=Transformer.from_hf(hf_model).accelerate("off"))
+        row = compare(
+            Transformer.from_hf(hf_model).accelerate(),
+            hf_model,
+            ids,
+            args.new_tokens,
+            args.rounds,
+            textbook=Transformer.from_hf(hf_model).accelerate("off"),
+        )
         result[name] = row
         ms = row["ms_per_token"]
-        print(f"{name}: ours {ms['ours']['median']:.2f} ms/token (spread {ms['ours']['spread']:.0%}), "
-              f"floor {ms['floor']['median']:.2f}, HF eager generate {ms['hf_eager_generate']['median']:.2f}, "
-              f"HF linears {ms['hf_linears']['median']:.2f} -> ours/floor "
-              f"{row['ratio_to_floor']['ratio_of_medians']:.2f}x "
-              f"({row['overhead_ms_per_layer']:.3f} ms per layer outside the matmuls), "
-              f"{row['speedup_vs_hf_eager_generate']['ratio_of_medians']:.2f}x faster than HF eager; "
-              f"tokens identical to HF: {row['tokens_identical_to_hf']} "
-              f"({row['num_leading_tokens_identical']} leading)", flush=True)
+        print(
+            f"{name}: ours {ms['ours']['median']:.2f} ms/token (spread {ms['ours']['spread']:.0%}), "
+            f"floor {ms['floor']['median']:.2f}, HF eager generate {ms['hf_eager_generate']['median']:.2f}, "
+            f"HF linears {ms['hf_linears']['median']:.2f} -> ours/floor "
+            f"{row['ratio_to_floor']['ratio_of_medians']:.2f}x "
+            f"({row['overhead_ms_per_layer']:.3f} ms per layer outside the matmuls), "
+            f"{row['speedup_vs_hf_eager_generate']['ratio_of_medians']:.2f}x faster than HF eager; "
+            f"tokens identical to HF: {row['tokens_identical_to_hf']} "
+            f"({row['num_leading_tokens_identical']} leading)",
+            flush=True,
+        )
         if "eager_bound_to_floor" in row:
-            print(f"{name}: eager bound {ms['eager_bound']['median']:.2f} ms/token = "
-                  f"{row['eager_bound_to_floor']['ratio_of_medians']:.2f}x the floor; ours = "
-                  f"{row['ours_to_eager_bound']['ratio_of_medians']:.2f}x the eager bound; its tokens equal ours: "
-                  f"{row['eager_bound_tokens_identical']}", flush=True)
+            print(
+                f"{name}: eager bound {ms['eager_bound']['median']:.2f} ms/token = "
+                f"{row['eager_bound_to_floor']['ratio_of_medians']:.2f}x the floor; ours = "
+                f"{row['ours_to_eager_bound']['ratio_of_medians']:.2f}x the eager bound; its tokens equal ours: "
+                f"{row['eager_bound_tokens_identical']}",
+                flush=True,
+            )
         if "fast_paths_speedup" in row:
-            print(f"{name}: fast paths off (the textbook model) {ms['textbook']['median']:.2f} ms/token: the fast "
-                  f"paths make decode {row['fast_paths_speedup']['ratio_of_medians']:.2f}x faster; tokens "
-                  f"identical: {row['textbook_tokens_identical']}", flush=True)
+            print(
+                f"{name}: fast paths off (the textbook model) {ms['textbook']['median']:.2f} ms/token: the fast "
+                f"paths make decode {row['fast_paths_speedup']['ratio_of_medians']:.2f}x faster; tokens "
+                f"identical: {row['textbook_tokens_identical']}",
+                flush=True,
+            )
     hf_model.to(torch.float32)
     result["onednn_bf16_linear"] = onednn_bf16_linear()[1]
     result["meets_targets"] = grade(result, onednn_bf16_linear()[0])

@@ -47,14 +47,23 @@ def build_class(folder: Path, students: int, lesson: str = "07") -> Path:
     (folder / "exchange").mkdir()
     bin_dir = str(Path(sys.executable).parent)  # nbgrader calls its `alembic` helper from PATH
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
-    done = subprocess.run([f"{bin_dir}/nbgrader", "generate_assignment", assignment],
-                          cwd=course_dir, env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [f"{bin_dir}/nbgrader", "generate_assignment", assignment],
+        cwd=course_dir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     if done.returncode != 0:
         raise RuntimeError(done.stdout + done.stderr)
     course, quiz = Course.load(course_dir), load_quiz(lesson)
     source = nbformat.read(course_dir / "source" / assignment / f"{assignment}.ipynb", as_version=4)
-    code = {c.metadata["kvcourse"]["question"]: _solution(c.source) for c in source.cells
-            if c.metadata.get("kvcourse", {}).get("role") == "answer"}
+    code = {
+        c.metadata["kvcourse"]["question"]: _solution(c.source)
+        for c in source.cells
+        if c.metadata.get("kvcourse", {}).get("role") == "answer"
+    }
     release = course_dir / "release" / assignment / f"{assignment}.ipynb"
     for i in range(students):
         student = f"s{i:03d}"
@@ -103,13 +112,27 @@ def main(argv: list[str] | None = None) -> int:
             if got != again or (scores is not None and got != scores):
                 raise SystemExit("the scores differ between passes: grading is not deterministic")
             scores = got
-            rounds.append({"serial_s": round(serial, 1), f"jobs{args.jobs}_s": round(parallel, 1),
-                           "speedup": round(serial / parallel, 2)})
-            print(f"round {r + 1}: {students} submissions serial {serial:.0f} s ({serial / students:.2f} s each), "
-                  f"--jobs {args.jobs} {parallel:.0f} s: {serial / parallel:.2f}x")
-    payload = {**machine_header(), "lesson": args.lesson, "students": students, "jobs": args.jobs, "caps_via": how.via,
-               "caps": how.lines()[1:], "rounds": rounds,
-               "score_counts": {f"{k:g}": v for k, v in sorted(Counter(scores.values()).items())}}
+            rounds.append(
+                {
+                    "serial_s": round(serial, 1),
+                    f"jobs{args.jobs}_s": round(parallel, 1),
+                    "speedup": round(serial / parallel, 2),
+                }
+            )
+            print(
+                f"round {r + 1}: {students} submissions serial {serial:.0f} s ({serial / students:.2f} s each), "
+                f"--jobs {args.jobs} {parallel:.0f} s: {serial / parallel:.2f}x"
+            )
+    payload = {
+        **machine_header(),
+        "lesson": args.lesson,
+        "students": students,
+        "jobs": args.jobs,
+        "caps_via": how.via,
+        "caps": how.lines()[1:],
+        "rounds": rounds,
+        "score_counts": {f"{k:g}": v for k, v in sorted(Counter(scores.values()).items())},
+    }
     if not args.quick:
         name = "grading" if args.lesson == "07" else f"grading_lesson{args.lesson}"
         print(f"wrote {write_result(name, payload)}")

@@ -40,8 +40,10 @@ def main(argv: list[str] | None = None) -> dict:
     engines = {bs: prefilled_engine(model, workload, BATCH, bs) for bs in BLOCK_SIZES}
     kernel = engines[BLOCK_SIZES[0]].model_runner.decode_kernel
     if kernel != "in place":
-        raise SystemExit(f"the engine's decode kernel here is {kernel!r}, not the in-place one: nothing to compare "
-                         "(see `kvcourse doctor`)")
+        raise SystemExit(
+            f"the engine's decode kernel here is {kernel!r}, not the in-place one: nothing to compare "
+            "(see `kvcourse doctor`)"
+        )
     measures = {}
     for bs, engine in engines.items():
         measures[f"step_{bs}"] = lambda e=engine: decode_steps(e, BATCH, args.steps) / args.steps
@@ -51,14 +53,31 @@ def main(argv: list[str] | None = None) -> dict:
     rows = []
     for bs in BLOCK_SIZES:
         step, in_place, gather = (summary(samples[f"{name}_{bs}"], 1e3) for name in ("step", "in_place", "gather"))
-        rows.append({"block_size": bs, "step_ms": step, "in_place_attention_ms": in_place,
-                     "gather_attention_ms": gather, "attention_share_of_step": in_place["median"] / step["median"],
-                     "gather_over_in_place": paired_ratio(samples[f"gather_{bs}"], samples[f"in_place_{bs}"])})
-        print(f"  blocks of {bs:2d}: step {step['median']:6.1f} ms; attention in place {in_place['median']:5.1f} ms "
-              f"({rows[-1]['attention_share_of_step']:.0%} of the step), gather {gather['median']:5.1f} ms "
-              f"({rows[-1]['gather_over_in_place']['ratio_of_medians']:.2f}x)", flush=True)
-    result = {"workload": workload.describe(), "batch": BATCH, "dtype": args.dtype, "rounds": args.rounds,
-              "steps_per_sample": args.steps, "decode_kernel": kernel, "rows": rows}
+        rows.append(
+            {
+                "block_size": bs,
+                "step_ms": step,
+                "in_place_attention_ms": in_place,
+                "gather_attention_ms": gather,
+                "attention_share_of_step": in_place["median"] / step["median"],
+                "gather_over_in_place": paired_ratio(samples[f"gather_{bs}"], samples[f"in_place_{bs}"]),
+            }
+        )
+        print(
+            f"  blocks of {bs:2d}: step {step['median']:6.1f} ms; attention in place {in_place['median']:5.1f} ms "
+            f"({rows[-1]['attention_share_of_step']:.0%} of the step), gather {gather['median']:5.1f} ms "
+            f"({rows[-1]['gather_over_in_place']['ratio_of_medians']:.2f}x)",
+            flush=True,
+        )
+    result = {
+        "workload": workload.describe(),
+        "batch": BATCH,
+        "dtype": args.dtype,
+        "rounds": args.rounds,
+        "steps_per_sample": args.steps,
+        "decode_kernel": kernel,
+        "rows": rows,
+    }
     print(f"written to {write_result('paged_kernels', result)}")
     return result
 

@@ -28,8 +28,12 @@ def serve_ours(model, workload: Workload, max_num_seqs: int) -> list[list[int]]:
     """Every request of the workload through our LLMEngine; tokens in request order."""
     from kvcourse.kernels import EngineConfig, LLMEngine, SamplingParams
 
-    engine = LLMEngine(model, EngineConfig(max_num_seqs=max_num_seqs, num_blocks=NUM_BLOCKS, block_size=BLOCK_SIZE,
-                                           max_num_batched_tokens=2048))
+    engine = LLMEngine(
+        model,
+        EngineConfig(
+            max_num_seqs=max_num_seqs, num_blocks=NUM_BLOCKS, block_size=BLOCK_SIZE, max_num_batched_tokens=2048
+        ),
+    )
     params = [SamplingParams(max_new_tokens=n, stop_on_eos=False) for n in workload.answer_lens]
     return [o.tokens for o in engine.generate(workload.prompts, params)]
 
@@ -44,20 +48,34 @@ def serve_hf(hf_model, workload: Workload, max_num_seqs: int) -> list[list[int]]
     from transformers.generation.configuration_utils import ContinuousBatchingConfig
     from transformers.generation.continuous_batching.utils import WorkloadHints
 
-    config = GenerationConfig(max_new_tokens=max(workload.answer_lens), do_sample=False, eos_token_id=-1,
-                              pad_token_id=0)
+    config = GenerationConfig(
+        max_new_tokens=max(workload.answer_lens), do_sample=False, eos_token_id=-1, pad_token_id=0
+    )
     page_size = 256
-    cb_config = ContinuousBatchingConfig(page_size=page_size, num_blocks=BLOCK_SIZE * NUM_BLOCKS // page_size,
-                                         max_batch_tokens=2048, max_requests_per_batch=max_num_seqs)
-    hints = WorkloadHints(max_prompt_length=max(map(len, workload.prompts)),
-                          max_generated_length=max(workload.answer_lens), num_requests=min(len(workload),
-                                                                                            max_num_seqs))
+    cb_config = ContinuousBatchingConfig(
+        page_size=page_size,
+        num_blocks=BLOCK_SIZE * NUM_BLOCKS // page_size,
+        max_batch_tokens=2048,
+        max_requests_per_batch=max_num_seqs,
+    )
+    hints = WorkloadHints(
+        max_prompt_length=max(map(len, workload.prompts)),
+        max_generated_length=max(workload.answer_lens),
+        num_requests=min(len(workload), max_num_seqs),
+    )
     results = {}
-    with hf_model.continuous_batching_context_manager(generation_config=config, continuous_batching_config=cb_config,
-                                                      block=True, timeout=5, warmup=False,
-                                                      workload_hints=hints) as manager:
-        ids = [manager.add_request(p, request_id=f"r{i}", max_new_tokens=n)
-               for i, (p, n) in enumerate(zip(workload.prompts, workload.answer_lens, strict=True))]
+    with hf_model.continuous_batching_context_manager(
+        generation_config=config,
+        continuous_batching_config=cb_config,
+        block=True,
+        timeout=5,
+        warmup=False,
+        workload_hints=hints,
+    ) as manager:
+        ids = [
+            manager.add_request(p, request_id=f"r{i}", max_new_tokens=n)
+            for i, (p, n) in enumerate(zip(workload.prompts, workload.answer_lens, strict=True))
+        ]
         while len(results) < len(ids):
             out = manager.get_result(timeout=1)
             if out is not None and out.is_finished():
@@ -85,24 +103,38 @@ def main(argv: list[str] | None = None) -> dict:
         tokens[name] = fn(*a)
         return time.perf_counter() - start
 
-    samples = interleaved({"ours": lambda: timed("ours", serve_ours, model, workload, args.requests),
-                           "transformers_cb": lambda: timed("hf", serve_hf, hf_model, workload, args.requests)},
-                          args.rounds, warmup=0)
+    samples = interleaved(
+        {
+            "ours": lambda: timed("ours", serve_ours, model, workload, args.requests),
+            "transformers_cb": lambda: timed("hf", serve_hf, hf_model, workload, args.requests),
+        },
+        args.rounds,
+        warmup=0,
+    )
     matching = sum(a == b for a, b in zip(tokens["ours"], tokens["hf"], strict=False))
     speedup = paired_ratio(samples["transformers_cb"], samples["ours"])
     num_tokens = workload.num_answer_tokens
-    result = {"workload": workload.describe(), "max_num_seqs": args.requests, "dtype": "float32",
-              "peer": "transformers continuous batching (ContinuousBatchingManager, as generate_batch uses), eager",
-              "rounds": args.rounds, "seconds": {k: summary(v) for k, v in samples.items()},
-              "samples_seconds": samples,
-              "tokens_per_second": {k: num_tokens / summary(v)["median"] for k, v in samples.items()},
-              "speedup": speedup, "requests_with_identical_tokens": matching,
-              "target": TARGET, "meets_target": speedup["ratio_of_medians"] >= TARGET}
+    result = {
+        "workload": workload.describe(),
+        "max_num_seqs": args.requests,
+        "dtype": "float32",
+        "peer": "transformers continuous batching (ContinuousBatchingManager, as generate_batch uses), eager",
+        "rounds": args.rounds,
+        "seconds": {k: summary(v) for k, v in samples.items()},
+        "samples_seconds": samples,
+        "tokens_per_second": {k: num_tokens / summary(v)["median"] for k, v in samples.items()},
+        "speedup": speedup,
+        "requests_with_identical_tokens": matching,
+        "target": TARGET,
+        "meets_target": speedup["ratio_of_medians"] >= TARGET,
+    }
     path = write_result("vs_hf_continuous_batching", result)
-    print(f"ours / transformers = {speedup['ratio_of_medians']:.2f}x (per round "
-          f"{speedup['per_round']['min']:.2f}-{speedup['per_round']['max']:.2f}; target >= {TARGET}x: "
-          f"{'met' if result['meets_target'] else 'NOT met'}); identical tokens in {matching}/{len(workload)} "
-          f"requests; {path}")
+    print(
+        f"ours / transformers = {speedup['ratio_of_medians']:.2f}x (per round "
+        f"{speedup['per_round']['min']:.2f}-{speedup['per_round']['max']:.2f}; target >= {TARGET}x: "
+        f"{'met' if result['meets_target'] else 'NOT met'}); identical tokens in {matching}/{len(workload)} "
+        f"requests; {path}"
+    )
     return result
 
 

@@ -98,8 +98,11 @@ def student_env(home: Path) -> dict[str, str]:
     Headless and strict: predict() asks nothing (the student's guesses are not what is measured) and a false
     expect() fails the run, so a broken lesson never yields a figure. float32, the CPU default, stated.
     """
-    return {**headless(home / "progress", "float32", strict=True, threads=1), **jupyter_home(home),
-            "KVCOURSE_CACHE": str(cache_dir())}  # the converted model, shared read-only as in the image
+    return {
+        **headless(home / "progress", "float32", strict=True, threads=1),
+        **jupyter_home(home),
+        "KVCOURSE_CACHE": str(cache_dir()),
+    }  # the converted model, shared read-only as in the image
 
 
 class Student:
@@ -121,17 +124,36 @@ class Student:
         from jupyter_client import BlockingKernelClient
 
         kvcourse = Path(sys.executable).with_name("kvcourse")
-        command = [str(kvcourse), "lab", "--no-browser", "--port", str(self.port), "--token", self.token, "--",
-                   "--ServerApp.ip=127.0.0.1", "--ServerApp.port_retries=0",
-                   f"--FileCheckpoints.root_dir={self.home / 'checkpoints'}"]
+        command = [
+            str(kvcourse),
+            "lab",
+            "--no-browser",
+            "--port",
+            str(self.port),
+            "--token",
+            self.token,
+            "--",
+            "--ServerApp.ip=127.0.0.1",
+            "--ServerApp.port_retries=0",
+            f"--FileCheckpoints.root_dir={self.home / 'checkpoints'}",
+        ]
         self._log = open(self.home / "lab.log", "w", encoding="utf-8")  # noqa: SIM115 - written while it runs
-        self.server = subprocess.Popen(command, cwd=REPO_ROOT, env=student_env(self.home), stdout=self._log,
-                                       stderr=subprocess.STDOUT, start_new_session=True)
+        self.server = subprocess.Popen(
+            command,
+            cwd=REPO_ROOT,
+            env=student_env(self.home),
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         self._wait_for_server()
         # Opened from lessons/ as a student opens a lesson: the kernel's working folder is lessons/.
         path = f"lessons/{self.notebook.name}"
-        session = self._api("POST", "/api/sessions", {"path": path, "name": self.notebook.name, "type": "notebook",
-                                                      "kernel": {"name": "python3"}})
+        session = self._api(
+            "POST",
+            "/api/sessions",
+            {"path": path, "name": self.notebook.name, "type": "notebook", "kernel": {"name": "python3"}},
+        )
         self.kernel_id = session["kernel"]["id"]
         client = BlockingKernelClient()
         client.load_connection_file(str(self.home / "jupyter-runtime" / f"kernel-{self.kernel_id}.json"))
@@ -160,15 +182,19 @@ class Student:
                     continue
             state = self._api("GET", f"/api/kernels/{self.kernel_id}").get("execution_state")
             if state == "dead":
-                raise RuntimeError(f"the kernel of {self.notebook.name} died while starting; the lab's log: "
-                                   f"{(self.home / 'lab.log').read_text(errors='replace')[-2000:]}")
+                raise RuntimeError(
+                    f"the kernel of {self.notebook.name} died while starting; the lab's log: "
+                    f"{(self.home / 'lab.log').read_text(errors='replace')[-2000:]}"
+                )
         raise RuntimeError(f"the kernel of {self.notebook.name} did not answer within {START_TIMEOUT_S} s")
 
     def _api(self, method: str, path: str, body: dict | None = None) -> dict:
-        request = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", method=method,
-                                         data=json.dumps(body).encode() if body is not None else None,
-                                         headers={"Authorization": f"token {self.token}",
-                                                  "Content-Type": "application/json"})
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{self.port}{path}",
+            method=method,
+            data=json.dumps(body).encode() if body is not None else None,
+            headers={"Authorization": f"token {self.token}", "Content-Type": "application/json"},
+        )
         with urllib.request.urlopen(request, timeout=60) as response:
             return json.loads(response.read() or b"{}")
 
@@ -180,8 +206,10 @@ class Student:
                 return
             except OSError:
                 if self.server.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"the student's lab did not start (exit {self.server.poll()}); its log: "
-                                       f"{(self.home / 'lab.log').read_text(errors='replace')[-2000:]}") from None
+                    raise RuntimeError(
+                        f"the student's lab did not start (exit {self.server.poll()}); its log: "
+                        f"{(self.home / 'lab.log').read_text(errors='replace')[-2000:]}"
+                    ) from None
                 time.sleep(0.5)
 
     # -- the lesson
@@ -202,11 +230,11 @@ class Student:
             if msg["msg_type"] == "error":
                 errors.append(f"{msg['content']['ename']}: {msg['content']['evalue']}")
 
-        reply = self.client.execute_interactive(source, timeout=CELL_TIMEOUT_S, output_hook=collect,
-                                                allow_stdin=False)
+        reply = self.client.execute_interactive(source, timeout=CELL_TIMEOUT_S, output_hook=collect, allow_stdin=False)
         if reply["content"]["status"] != "ok" or errors:
-            raise LessonError(f"{self.notebook.name} cell {index} failed in the student's kernel: "
-                              f"{errors or reply['content']}")
+            raise LessonError(
+                f"{self.notebook.name} cell {index} failed in the student's kernel: {errors or reply['content']}"
+            )
 
     # -- memory and stopping
 

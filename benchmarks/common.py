@@ -36,8 +36,10 @@ def cpu_facts() -> dict:
     except OSError:
         lines = []
     names = [line.partition(":")[2].strip() for line in lines if line.startswith("model name")]
-    return {"cpu_model": names[0] if names else platform.processor() or platform.machine(),
-            "bf16_native": cpu_has_native_bf16()}
+    return {
+        "cpu_model": names[0] if names else platform.processor() or platform.machine(),
+        "bf16_native": cpu_has_native_bf16(),
+    }
 
 
 def bf16_note() -> str:
@@ -47,8 +49,10 @@ def bf16_note() -> str:
     from kvcourse.kernels.model.products import relative_speed
 
     timed = ", ".join(f"{ratio:.2f}x for {rows}" for rows, ratio in relative_speed(torch.bfloat16).items())
-    return (f"bf16's fastest matrix product here takes, of float32's time: {timed} "
-            "(a 1536x576 weight, measured now; below 1x bf16 is the faster dtype for that many rows)")
+    return (
+        f"bf16's fastest matrix product here takes, of float32's time: {timed} "
+        "(a 1536x576 weight, measured now; below 1x bf16 is the faster dtype for that many rows)"
+    )
 
 
 def machine_header() -> dict:
@@ -69,8 +73,9 @@ def machine_header() -> dict:
     }
 
 
-def interleaved(measures: dict[str, Callable[[], float]], rounds: int, warmup: int = 1,
-                log: Callable[[str], None] | None = print) -> dict[str, list[float]]:
+def interleaved(
+    measures: dict[str, Callable[[], float]], rounds: int, warmup: int = 1, log: Callable[[str], None] | None = print
+) -> dict[str, list[float]]:
     """Run every measure ``warmup`` times untimed, then ``rounds`` rounds round-robin; each returns seconds.
 
     The starting side rotates every round, so a noisy stretch of the machine falls on every
@@ -82,7 +87,7 @@ def interleaved(measures: dict[str, Callable[[], float]], rounds: int, warmup: i
     names = list(measures)
     samples: dict[str, list[float]] = {name: [] for name in names}
     for r in range(rounds):
-        for name in names[r % len(names):] + names[: r % len(names)]:
+        for name in names[r % len(names) :] + names[: r % len(names)]:
             samples[name].append(measures[name]())
         if log:
             log(f"  round {r + 1}/{rounds}: " + ", ".join(f"{n} {samples[n][-1] * 1e3:.2f} ms" for n in names))
@@ -92,15 +97,19 @@ def interleaved(measures: dict[str, Callable[[], float]], rounds: int, warmup: i
 def summary(values: list[float], scale: float = 1.0) -> dict:
     """Median, min, max and spread ((max - min) / median) of a list of samples, times ``scale``."""
     med = statistics.median(values)
-    return {"median": med * scale, "min": min(values) * scale, "max": max(values) * scale,
-            "spread": (max(values) - min(values)) / med if med else 0.0, "n": len(values)}
+    return {
+        "median": med * scale,
+        "min": min(values) * scale,
+        "max": max(values) * scale,
+        "spread": (max(values) - min(values)) / med if med else 0.0,
+        "n": len(values),
+    }
 
 
 def paired_ratio(num: list[float], den: list[float]) -> dict:
     """num / den measured side by side: the ratio of the medians and the spread of the per-round ratios."""
     per_round = [a / b for a, b in zip(num, den, strict=True)]
-    return {"ratio_of_medians": statistics.median(num) / statistics.median(den),
-            "per_round": summary(per_round)}
+    return {"ratio_of_medians": statistics.median(num) / statistics.median(den), "per_round": summary(per_round)}
 
 
 def write_result(name: str, payload: dict) -> Path:

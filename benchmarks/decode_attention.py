@@ -46,13 +46,16 @@ def attention_seconds(engine, kernel: str) -> float:
     from kvcourse.kernels.attention.paged_backend import PagedAttentionBackend, PagedMetadata
 
     seqs, pool, cfg = engine.scheduler.running, engine.pool, engine.model.config
-    meta = PagedMetadata.build([s.block_table for s in seqs], [s.num_computed_tokens - 1 for s in seqs],
-                               [1] * len(seqs), pool.block_size)
+    meta = PagedMetadata.build(
+        [s.block_table for s in seqs], [s.num_computed_tokens - 1 for s in seqs], [1] * len(seqs), pool.block_size
+    )
     backend = PagedAttentionBackend(pool, meta, kernel=kernel)
     q = torch.randn(len(seqs), cfg.num_heads, cfg.head_dim, dtype=pool.k.dtype)
     with torch.inference_mode():
-        kv = [(pool.k[i].flatten(0, 1)[meta.slot_mapping], pool.v[i].flatten(0, 1)[meta.slot_mapping])
-              for i in range(cfg.num_layers)]  # (B, kv_heads, D) each: what the slots hold
+        kv = [
+            (pool.k[i].flatten(0, 1)[meta.slot_mapping], pool.v[i].flatten(0, 1)[meta.slot_mapping])
+            for i in range(cfg.num_layers)
+        ]  # (B, kv_heads, D) each: what the slots hold
         start = time.perf_counter()
         for layer, (k, v) in enumerate(kv):
             backend.attend(layer, q, k, v)

@@ -36,8 +36,9 @@ def _packed(linear) -> Callable[[torch.Tensor], torch.Tensor]:
     product = linear.choices()[0].product
     if product == "transposed":
         return functools.partial(torch.mm, mat2=linear.prepared(product))
-    return functools.partial(products.multiply, product, weight=linear.weight, prepared=linear.prepared(product),
-                             bias=None)
+    return functools.partial(
+        products.multiply, product, weight=linear.weight, prepared=linear.prepared(product), bias=None
+    )
 
 
 def eager_decode(model, prompt: list[int], num_new: int) -> tuple[float, list[int]]:
@@ -48,9 +49,17 @@ def eager_decode(model, prompt: list[int], num_new: int) -> tuple[float, list[in
     cfg = model.config
     num_heads, num_kv, head_dim, inter = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.intermediate_size
     qk_size, eps = (num_heads + num_kv) * head_dim, cfg.rms_norm_eps
-    layers = [(lay.input_layernorm.weight, _packed(lay.self_attn.qkv_proj), _packed(lay.self_attn.o_proj),
-               lay.post_attention_layernorm.weight, _packed(lay.mlp.gate_up_proj), _packed(lay.mlp.down_proj))
-              for lay in model.layers]
+    layers = [
+        (
+            lay.input_layernorm.weight,
+            _packed(lay.self_attn.qkv_proj),
+            _packed(lay.self_attn.o_proj),
+            lay.post_attention_layernorm.weight,
+            _packed(lay.mlp.gate_up_proj),
+            _packed(lay.mlp.down_proj),
+        )
+        for lay in model.layers
+    ]
     lm_head, norm = _packed(model.lm_head), model.norm.weight
     cache = ContiguousKVBackend(cfg, len(prompt) + num_new, model.dtype, model.device)
     scale = 1.0 / math.sqrt(head_dim)

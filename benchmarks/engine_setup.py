@@ -25,8 +25,13 @@ def load_engine_model(dtype: torch.dtype = torch.float32):
     return as_transformer(hf_model), hf_model, tokenizer
 
 
-def random_prompts(num: int, min_len: int, max_len: int, seed: int = 0, vocab: tuple[int, int] = (100, 20000),
-                   ) -> list[list[int]]:
+def random_prompts(
+    num: int,
+    min_len: int,
+    max_len: int,
+    seed: int = 0,
+    vocab: tuple[int, int] = (100, 20000),
+) -> list[list[int]]:
     """Seeded prompts of ordinary token ids (no special tokens), lengths drawn uniformly."""
     rng = random.Random(seed)
     return [[rng.randrange(*vocab) for _ in range(rng.randint(min_len, max_len))] for _ in range(num)]

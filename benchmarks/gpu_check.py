@@ -34,8 +34,13 @@ from benchmarks.gpu.plan import CheckPlan
 
 RESULTS = Path(__file__).resolve().parent / "results"
 INTERPRET_ENV = "TRITON_INTERPRET"
-CHECKS = {1: "Triton paged decode vs PyTorch reference", 2: "bandwidth", 3: "greedy tokens vs Hugging Face",
-          4: "lessons on CUDA in bf16", 5: "engine trace"}
+CHECKS = {
+    1: "Triton paged decode vs PyTorch reference",
+    2: "bandwidth",
+    3: "greedy tokens vs Hugging Face",
+    4: "lessons on CUDA in bf16",
+    5: "engine trace",
+}
 KEYS = {1: "kernel", 2: "bandwidth", 3: "tokens", 4: "lessons", 5: "trace"}  # their names in gpu_check.json
 
 
@@ -139,8 +144,9 @@ def run_all(plan: CheckPlan, wanted: set[int], results_dir: Path, cpu_proof: boo
     return 0 if ok else 1
 
 
-def run_cuda_checks(plan: CheckPlan, wanted: set[int], results: Results, results_dir: Path,
-                    device: torch.device) -> list[bool]:
+def run_cuda_checks(
+    plan: CheckPlan, wanted: set[int], results: Results, results_dir: Path, device: torch.device
+) -> list[bool]:
     """Checks 2, 3, 5, then 4 on the GPU; whether each passed (the bandwidth goal is reported, not required)."""
     from benchmarks.gpu.bandwidth import check_bandwidth
     from benchmarks.gpu.lessons import check_lessons
@@ -162,8 +168,7 @@ def run_cuda_checks(plan: CheckPlan, wanted: set[int], results: Results, results
             print(f"  trace written to {trace_path}", flush=True)
         passed.append(check_passed(trace))
     if 4 in wanted:  # last: the one open-ended check, bounded by its time budget
-        passed.append(check_passed(run_check(4, results,
-                                             lambda: check_lessons(plan.lessons, plan.lesson_budget_s))))
+        passed.append(check_passed(run_check(4, results, lambda: check_lessons(plan.lessons, plan.lesson_budget_s))))
     return passed
 
 

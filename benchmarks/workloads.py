@@ -21,9 +21,14 @@ class Workload:
     answer_lens: list[int]
 
     @classmethod
-    def make(cls, num_requests: int, prompt_tokens: tuple[int, int] = PROMPT_TOKENS,
-             answer_tokens: tuple[int, int] = ANSWER_TOKENS, seed: int = 0, vocab: tuple[int, int] = (100, 20000),
-             ) -> Workload:
+    def make(
+        cls,
+        num_requests: int,
+        prompt_tokens: tuple[int, int] = PROMPT_TOKENS,
+        answer_tokens: tuple[int, int] = ANSWER_TOKENS,
+        seed: int = 0,
+        vocab: tuple[int, int] = (100, 20000),
+    ) -> Workload:
         rng = random.Random(seed)
         prompts = [[rng.randrange(*vocab) for _ in range(rng.randint(*prompt_tokens))] for _ in range(num_requests)]
         return cls(prompts, [rng.randint(*answer_tokens) for _ in range(num_requests)])
@@ -40,6 +45,10 @@ class Workload:
         return sum(self.answer_lens)
 
     def describe(self) -> dict:
-        return {"requests": len(self), "prompt_tokens": [min(map(len, self.prompts)), max(map(len, self.prompts))],
-                "prompt_tokens_total": self.num_prompt_tokens, "answer_tokens": [min(self.answer_lens),
-                max(self.answer_lens)], "answer_tokens_total": self.num_answer_tokens}
+        return {
+            "requests": len(self),
+            "prompt_tokens": [min(map(len, self.prompts)), max(map(len, self.prompts))],
+            "prompt_tokens_total": self.num_prompt_tokens,
+            "answer_tokens": [min(self.answer_lens), max(self.answer_lens)],
+            "answer_tokens_total": self.num_answer_tokens,
+        }

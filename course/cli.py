@@ -49,23 +49,33 @@ def _add_core(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("doctor", help="check packages, device and model")
     p.set_defaults(func=_doctor)
     p = sub.add_parser("lab", help="open the course in JupyterLab (what `make lab` runs)")
-    p.add_argument("--instructor", action="store_true",
-                   help="the instructor's lab on an nbgrader course: formgrader, Create Assignment "
-                        "(quizzes/INSTRUCTORS.md)")
-    p.add_argument("--course", default=None,
-                   help="with --instructor: the course folder from `kvcourse grade init` (default: the current one)")
+    p.add_argument(
+        "--instructor",
+        action="store_true",
+        help="the instructor's lab on an nbgrader course: formgrader, Create Assignment (quizzes/INSTRUCTORS.md)",
+    )
+    p.add_argument(
+        "--course",
+        default=None,
+        help="with --instructor: the course folder from `kvcourse grade init` (default: the current one)",
+    )
     p.add_argument("--port", type=int, default=None, help="port to serve on (default: Jupyter's)")
     p.add_argument("--no-browser", action="store_true", help="do not open a browser")
     p.add_argument("--token", default=None, help="access token ('' for none; default: a random one)")
-    p.add_argument("jupyter_args", nargs=argparse.REMAINDER,
-                   help="after --, passed on to `jupyter lab` unchanged")
+    p.add_argument("jupyter_args", nargs=argparse.REMAINDER, help="after --, passed on to `jupyter lab` unchanged")
     p.set_defaults(func=_lab)
 
 
 # Each entry adds its subcommands to the parser: the core commands above, then each feature folder's own
 # register function (its cli.py); issues that add a subcommand add a line here.
-REGISTRARS: list[Callable[[argparse._SubParsersAction], None]] = [_add_core, add_timing_lab, add_progress, add_grade,
-                                                                     add_site, add_hub]
+REGISTRARS: list[Callable[[argparse._SubParsersAction], None]] = [
+    _add_core,
+    add_timing_lab,
+    add_progress,
+    add_grade,
+    add_site,
+    add_hub,
+]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -108,17 +108,23 @@ def cpu_dtype_note(dtype: torch.dtype, native_bf16: bool | None) -> str:
 
     from kvcourse.kernels.model.products import relative_speed
 
-    flags = "avx512_bf16 or amx_bf16" if platform.machine().lower() in ("x86_64", "amd64", "i686", "x86") \
-        else "bf16"
-    has = {True: f"this CPU has bf16 instructions ({flags})", False: f"this CPU has no {flags} flag",
-           None: "could not read /proc/cpuinfo for bf16 instructions"}[native_bf16]
+    flags = "avx512_bf16 or amx_bf16" if platform.machine().lower() in ("x86_64", "amd64", "i686", "x86") else "bf16"
+    has = {
+        True: f"this CPU has bf16 instructions ({flags})",
+        False: f"this CPU has no {flags} flag",
+        None: "could not read /proc/cpuinfo for bf16 instructions",
+    }[native_bf16]
     if dtype == torch.float32:
-        return (f"{has}; float32 stays the CPU default (exact, every lesson's numbers as printed); bfloat16 "
-                "halves the weights' bytes, and with it set this line measures its speed here")
+        return (
+            f"{has}; float32 stays the CPU default (exact, every lesson's numbers as printed); bfloat16 "
+            "halves the weights' bytes, and with it set this line measures its speed here"
+        )
     timed = [f"{ratio:.2f}x for {rows}" for rows, ratio in relative_speed(dtype).items()]
     timed[0] = timed[0].replace("x for", "x float32's time for")
-    return (f"{has}; measured now, {str(dtype).removeprefix('torch.')}'s fastest matrix product here takes "
-            f"{', '.join(timed)} (a 1536x576 weight)")
+    return (
+        f"{has}; measured now, {str(dtype).removeprefix('torch.')}'s fastest matrix product here takes "
+        f"{', '.join(timed)} (a 1536x576 weight)"
+    )
 
 
 def check_fast_paths() -> list[Check]:
@@ -139,10 +145,15 @@ def check_fast_paths() -> list[Check]:
         report = fast_path_report(dtype, device, "auto", shapes)
     except (ModelNotAvailableError, ValueError) as err:  # the device or dtype line reports a bad setting
         return [Check("fast paths", False, str(err))]
-    switch = (f"{FAST_PATHS_ENV}=0 runs the textbook forms instead" if any(p.on for p in report)
-              else f"unset {FAST_PATHS_ENV} for the fast paths")
-    return [Check("fast paths", True, f"for {dtype_name(dtype)} on {device.type}; {switch}"),
-            *(Check("", True, str(path)) for path in (*report, paged_decode_path(dtype, device)))]
+    switch = (
+        f"{FAST_PATHS_ENV}=0 runs the textbook forms instead"
+        if any(p.on for p in report)
+        else f"unset {FAST_PATHS_ENV} for the fast paths"
+    )
+    return [
+        Check("fast paths", True, f"for {dtype_name(dtype)} on {device.type}; {switch}"),
+        *(Check("", True, str(path)) for path in (*report, paged_decode_path(dtype, device))),
+    ]
 
 
 def check_model() -> Check:

@@ -27,11 +27,15 @@ def expect_same_answers(same: int, total: int, dtype: torch.dtype, *, claim: str
     if dtype == torch.float32 or same == total:
         expect(same == total, claim)
         return
-    print(textwrap.fill(f"Only {same} of {total} answers agree in this run. In {dtype} identical answers are not "
-                        f"guaranteed: {cause}, so the same sums are added in a different order and round "
-                        "differently; where two tokens are nearly tied, the pick can flip and the answer takes "
-                        "another course. In float32 the answers match, and the course's tests check it there.",
-                        width=100))
+    print(
+        textwrap.fill(
+            f"Only {same} of {total} answers agree in this run. In {dtype} identical answers are not "
+            f"guaranteed: {cause}, so the same sums are added in a different order and round "
+            "differently; where two tokens are nearly tied, the pick can flip and the answer takes "
+            "another course. In float32 the answers match, and the course's tests check it there.",
+            width=100,
+        )
+    )
 
 
 def batching_tolerance(dtype: torch.dtype) -> float:

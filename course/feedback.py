@@ -16,7 +16,7 @@ import html
 
 __all__ = ["ERROR_COLOUR", "SUCCESS_COLOUR", "error", "info", "success"]
 
-ERROR_COLOUR = "#b71c1c"    # contrast 6.6:1 on white
+ERROR_COLOUR = "#b71c1c"  # contrast 6.6:1 on white
 SUCCESS_COLOUR = "#1b5e20"  # contrast 7.9:1 on white
 
 

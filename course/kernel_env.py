@@ -19,9 +19,13 @@ STRICT_ENV = "KVCOURSE_STRICT"
 
 def jupyter_home(home: Path) -> dict[str, str]:
     """Variables that put Jupyter's config, data and runtime files, IPython's and the progress file under ``home``."""
-    return {"JUPYTER_CONFIG_DIR": str(home / "jupyter-config"), "JUPYTER_DATA_DIR": str(home / "jupyter-data"),
-            "JUPYTER_RUNTIME_DIR": str(home / "jupyter-runtime"), "IPYTHONDIR": str(home / "ipython"),
-            "KVCOURSE_PROGRESS": str(home / "progress")}
+    return {
+        "JUPYTER_CONFIG_DIR": str(home / "jupyter-config"),
+        "JUPYTER_DATA_DIR": str(home / "jupyter-data"),
+        "JUPYTER_RUNTIME_DIR": str(home / "jupyter-runtime"),
+        "IPYTHONDIR": str(home / "ipython"),
+        "KVCOURSE_PROGRESS": str(home / "progress"),
+    }
 
 
 def offline(threads: int | None = None) -> dict[str, str]:
@@ -39,8 +43,13 @@ def headless(progress: Path, dtype: str, *, strict: bool, threads: int | None = 
 
     With ``strict`` a false ``expect()`` raises (tests, benchmarks); without, it prints its verdict (the site).
     """
-    env = {**os.environ, **offline(threads), "KVCOURSE_DTYPE": dtype, "KVCOURSE_PROGRESS": str(progress),
-           HEADLESS_ENV: "1"}
+    env = {
+        **os.environ,
+        **offline(threads),
+        "KVCOURSE_DTYPE": dtype,
+        "KVCOURSE_PROGRESS": str(progress),
+        HEADLESS_ENV: "1",
+    }
     if strict:
         env[STRICT_ENV] = "1"
     else:

@@ -66,14 +66,17 @@ def find_course(directory: Path | str | None = None) -> Path:
     """The nbgrader course folder for the instructor's lab: ``directory``, else the current one."""
     course = Path(directory or Path.cwd()).expanduser().resolve()
     if not (course / "nbgrader_config.py").is_file():
-        raise ValueError(f"{course} is not an nbgrader course (it has no nbgrader_config.py). Create one with "
-                         f"`kvcourse grade init DIR`, then run `kvcourse lab --instructor --course DIR` "
-                         "(or `cd DIR && kvcourse lab --instructor`).")
+        raise ValueError(
+            f"{course} is not an nbgrader course (it has no nbgrader_config.py). Create one with "
+            f"`kvcourse grade init DIR`, then run `kvcourse lab --instructor --course DIR` "
+            "(or `cd DIR && kvcourse lab --instructor`)."
+        )
     return course
 
 
-def lab_command(extra_args: list[str] | None = None, *, instructor: bool = False,
-                course: Path | None = None) -> list[str]:
+def lab_command(
+    extra_args: list[str] | None = None, *, instructor: bool = False, course: Path | None = None
+) -> list[str]:
     """The command line that serves the student's lab on the start notebook, or the instructor's on ``course``."""
     if instructor:
         root = find_course(course)
@@ -85,19 +88,31 @@ def lab_command(extra_args: list[str] | None = None, *, instructor: bool = False
     # Jupyter refuses to run as root unless told; containers and CI machines often are root.
     as_root = ["--allow-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []
     quiet = quiet_options(disabled_server_extensions(instructor), settings_dir(instructor))
-    return [sys.executable, "-m", "jupyter", "lab", f"--ServerApp.root_dir={root}", *landing, *quiet,
-            *as_root, *(extra_args or [])]
+    return [
+        sys.executable,
+        "-m",
+        "jupyter",
+        "lab",
+        f"--ServerApp.root_dir={root}",
+        *landing,
+        *quiet,
+        *as_root,
+        *(extra_args or []),
+    ]
 
 
 def quiet_options(server_extensions_off: list[str], settings: Path) -> list[str]:
     """Server options both labs (and the hub's servers) share: extensions off, JupyterLab settings, no news."""
     quiet = [f"--ServerApp.jpserver_extensions={name}=False" for name in server_extensions_off]
-    return [*quiet, f"--LabApp.app_settings_dir={settings}",
-            # jupyter_lsp would look for a dozen language servers the course does not use and list
-            # the missing ones in the terminal; the front end still asks it for its (empty) status.
-            "--LanguageServerManager.autodetect=False",
-            "--LabApp.news_url=None",  # no news fetched from the internet
-            "--LabApp.check_for_updates_class=jupyterlab.handlers.announcements.NeverCheckForUpdate"]
+    return [
+        *quiet,
+        f"--LabApp.app_settings_dir={settings}",
+        # jupyter_lsp would look for a dozen language servers the course does not use and list
+        # the missing ones in the terminal; the front end still asks it for its (empty) status.
+        "--LanguageServerManager.autodetect=False",
+        "--LabApp.news_url=None",  # no news fetched from the internet
+        "--LabApp.check_for_updates_class=jupyterlab.handlers.announcements.NeverCheckForUpdate",
+    ]
 
 
 def open_lab(extra_args: list[str] | None = None, *, instructor: bool = False, course: Path | None = None) -> None:

@@ -62,7 +62,7 @@ def cache_dir() -> Path:
 
 
 def resolve_device(device: str | torch.device = "auto") -> torch.device:
-    """"auto" means $KVCOURSE_DEVICE if set, else CUDA when available, else the CPU."""
+    """ "auto" means $KVCOURSE_DEVICE if set, else CUDA when available, else the CPU."""
     if str(device) == "auto":
         device = os.environ.get("KVCOURSE_DEVICE") or ("cuda" if torch.cuda.is_available() else "cpu")
     dev = torch.device(device)
@@ -76,15 +76,22 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
 
 DTYPE_ENV = "KVCOURSE_DTYPE"
 DTYPE_NAMES = ("float32", "bfloat16", "float16")  # what KVCOURSE_DTYPE and dtype= accept (plus aliases)
-_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float": torch.float32,
-           "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-           "float16": torch.float16, "fp16": torch.float16, "half": torch.float16}
+_DTYPES = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "float": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+    "half": torch.float16,
+}
 # /proc/cpuinfo flags that mean bf16 arithmetic in hardware: x86 (AVX512-BF16, AMX) and Arm (FEAT_BF16).
 NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
 
 
 def dtype_name(dtype: torch.dtype) -> str:
-    """"float32" for torch.float32: the name KVCOURSE_DTYPE and reports use."""
+    """ "float32" for torch.float32: the name KVCOURSE_DTYPE and reports use."""
     return str(dtype).removeprefix("torch.")
 
 
@@ -98,7 +105,7 @@ def parse_dtype(name: str | torch.dtype, source: str = "dtype") -> torch.dtype:
             f"unknown dtype: {source}={name!r}. The course runs its model in one of "
             f"{', '.join(DTYPE_NAMES)} (fp32, bf16 and fp16 work too). Without a dtype argument and "
             f"with {DTYPE_ENV} unset it uses float32 on a CPU and bfloat16 on a CUDA GPU; to choose, "
-            f"pass dtype=\"bfloat16\" or `export {DTYPE_ENV}=bfloat16`."
+            f'pass dtype="bfloat16" or `export {DTYPE_ENV}=bfloat16`.'
         )
     return _DTYPES[key]
 
@@ -156,8 +163,7 @@ def find_gguf() -> Path:
     return path
 
 
-def load_model(name: str = DEFAULT_MODEL, dtype: str | torch.dtype | None = None,
-               device: str | torch.device = "auto"):
+def load_model(name: str = DEFAULT_MODEL, dtype: str | torch.dtype | None = None, device: str | torch.device = "auto"):
     """Return ``(hf_model, tokenizer)`` in eval mode; the default model loads offline.
 
     ``dtype=None`` means $KVCOURSE_DTYPE when set, else float32 on a CPU and bfloat16 on CUDA.
@@ -172,8 +178,12 @@ def load_model(name: str = DEFAULT_MODEL, dtype: str | torch.dtype | None = None
         source = "hub"
     model = model.to(dev).eval()
     model.kvcourse_load_info = LoadInfo(
-        name=name, source=source, path=str(path), seconds=time.perf_counter() - start,
-        device=str(dev), dtype=dtype_name(torch_dtype),
+        name=name,
+        source=source,
+        path=str(path),
+        seconds=time.perf_counter() - start,
+        device=str(dev),
+        dtype=dtype_name(torch_dtype),
     )
     return model, tokenizer
 

@@ -62,8 +62,10 @@ def expect(condition: Any, sentence: str) -> None:
     if held:
         print(f"{_MARK[True]} {sentence}")
     else:
-        print(f"{_MARK[False]} Expected: {sentence}. This run disagrees: look at the numbers printed above. "
-              "If you changed the code, that may be why; if not, please report it.")
+        print(
+            f"{_MARK[False]} Expected: {sentence}. This run disagrees: look at the numbers printed above. "
+            "If you changed the code, that may be why; if not, please report it."
+        )
         if strict():
             raise ExpectationFailed(sentence)
 
@@ -191,9 +193,16 @@ def _number_prompt(unit: str) -> str:
 _OTHER_UNIT = {"bytes": "GB", "seconds": "ms"}
 
 
-def predict(key: str, question: str, *, unit: str = "", kind: str = "number",
-            options: Sequence[str] | None = None, read: Callable[[str], str] = input,
-            allow_negative: bool = False) -> None:
+def predict(
+    key: str,
+    question: str,
+    *,
+    unit: str = "",
+    kind: str = "number",
+    options: Sequence[str] | None = None,
+    read: Callable[[str], str] = input,
+    allow_negative: bool = False,
+) -> None:
     """Ask for a guess before a measurement; ``reveal(key, measured)`` later shows how close it was.
 
     ``kind="number"`` takes a number in ``unit`` (a unit may be typed: "3 GB" where MB is asked);
@@ -269,8 +278,10 @@ def _reveal_choice(guess: Any, measured: str) -> tuple[Callable[[str], str], str
         return feedback.info, f"Measured: {measured}. (You made no guess for this one.)"
     if guess == measured:
         return feedback.success, f"You chose: {guess}. Measured: {measured}. Right: that is what you predicted."
-    return feedback.info, (f"You chose: {guess}. Measured: {measured}. Not quite: the measurement differs "
-                           "from your guess; the next cells show why.")
+    return feedback.info, (
+        f"You chose: {guess}. Measured: {measured}. Not quite: the measurement differs "
+        "from your guess; the next cells show why."
+    )
 
 
 def _reveal_number(guess: Any, measured: float, unit: str) -> tuple[Callable[[str], str], str]:

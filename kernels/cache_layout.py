@@ -86,8 +86,11 @@ def full(num_layers: int, num_kv_heads: int, head_dim: int) -> LayerGroup:
 
 def latent(num_layers: int, kv_lora_rank: int, rope_head_dim: int) -> LayerGroup:
     """Multi-head latent attention: the compressed vector and the shared RoPE key, per token per layer."""
-    return LayerGroup("latent", num_layers, _whole("kv_lora_rank", kv_lora_rank)
-                      + _whole("rope_head_dim", rope_head_dim, allow_zero=True))
+    return LayerGroup(
+        "latent",
+        num_layers,
+        _whole("kv_lora_rank", kv_lora_rank) + _whole("rope_head_dim", rope_head_dim, allow_zero=True),
+    )
 
 
 def window(num_layers: int, num_kv_heads: int, head_dim: int, tokens: int, *, chunked: bool = False) -> LayerGroup:
@@ -106,9 +109,9 @@ class CacheBytes:
     """A cache at one context length: the part that grows per token, the bounded part, the fixed state."""
 
     context_len: int
-    growing: int   # full and latent layers: per_token_bytes x context_len
-    bounded: int   # window and chunked layers: at most their window each
-    state: int     # linear layers' fixed states
+    growing: int  # full and latent layers: per_token_bytes x context_len
+    bounded: int  # window and chunked layers: at most their window each
+    state: int  # linear layers' fixed states
 
     @property
     def total(self) -> int:
@@ -147,8 +150,10 @@ class CacheLayout:
     def bytes_at(self, context_len: int) -> CacheBytes:
         """The cache of one sequence of ``context_len`` tokens, split into its three parts."""
         n = _whole("context_len", context_len, allow_zero=True)
-        bounded = sum(g.num_layers * g.values_per_token * g.tokens_kept(n) for g in self.groups
-                      if g.window is not None) * self.bytes_per_value
+        bounded = (
+            sum(g.num_layers * g.values_per_token * g.tokens_kept(n) for g in self.groups if g.window is not None)
+            * self.bytes_per_value
+        )
         return CacheBytes(n, self.per_token_bytes * n, bounded, self.state_bytes)
 
     def with_bytes_per_value(self, bytes_per_value: int) -> CacheLayout:

@@ -74,8 +74,9 @@ def kv_cache_bytes(config: Any, num_tokens: int, num_users: int = 1, bytes_per_v
     return kv_bytes_per_token(config, bytes_per_value) * tokens * users
 
 
-def kv_crossover_tokens(config: Any, num_users: int = 1, bytes_per_value: int = 2,
-                        weight_bytes_per_value: int | None = None) -> int:
+def kv_crossover_tokens(
+    config: Any, num_users: int = 1, bytes_per_value: int = 2, weight_bytes_per_value: int | None = None
+) -> int:
     """Tokens per user at which num_users' KV cache first holds as many bytes as the weights (lesson 07).
 
     ``weight_bytes_per_value`` None means the weights are stored like the cache, and then the
@@ -143,8 +144,14 @@ def pool_window(num_blocks: int, block_size: int, num_users: int = 1, shared_pre
     return (blocks - users + 1) * bs  # shorter than the prefix: all but each last block shared
 
 
-def context_window(config: Any, free_bytes: int, bytes_per_value: int = 2, num_users: int = 1,
-                   block_size: int = 1, shared_prefix_tokens: int = 0) -> int:
+def context_window(
+    config: Any,
+    free_bytes: int,
+    bytes_per_value: int = 2,
+    num_users: int = 1,
+    block_size: int = 1,
+    shared_prefix_tokens: int = 0,
+) -> int:
     """Window = spare memory / bytes per token, for num_users at once, in whole blocks (lesson 15).
 
     The memory is cut into whole blocks of ``block_size`` tokens (what is left over is lost), the
@@ -189,8 +196,11 @@ def weight_bytes_read_per_pass(config: Any, bytes_per_value: int = 2) -> int:
     Everything except an untied embedding table, which is gathered only at the input rows.
     """
     bpv = _count("bytes_per_value", bytes_per_value)
-    untied_table = 0 if getattr(config, "tie_word_embeddings", False) else (
-        _attr(config, "vocab_size") * _attr(config, "hidden_size"))
+    untied_table = (
+        0
+        if getattr(config, "tie_word_embeddings", False)
+        else (_attr(config, "vocab_size") * _attr(config, "hidden_size"))
+    )
     return (num_parameters(config) - untied_table) * bpv
 
 
@@ -220,8 +230,12 @@ def score_cells(config: Any, num_new_tokens: int, context_len: int, window: int 
 
 def score_grid_bytes(num_queries: int, num_keys: int, num_heads: int = 1, bytes_per_value: int = 4) -> int:
     """Memory for a materialised (heads, queries, keys) score grid, as naive attention holds it (lesson 03)."""
-    return (_count("num_queries", num_queries, allow_zero=True) * _count("num_keys", num_keys, allow_zero=True)
-            * _count("num_heads", num_heads) * _count("bytes_per_value", bytes_per_value))
+    return (
+        _count("num_queries", num_queries, allow_zero=True)
+        * _count("num_keys", num_keys, allow_zero=True)
+        * _count("num_heads", num_heads)
+        * _count("bytes_per_value", bytes_per_value)
+    )
 
 
 def matmul_flops_per_token(config: Any, with_lm_head: bool = True) -> int:
@@ -236,8 +250,9 @@ def matmul_flops_per_token(config: Any, with_lm_head: bool = True) -> int:
     return 2 * total
 
 
-def forward_flops(config: Any, num_new_tokens: int, context_len: int, num_logits: int | None = None,
-                  window: int | None = None) -> int:
+def forward_flops(
+    config: Any, num_new_tokens: int, context_len: int, num_logits: int | None = None, window: int | None = None
+) -> int:
     """FLOPs of one forward pass over num_new_tokens at the end of a context_len sequence (lesson 01).
 
     ``num_logits`` is how many positions go through the lm_head; None means all new tokens
@@ -265,8 +280,9 @@ def decode_step_bytes(config: Any, batch_size: int, context_len: int, bytes_per_
     Each of the ``batch_size`` sequences adds one token at ``context_len`` (its new token included),
     so its attention reads ``context_len`` tokens of K and V; the weights serve every row at once.
     """
-    return (weight_bytes_read_per_pass(config, bytes_per_value)
-            + kv_cache_bytes(config, context_len, _count("batch_size", batch_size), bytes_per_value))
+    return weight_bytes_read_per_pass(config, bytes_per_value) + kv_cache_bytes(
+        config, context_len, _count("batch_size", batch_size), bytes_per_value
+    )
 
 
 def decode_step_flops(config: Any, batch_size: int, context_len: int) -> int:
@@ -274,8 +290,9 @@ def decode_step_flops(config: Any, batch_size: int, context_len: int) -> int:
     return _count("batch_size", batch_size) * forward_flops(config, 1, context_len, num_logits=1)
 
 
-def compute_bound_batch(config: Any, context_len: int, flops_per_second: float, bytes_per_second: float,
-                        bytes_per_value: int = 2) -> int | None:
+def compute_bound_batch(
+    config: Any, context_len: int, flops_per_second: float, bytes_per_second: float, bytes_per_value: int = 2
+) -> int | None:
     """The smallest batch whose decode step takes at least as long to compute as to read (lesson 14).
 
     Roofline reasoning: a step needs ``decode_step_flops / flops_per_second`` of arithmetic and

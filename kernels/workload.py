@@ -81,16 +81,26 @@ class TraceConfig:
     def scaled(self, factor: float) -> TraceConfig:
         """The same shape with every length times ``factor`` (a short trace for a real-model run)."""
         _positive_float("factor", factor)
-        return TraceConfig(self.num_requests, self.arrivals_per_step, self.prompt_mean * factor,
-                           self.answer_mean * factor, self.sigma, max(1, round(self.answer_limit * factor)),
-                           max(1, round(self.max_prompt_len * factor)), self.seed)
+        return TraceConfig(
+            self.num_requests,
+            self.arrivals_per_step,
+            self.prompt_mean * factor,
+            self.answer_mean * factor,
+            self.sigma,
+            max(1, round(self.answer_limit * factor)),
+            max(1, round(self.max_prompt_len * factor)),
+            self.seed,
+        )
 
     def shrunk(self, factor: float, num_requests: int | None = None) -> TraceConfig:
         """Lengths times ``factor`` and arrivals 1/``factor`` as often, so as many conversations overlap: the
         trace for a real-model run (lesson 14 serves lesson 09's trace this way, with factor 1/32)."""
         scaled = self.scaled(factor)
-        return replace(scaled, arrivals_per_step=self.arrivals_per_step / factor,
-                       num_requests=self.num_requests if num_requests is None else num_requests)
+        return replace(
+            scaled,
+            arrivals_per_step=self.arrivals_per_step / factor,
+            num_requests=self.num_requests if num_requests is None else num_requests,
+        )
 
 
 LESSON_TRACE = TraceConfig()
@@ -132,12 +142,14 @@ def trace_summary(trace: list[TraceRequest]) -> dict[str, float]:
     if not trace:
         raise ValueError("the trace is empty")
     n = len(trace)
-    return {"num_requests": n,
-            "mean_prompt": sum(r.num_prompt_tokens for r in trace) / n,
-            "mean_answer": sum(r.num_output_tokens for r in trace) / n,
-            "mean_reserved": sum(r.max_len for r in trace) / n,
-            "share_ending_early": sum(r.ends_early for r in trace) / n,
-            "last_arrival_step": max(r.arrival_step for r in trace)}
+    return {
+        "num_requests": n,
+        "mean_prompt": sum(r.num_prompt_tokens for r in trace) / n,
+        "mean_answer": sum(r.num_output_tokens for r in trace) / n,
+        "mean_reserved": sum(r.max_len for r in trace) / n,
+        "share_ending_early": sum(r.ends_early for r in trace) / n,
+        "last_arrival_step": max(r.arrival_step for r in trace),
+    }
 
 
 # Lesson 13's system prompt: a library's help desk, several hundred tokens once SmolLM2's chat
@@ -158,5 +170,9 @@ LIBRARY_SYSTEM_PROMPT = """You are Juniper, the help-desk assistant of the River
 13. Accessibility: the building has step-free access, a lift to every floor and large-print books on the ground floor.
 14. Donations: we accept books in good condition published in the last ten years, at the front desk only.
 Reply in the language the reader writes in, and stay friendly and calm."""
-LIBRARY_QUESTIONS = ("Can I renew a book twice?", "How much does colour printing cost?",
-                     "Are you open on Sunday?", "Is there story time for kids?")
+LIBRARY_QUESTIONS = (
+    "Can I renew a book twice?",
+    "How much does colour printing cost?",
+    "Are you open on Sunday?",
+    "Is there story time for kids?",
+)

@@ -17,8 +17,22 @@ from pathlib import Path
 from .bank import bank_text, parse_quiz
 from .sealing import seal, unseal
 
-_ORDER = ("id", "kind", "points", "prompt", "options", "unit", "rel_tol", "abs_tol", "formula", "params",
-          "function", "starter", "cases", "min_chars")
+_ORDER = (
+    "id",
+    "kind",
+    "points",
+    "prompt",
+    "options",
+    "unit",
+    "rel_tol",
+    "abs_tol",
+    "formula",
+    "params",
+    "function",
+    "starter",
+    "cases",
+    "min_chars",
+)
 
 
 def _value(value: object) -> str:

@@ -52,15 +52,16 @@ def _question(entry: dict, lesson: str, index: int, source: str) -> Question:
     try:
         kind = Kind(entry.get("kind"))
     except ValueError:
-        raise ValueError(f"{where}: kind must be one of {[k.value for k in Kind]}, "
-                         f"got {entry.get('kind')!r}") from None
+        raise ValueError(f"{where}: kind must be one of {[k.value for k in Kind]}, got {entry.get('kind')!r}") from None
     unknown = set(entry) - _COMMON - _PUBLIC[kind]
     if unknown:
         raise ValueError(f"{where}: unknown fields {sorted(unknown)} for a {kind.value} question")
     if kind is Kind.LAB:
         if "sealed" in entry or "secret" in entry:
-            raise ValueError(f"{where}: a lab question has no secret to seal (its reference solution is "
-                             "kvcourse.quizzes.labs'): drop 'sealed' or [secret]")
+            raise ValueError(
+                f"{where}: a lab question has no secret to seal (its reference solution is "
+                "kvcourse.quizzes.labs'): drop 'sealed' or [secret]"
+            )
         secret = {}
     elif ("sealed" in entry) == ("secret" in entry):
         raise ValueError(f"{where}: give exactly one of 'sealed' or a [secret] table")
@@ -92,9 +93,8 @@ def _question(entry: dict, lesson: str, index: int, source: str) -> Question:
 
 def _mistakes(entries: object, where: str) -> tuple[tuple[float | str, str], ...]:
     """mistakes = [{ value = 249, why = "..." }, ...] as (value, why) pairs."""
-    if not isinstance(entries, list) or not all(isinstance(m, dict) and set(m) == {"value", "why"}
-                                                for m in entries):
-        raise ValueError(f"{where}: mistakes must be a list of {{ value = ..., why = \"...\" }} tables")
+    if not isinstance(entries, list) or not all(isinstance(m, dict) and set(m) == {"value", "why"} for m in entries):
+        raise ValueError(f'{where}: mistakes must be a list of {{ value = ..., why = "..." }} tables')
     return tuple((m["value"], m["why"]) for m in entries)
 
 
@@ -106,7 +106,7 @@ def parse_quiz(text: str, source: str, title: str = "") -> Quiz:
         raise ValueError(f"{source}: not valid TOML: {err}") from None
     lesson = data.get("lesson")
     if not isinstance(lesson, str) or len(lesson) != 2 or not lesson.isdigit():
-        raise ValueError(f"{source}: needs lesson = \"NN\" (two digits), got {lesson!r}")
+        raise ValueError(f'{source}: needs lesson = "NN" (two digits), got {lesson!r}')
     unknown = set(data) - {"lesson", "question"}
     if unknown:
         raise ValueError(f"{source}: unknown top-level keys {sorted(unknown)}")

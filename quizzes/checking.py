@@ -126,8 +126,7 @@ def _check_number(question: Question, answer: Any, expected: float, explanation:
 def _check_parameterised(question: Question, answer: Any, seed: str) -> Verdict:
     values = draw_params(question, seed)
     expected = compute_answer(question, values)
-    return _check_number(question, answer, expected, render(question.explanation, {**values, "answer": expected}),
-                         seed)
+    return _check_number(question, answer, expected, render(question.explanation, {**values, "answer": expected}), seed)
 
 
 def compile_function(source: str, name: str) -> Callable:
@@ -192,11 +191,19 @@ def _source(answer: Any) -> str:
 
 def _check_free(question: Question, answer: Any, seed: str) -> Verdict:
     if not isinstance(answer, str) or len(answer.strip()) < question.min_chars:
-        return Verdict(False, f"Write your own answer first (at least {question.min_chars} characters); "
-                              "then compare it with the model answer.", malformed=True)
-    return Verdict(False, "Answer saved. Nothing checks free text here: compare yours with this model answer "
-                          "and judge for yourself whether it makes the same points.",
-                   question.model_answer, self_assessed=True)
+        return Verdict(
+            False,
+            f"Write your own answer first (at least {question.min_chars} characters); "
+            "then compare it with the model answer.",
+            malformed=True,
+        )
+    return Verdict(
+        False,
+        "Answer saved. Nothing checks free text here: compare yours with this model answer "
+        "and judge for yourself whether it makes the same points.",
+        question.model_answer,
+        self_assessed=True,
+    )
 
 
 def _check_lab(question: Question, answer: Any, seed: str) -> Verdict:

@@ -57,24 +57,24 @@ def _last_block_waste(values: dict[str, Any]) -> float:
 
 FORMULAS: dict[str, Formula] = {
     "kv_bytes_per_token": Formula(
-        ("model", "bytes_per_value"),
-        lambda v: costs.kv_bytes_per_token(_config(v), v["bytes_per_value"])),
+        ("model", "bytes_per_value"), lambda v: costs.kv_bytes_per_token(_config(v), v["bytes_per_value"])
+    ),
     "kv_cache_bytes": Formula(
         ("model", "num_tokens", "num_users", "bytes_per_value"),
-        lambda v: costs.kv_cache_bytes(_config(v), v["num_tokens"], v["num_users"], v["bytes_per_value"])),
+        lambda v: costs.kv_cache_bytes(_config(v), v["num_tokens"], v["num_users"], v["bytes_per_value"]),
+    ),
     "weight_bytes": Formula(
-        ("model", "bytes_per_value"),
-        lambda v: costs.weight_bytes(_config(v), v["bytes_per_value"])),
+        ("model", "bytes_per_value"), lambda v: costs.weight_bytes(_config(v), v["bytes_per_value"])
+    ),
     "max_cached_tokens": Formula(
         ("model", "free_gb", "bytes_per_value"),
-        lambda v: costs.max_cached_tokens(_config(v), v["free_gb"] * GB, v["bytes_per_value"])),
+        lambda v: costs.max_cached_tokens(_config(v), v["free_gb"] * GB, v["bytes_per_value"]),
+    ),
     "max_users": Formula(("model", "gpu_gb", "num_tokens", "bytes_per_value"), _max_users),
     "causal_score_cells": Formula(
-        ("num_tokens",),
-        lambda v: costs.score_cells_per_head(v["num_tokens"], v["num_tokens"])),
-    "int8_kv_bytes_per_token": Formula(
-        ("model",),
-        lambda v: costs.quantized_kv_bytes_per_token(_config(v), 1, 4)),
+        ("num_tokens",), lambda v: costs.score_cells_per_head(v["num_tokens"], v["num_tokens"])
+    ),
+    "int8_kv_bytes_per_token": Formula(("model",), lambda v: costs.quantized_kv_bytes_per_token(_config(v), 1, 4)),
     "no_cache_tokens": Formula(("prompt_tokens", "new_tokens"), _no_cache_tokens),
     "last_block_waste": Formula(("block_size", "num_tokens"), _last_block_waste),
 }
@@ -130,8 +130,15 @@ def render(template: str, values: dict[str, Any]) -> str:
     return template.format(**facts(values))
 
 
-_OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-              ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow}
+_OPERATORS = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+}
 
 
 def evaluate(expression: str, names: dict[str, Any]) -> float:
@@ -140,9 +147,9 @@ def evaluate(expression: str, names: dict[str, Any]) -> float:
     Only numbers, the given names, + - * / // % ** and brackets: the bank's text is read, never run.
     ValueError names what is not allowed.
     """
+
     def value(node: ast.AST) -> float:
-        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) \
-                and not isinstance(node.value, bool):
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
             return node.value
         if isinstance(node, ast.Name) and isinstance(names.get(node.id), (int, float)):
             return names[node.id]
@@ -150,8 +157,10 @@ def evaluate(expression: str, names: dict[str, Any]) -> float:
             return _OPERATORS[type(node.op)](value(node.left), value(node.right))
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
             return -value(node.operand)
-        raise ValueError(f"{ast.unparse(node)!r} in {expression!r}: use numbers, "
-                         f"{sorted(k for k, v in names.items() if isinstance(v, (int, float)))} and + - * / // % **")
+        raise ValueError(
+            f"{ast.unparse(node)!r} in {expression!r}: use numbers, "
+            f"{sorted(k for k, v in names.items() if isinstance(v, (int, float)))} and + - * / // % **"
+        )
 
     try:
         tree = ast.parse(expression, mode="eval")

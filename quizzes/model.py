@@ -21,12 +21,12 @@ from .units import DIMENSIONS, format_quantity, within_tolerance
 class Kind(Enum):
     """The six kinds of question."""
 
-    CHOICE = "choice"        # multiple choice, one right option, an explanation for every option
-    NUMERIC = "numeric"      # a number (optionally with a unit), within a tolerance
+    CHOICE = "choice"  # multiple choice, one right option, an explanation for every option
+    NUMERIC = "numeric"  # a number (optionally with a unit), within a tolerance
     PARAMETERISED = "param"  # numeric, values drawn from a seed, answer computed by kvcourse.kernels.costs
-    CODE = "code"            # a small function, checked against a reference on test cases
-    FREE = "free"            # free text: graded by hand in nbgrader; self-learners compare with a model answer
-    LAB = "lab"              # a build-it lab (lessons 18-20): the learner's class, judged on traces (kvcourse.labs)
+    CODE = "code"  # a small function, checked against a reference on test cases
+    FREE = "free"  # free text: graded by hand in nbgrader; self-learners compare with a model answer
+    LAB = "lab"  # a build-it lab (lessons 18-20): the learner's class, judged on traces (kvcourse.labs)
 
 
 DEFAULT_POINTS = {Kind.CHOICE: 1, Kind.NUMERIC: 1, Kind.PARAMETERISED: 2, Kind.CODE: 2, Kind.FREE: 2, Kind.LAB: 10}
@@ -56,23 +56,23 @@ class Question:
     explanation: str = ""
     # choice
     options: tuple[str, ...] = ()
-    correct: str | None = None                 # key of the right option: "a", "b", ...
-    why: tuple[tuple[str, str], ...] = ()      # (key, why it is right or wrong) for every option
+    correct: str | None = None  # key of the right option: "a", "b", ...
+    why: tuple[tuple[str, str], ...] = ()  # (key, why it is right or wrong) for every option
     # numeric and parameterised
-    answer: float | None = None                # numeric only; parameterised answers are computed
-    unit: str = ""                             # a dimension of units.DIMENSIONS ("" = a plain number)
-    rel_tol: float = 0.01                      # both 0: the exact value (counts of whole things)
+    answer: float | None = None  # numeric only; parameterised answers are computed
+    unit: str = ""  # a dimension of units.DIMENSIONS ("" = a plain number)
+    rel_tol: float = 0.01  # both 0: the exact value (counts of whole things)
     abs_tol: float = 0.0
-    formula: str | None = None                 # parameterised: a name in formulas.FORMULAS
+    formula: str | None = None  # parameterised: a name in formulas.FORMULAS
     params: tuple[tuple[str, tuple], ...] = ()  # parameterised: (name, the values to draw from)
     # (the wrong number, what it means) per planted mistake: a number for a numeric question, an
     # expression of the drawn values and `answer` for a parameterised one ("answer / 2")
     mistakes: tuple[tuple[float | str, str], ...] = ()
     # code
-    function: str | None = None                # the name the learner's code must define
+    function: str | None = None  # the name the learner's code must define
     starter: str = ""
     solution: str = ""
-    cases: tuple[tuple, ...] = ()              # argument tuples; expected values come from the solution
+    cases: tuple[tuple, ...] = ()  # argument tuples; expected values come from the solution
     # free response
     model_answer: str = ""
     min_chars: int = 40
@@ -104,8 +104,7 @@ class Question:
             _fail(where, f"correct must be one of {list(self.option_keys)}, got {self.correct!r}")
         explained = [key for key, text in self.why if text.strip()]
         if sorted(explained) != sorted(self.option_keys):
-            _fail(where, f"every option needs an explanation in 'why': have {explained}, "
-                         f"need {list(self.option_keys)}")
+            _fail(where, f"every option needs an explanation in 'why': have {explained}, need {list(self.option_keys)}")
 
     def _check_tolerance(self, where: str) -> None:
         if self.unit not in DIMENSIONS:
@@ -115,18 +114,21 @@ class Question:
             if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
                 _fail(where, f"{name} must be a finite number >= 0, got {value!r}")
         if self.rel_tol == 0 and self.abs_tol == 0:
-            whole = self.kind is Kind.PARAMETERISED or (isinstance(self.answer, (int, float))
-                                                        and float(self.answer).is_integer())
+            whole = self.kind is Kind.PARAMETERISED or (
+                isinstance(self.answer, (int, float)) and float(self.answer).is_integer()
+            )
             if self.unit != "count" or not whole:
-                _fail(where, "rel_tol and abs_tol are both 0 (the exact value): only a count of whole "
-                             "things may ask for that; give a tolerance")
+                _fail(
+                    where,
+                    "rel_tol and abs_tol are both 0 (the exact value): only a count of whole "
+                    "things may ask for that; give a tolerance",
+                )
         if not self.explanation.strip():
             _fail(where, "a numeric question needs an explanation (the worked answer)")
 
     def _check_numeric(self, where: str) -> None:
         self._check_tolerance(where)
-        if isinstance(self.answer, bool) or not isinstance(self.answer, (int, float)) \
-                or not math.isfinite(self.answer):
+        if isinstance(self.answer, bool) or not isinstance(self.answer, (int, float)) or not math.isfinite(self.answer):
             _fail(where, f"answer must be a finite number, got {self.answer!r}")
         right = _numbers(format_quantity(self.answer, self.unit).split(" (")[0]) | {f"{self.answer:g}"}
         for value, why in self._check_mistakes(where):
@@ -140,8 +142,11 @@ class Question:
     def _check_mistakes(self, where: str) -> tuple[tuple[float | str, str], ...]:
         for value, why in self.mistakes:
             if not isinstance(why, str) or not why.strip() or "{" in why:
-                _fail(where, f"mistake {value!r} needs a plain sentence saying what it means (no {{names}}: "
-                             "it is shown as written, never with a right value)")
+                _fail(
+                    where,
+                    f"mistake {value!r} needs a plain sentence saying what it means (no {{names}}: "
+                    "it is shown as written, never with a right value)",
+                )
         return self.mistakes
 
     def _check_parameterised(self, where: str) -> None:
@@ -165,8 +170,9 @@ class Question:
             names = {**facts(first), "answer": compute_answer(self, first)}
             for value, _ in self._check_mistakes(where):
                 if not isinstance(value, str):
-                    _fail(where, f"a parameterised question's mistake is an expression of the drawn values, "
-                                 f"got {value!r}")
+                    _fail(
+                        where, f"a parameterised question's mistake is an expression of the drawn values, got {value!r}"
+                    )
                 try:
                     evaluate(value, names)
                 except (ValueError, ArithmeticError) as err:
@@ -233,8 +239,7 @@ class Quiz:
         for q in self.questions:
             if q.id == question_id:
                 return q
-        raise KeyError(f"lesson {self.lesson} has no question {question_id!r}; it has "
-                       f"{[q.id for q in self.questions]}")
+        raise KeyError(f"lesson {self.lesson} has no question {question_id!r}; it has {[q.id for q in self.questions]}")
 
     @property
     def total_points(self) -> int:

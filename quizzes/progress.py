@@ -113,9 +113,9 @@ class Progress:
 
     def __init__(self, path: Path | None = None) -> None:
         self.path = path or progress_dir() / "progress.json"
-        self.notes: list[str] = []   # what the learner should know about the file (shown once)
-        self.read_only = False       # a newer version's file: left untouched
-        self._repaired = False       # the last _load salvaged a damaged file: write the salvage back
+        self.notes: list[str] = []  # what the learner should know about the file (shown once)
+        self.read_only = False  # a newer version's file: left untouched
+        self._repaired = False  # the last _load salvaged a damaged file: write the salvage back
         if self.path.exists():
             with self._locked():
                 self.data = self._load()
@@ -141,23 +141,29 @@ class Progress:
         version = _peek_version(raw)
         if isinstance(version, int) and not isinstance(version, bool) and version > _VERSION:
             self.read_only = True
-            self._note(f"{self.path} was written by a newer version of the course (file version {version}); "
-                       "it is left untouched and this session's progress is not saved. Update the course "
-                       "to keep saving progress.")
+            self._note(
+                f"{self.path} was written by a newer version of the course (file version {version}); "
+                "it is left untouched and this session's progress is not saved. Update the course "
+                "to keep saving progress."
+            )
             return fresh
         try:
             data, problems = parse_progress(raw.decode("utf-8"))
         except (ValueError, UnicodeError) as err:  # JSONDecodeError is a ValueError
             backup = self._backup(raw)
-            self._note(f"{self.path} could not be read ({_short(str(err))}); it was kept as {backup.name} "
-                       "and progress starts afresh.")
+            self._note(
+                f"{self.path} could not be read ({_short(str(err))}); it was kept as {backup.name} "
+                "and progress starts afresh."
+            )
             self._repaired = True
             return fresh
         if problems:
             backup = self._backup(raw)
             more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-            self._note(f"{self.path} had fields of the wrong type: {problems[0]}{more}. The rest was kept; "
-                       f"the original is saved as {backup.name}.")
+            self._note(
+                f"{self.path} had fields of the wrong type: {problems[0]}{more}. The rest was kept; "
+                f"the original is saved as {backup.name}."
+            )
             self._repaired = True
         return data
 
@@ -220,8 +226,9 @@ class Progress:
             self._update(lambda data: data.setdefault("seed", secrets.token_hex(8)))
         return self.data["seed"]
 
-    def record(self, lesson: str, question_id: str, passed: bool, revealed: bool = False,
-               answered: bool = False) -> None:
+    def record(
+        self, lesson: str, question_id: str, passed: bool, revealed: bool = False, answered: bool = False
+    ) -> None:
         """Note one attempt; a question that passed once stays passed.
 
         ``answered`` marks a free response written and compared with the model answer (self-assessed).
@@ -229,8 +236,11 @@ class Progress:
         now = datetime.now(UTC).isoformat(timespec="seconds")
 
         def change(data: dict) -> None:
-            entry = data["lessons"].setdefault(lesson, {}).setdefault(
-                question_id, {"passed": False, "attempts": 0, "revealed": False})
+            entry = (
+                data["lessons"]
+                .setdefault(lesson, {})
+                .setdefault(question_id, {"passed": False, "attempts": 0, "revealed": False})
+            )
             if not revealed:
                 entry["attempts"] = entry.get("attempts", 0) + 1
             entry["passed"] = entry.get("passed") is True or passed is True
@@ -269,8 +279,11 @@ def format_progress(progress: Progress | None = None) -> str:
 
     progress = progress or Progress()
     width = max(len(lesson.title) for lesson in load_syllabus())
-    lines = [*progress.notes, f"Progress ({progress.path})",
-             f"{'#':<3} {'lesson':<{width}}  passed       self-assessed"]
+    lines = [
+        *progress.notes,
+        f"Progress ({progress.path})",
+        f"{'#':<3} {'lesson':<{width}}  passed       self-assessed",
+    ]
     totals = [0, 0, 0, 0]  # passed, auto-graded, answered, free
     for lesson in load_syllabus():
         questions = load_quiz(lesson.number).questions
@@ -287,6 +300,8 @@ def format_progress(progress: Progress | None = None) -> str:
             line += f" {answered}/{len(free)} answered"
         lines.append(line.rstrip())
     lines.append(f"{'':<3} {'all lessons':<{width}}  {f'{totals[0]}/{totals[1]}':<12} {totals[2]}/{totals[3]} answered")
-    lines.append("passed: checked questions you got right. answered: free responses you wrote and compared "
-                 "with the model answer yourself; nothing grades them here.")
+    lines.append(
+        "passed: checked questions you got right. answered: free responses you wrote and compared "
+        "with the model answer yourself; nothing grades them here."
+    )
     return "\n".join(lines)

@@ -38,8 +38,10 @@ def unseal(sealed: str, lesson: str, question_id: str) -> dict:
         plain = bytes(a ^ b for a, b in zip(mixed, _keystream(lesson, question_id, len(mixed)), strict=True))
         secret = json.loads(plain.decode("utf-8"))
     except (ValueError, UnicodeError) as err:
-        raise ValueError(f"the sealed answer of question {question_id!r} (lesson {lesson}) cannot be "
-                         f"opened; was it sealed for another lesson or id? ({err})") from None
+        raise ValueError(
+            f"the sealed answer of question {question_id!r} (lesson {lesson}) cannot be "
+            f"opened; was it sealed for another lesson or id? ({err})"
+        ) from None
     if not isinstance(secret, dict):
         raise ValueError(f"the sealed answer of question {question_id!r} is not a table")
     return secret

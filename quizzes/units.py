@@ -25,20 +25,63 @@ import re
 from numbers import Real
 
 _BYTES = {
-    "b": 1, "byte": 1, "bytes": 1,
-    "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12,
-    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+    "b": 1,
+    "byte": 1,
+    "bytes": 1,
+    "kb": 1e3,
+    "mb": 1e6,
+    "gb": 1e9,
+    "tb": 1e12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
 }
-_SCALE_WORDS = {"thousand": 1e3, "k": 1e3, "million": 1e6, "m": 1e6, "billion": 1e9, "bn": 1e9,
-                "trillion": 1e12, "t": 1e12}
-_COUNT_NOUNS = ("", "tokens", "token", "cells", "cell", "blocks", "block", "passes", "pass",
-                "parameters", "params", "flops", "layers", "heads", "users", "requests", "steps",
-                "sequences", "times")
+_SCALE_WORDS = {
+    "thousand": 1e3,
+    "k": 1e3,
+    "million": 1e6,
+    "m": 1e6,
+    "billion": 1e9,
+    "bn": 1e9,
+    "trillion": 1e12,
+    "t": 1e12,
+}
+_COUNT_NOUNS = (
+    "",
+    "tokens",
+    "token",
+    "cells",
+    "cell",
+    "blocks",
+    "block",
+    "passes",
+    "pass",
+    "parameters",
+    "params",
+    "flops",
+    "layers",
+    "heads",
+    "users",
+    "requests",
+    "steps",
+    "sequences",
+    "times",
+)
 _COUNT = {noun: 1.0 for noun in _COUNT_NOUNS}
 _PERCENT = {"": 1.0, "%": 1.0, "percent": 1.0}
 _RATIO = {"": 1.0, "x": 1.0, "×": 1.0, "times": 1.0}
-_SECONDS = {"s": 1.0, "sec": 1.0, "second": 1.0, "seconds": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6,
-            "min": 60.0, "minutes": 60.0}
+_SECONDS = {
+    "s": 1.0,
+    "sec": 1.0,
+    "second": 1.0,
+    "seconds": 1.0,
+    "ms": 1e-3,
+    "us": 1e-6,
+    "µs": 1e-6,
+    "min": 60.0,
+    "minutes": 60.0,
+}
 
 # A question's `unit` names one of these; the table maps the units an answer may carry to a factor.
 DIMENSIONS: dict[str, dict[str, float]] = {
@@ -93,8 +136,9 @@ def parse_quantity(value: object, unit: str = "") -> float:
             raise AnswerFormatError(f"{shown(value)} is too large to read as a number") from None
     elif isinstance(value, str):
         if len(value) > MAX_ANSWER_CHARS:
-            raise AnswerFormatError(f"an answer of {len(value):,} characters is too long to be a number; "
-                                    f"expected {DESCRIPTIONS[unit]}")
+            raise AnswerFormatError(
+                f"an answer of {len(value):,} characters is too long to be a number; expected {DESCRIPTIONS[unit]}"
+            )
         number = _parse_text(value, unit, table)
     else:
         raise AnswerFormatError(f"expected {DESCRIPTIONS[unit]}, got a {type(value).__name__}: {shown(value)}")

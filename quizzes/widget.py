@@ -46,19 +46,25 @@ class QuestionView:
         self.question, self.progress, self.seed = question, progress, seed
         points = f"{question.points} point{'s' if question.points != 1 else ''}"
         # The id stays in the page, out of sight, for the browser tests and progress records.
-        self.prompt = widgets.HTML(f'<b>Question {number} of {total}</b> ({points}) '
-                                   f'<span style="display:none">{question.id}</span><br>'
-                                   f"{_html(prompt_for(question, seed))}")
+        self.prompt = widgets.HTML(
+            f"<b>Question {number} of {total}</b> ({points}) "
+            f'<span style="display:none">{question.id}</span><br>'
+            f"{_html(prompt_for(question, seed))}"
+        )
         self.input = self._make_input()
         label = "Submit" if question.kind is Kind.FREE else "Check"
-        self.check_button = widgets.Button(description=label, button_style="primary",
-                                           layout=widgets.Layout(display="none" if question.kind is Kind.LAB else None))
+        self.check_button = widgets.Button(
+            description=label,
+            button_style="primary",
+            layout=widgets.Layout(display="none" if question.kind is Kind.LAB else None),
+        )
         self.reveal_button = widgets.Button(description="Show answer", layout=widgets.Layout(display="none"))
         self.feedback = widgets.HTML("")
         self.check_button.on_click(lambda _: self.submit())
         self.reveal_button.on_click(lambda _: self.reveal())
-        self.box = widgets.VBox([self.prompt, self.input,
-                                 widgets.HBox([self.check_button, self.reveal_button]), self.feedback])
+        self.box = widgets.VBox(
+            [self.prompt, self.input, widgets.HBox([self.check_button, self.reveal_button]), self.feedback]
+        )
         self.box.add_class("kv-question")
         self.box.add_class(f"kv-question-{question.id}")
         if question.kind is Kind.FREE:
@@ -80,31 +86,37 @@ class QuestionView:
         if q.kind is Kind.LAB:  # the class is written in the lesson's cells, not in a box
             run = f'check("{q.lab}", {q.class_name})'
             record = f'check_answer("{q.lesson}", "{q.id}", {q.class_name})'
-            return widgets.HTML(feedback.info(
-                f"This question is the lab itself: write <code>{q.class_name}</code> in the lab's cells above and run "
-                f"<code>{run}</code>, which serves the public traces on it. When every trace passes, run "
-                f"<code>{record}</code> (from <code>kvcourse.quizzes</code>) to record it here.", escape=False))
-        return widgets.Textarea(placeholder=f"Your answer (at least {q.min_chars} characters)",
-                                layout=widgets.Layout(width="95%", height="6em"))
+            return widgets.HTML(
+                feedback.info(
+                    f"This question is the lab itself: write <code>{q.class_name}</code> in the lab's cells above and run "
+                    f"<code>{run}</code>, which serves the public traces on it. When every trace passes, run "
+                    f"<code>{record}</code> (from <code>kvcourse.quizzes</code>) to record it here.",
+                    escape=False,
+                )
+            )
+        return widgets.Textarea(
+            placeholder=f"Your answer (at least {q.min_chars} characters)",
+            layout=widgets.Layout(width="95%", height="6em"),
+        )
 
     def submit(self) -> Verdict:
         """Check what is in the input now, show the feedback and record the attempt."""
         verdict = check(self.question, self.input.value, self.seed)
         if not verdict.malformed:
-            self.progress.record(self.question.lesson, self.question.id, verdict.passed,
-                                 answered=verdict.self_assessed)
-        if verdict.self_assessed:
-            look = feedback.info   # neither right nor wrong: the learner judges
-        else:
-            look = feedback.success if verdict.passed else feedback.error
+            self.progress.record(self.question.lesson, self.question.id, verdict.passed, answered=verdict.self_assessed)
+        # a self-assessed answer is neither right nor wrong: the learner judges
+        look = feedback.info if verdict.self_assessed else feedback.success if verdict.passed else feedback.error
         text = look(_html(verdict.message), escape=False)
         if verdict.self_assessed:
             text += f"<br><b>Model answer:</b><br>{_html(verdict.explanation)}"
         elif verdict.explanation:
             text += f"<br>{_html(verdict.explanation)}"
         if verdict.passed and self.question.kind is Kind.CHOICE:
-            others = [f"({key}) {self.question.explanations[key]}" for key in self.question.option_keys
-                      if key != self.question.correct]
+            others = [
+                f"({key}) {self.question.explanations[key]}"
+                for key in self.question.option_keys
+                if key != self.question.correct
+            ]
             text += "<br><i>The other options:</i><br>" + "<br>".join(_html(line) for line in others)
         self.feedback.value = text
         can_reveal = not verdict.passed and not verdict.malformed and self.question.kind is not Kind.FREE

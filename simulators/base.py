@@ -72,8 +72,14 @@ class SimulatorView:
     restarts_run: bool = False  # Reset: True restarts the run with the learner's settings
     relayout: bool = True  # lay the panels out again when a redraw's text would pass the figure's edge
 
-    def __init__(self, controls: Mapping[str, widgets.ValueWidget], *, figsize: tuple[float, float] = (10, 3.8),
-                 num_axes: int = 1, step_label: str | None = "Step") -> None:
+    def __init__(
+        self,
+        controls: Mapping[str, widgets.ValueWidget],
+        *,
+        figsize: tuple[float, float] = (10, 3.8),
+        num_axes: int = 1,
+        step_label: str | None = "Step",
+    ) -> None:
         self.controls = dict(controls)
         self._defaults = {name: control.value for name, control in self.controls.items()}
         self.message = widgets.HTML()
@@ -101,12 +107,14 @@ class SimulatorView:
         self._holding = False
         for control in self.controls.values():
             control.observe(self._on_control_change, names="value")
-        self.widget = widgets.VBox([
-            widgets.HBox(list(self.controls.values()), layout=widgets.Layout(flex_flow="row wrap")),
-            widgets.HBox(buttons),
-            self.message,
-            self.image,
-        ])
+        self.widget = widgets.VBox(
+            [
+                widgets.HBox(list(self.controls.values()), layout=widgets.Layout(flex_flow="row wrap")),
+                widgets.HBox(buttons),
+                self.message,
+                self.image,
+            ]
+        )
         self.update()
 
     # -- what subclasses provide -------------------------------------------------------------
@@ -245,16 +253,19 @@ def figure_text(figure: Figure) -> str:
 def figure_html(png: bytes, alt: str) -> str:
     """The rendered figure as an <img> with its text alternative, scaled down to fit a narrow page."""
     data = base64.b64encode(png).decode("ascii")
-    return (f'<img src="data:image/png;base64,{data}" alt="{html.escape(alt)}" '
-            'style="max-width:100%;height:auto">')
+    return f'<img src="data:image/png;base64,{data}" alt="{html.escape(alt)}" style="max-width:100%;height:auto">'
 
 
 def overflows(figure: Figure, tolerance_in: float = 0.02) -> bool:
     """Whether anything drawn (tick labels, axis labels, titles, legends) reaches past the figure's edges."""
     box = figure.get_tightbbox(figure.canvas.get_renderer())
     width, height = figure.get_size_inches()
-    return (box.x0 < -tolerance_in or box.y0 < -tolerance_in or box.x1 > width + tolerance_in
-            or box.y1 > height + tolerance_in)
+    return (
+        box.x0 < -tolerance_in
+        or box.y0 < -tolerance_in
+        or box.x1 > width + tolerance_in
+        or box.y1 > height + tolerance_in
+    )
 
 
 def _typed(control: widgets.ValueWidget) -> Any:
@@ -277,8 +288,12 @@ def draw_per_step(ax: Any, values: list[int], num_done: int, colour: str) -> Non
     """Per-step values as bars (steps 1..n), those not yet run in grey; a line when there are many steps."""
     steps = np.arange(1, len(values) + 1)
     if len(values) <= MAX_BARS:
-        ax.bar(steps, values, color=[colour if s <= num_done else "0.85" for s in steps],
-               width=1.0 if len(values) > 60 else 0.8)
+        ax.bar(
+            steps,
+            values,
+            color=[colour if s <= num_done else "0.85" for s in steps],
+            width=1.0 if len(values) > 60 else 0.8,
+        )
     else:
         ax.plot(steps, values, color="0.75", lw=2)
         ax.plot(steps[:num_done], values[:num_done], color=colour, lw=2)

@@ -55,8 +55,10 @@ def parse_prompt_lens(text: str, num_seqs: int) -> tuple[int, ...]:
     if len(lens) == 1:
         lens = lens * num_seqs
     if len(lens) != num_seqs:
-        raise InvalidInput(f"Prompt lengths: give one number for all {num_seqs} sequences, or one per sequence "
-                           f"({num_seqs}); got {len(lens)}.")
+        raise InvalidInput(
+            f"Prompt lengths: give one number for all {num_seqs} sequences, or one per sequence "
+            f"({num_seqs}); got {len(lens)}."
+        )
     for n in lens:
         check_int("Prompt lengths (tokens)", n, 1, MAX_PROMPT)
     return tuple(lens)
@@ -85,14 +87,18 @@ class BlockTableConfig:
         check_int("Start after (steps)", self.start_steps, 0, MAX_START_STEPS)
         needed = sum(ceil_div(n, self.block_size) for n in self.prompt_lens)
         if needed > self.num_blocks:
-            raise InvalidInput(f"the prompts alone need {needed} blocks of {self.block_size} tokens, but the pool "
-                               f"has {self.num_blocks} physical blocks. Add physical blocks, use bigger blocks, "
-                               "or shorten the prompts.")
+            raise InvalidInput(
+                f"the prompts alone need {needed} blocks of {self.block_size} tokens, but the pool "
+                f"has {self.num_blocks} physical blocks. Add physical blocks, use bigger blocks, "
+                "or shorten the prompts."
+            )
         later = sum(ceil_div(n + self.start_steps, self.block_size) for n in self.prompt_lens)
         if later > self.num_blocks:
-            raise InvalidInput(f"Start after (steps): after {self.start_steps} steps the sequences would need "
-                               f"{later} blocks, but the pool has {self.num_blocks}. Start earlier or add "
-                               "physical blocks.")
+            raise InvalidInput(
+                f"Start after (steps): after {self.start_steps} steps the sequences would need "
+                f"{later} blocks, but the pool has {self.num_blocks}. Start earlier or add "
+                "physical blocks."
+            )
 
 
 class BlockTables:
@@ -139,10 +145,12 @@ class BlockTables:
         if len(needy) <= num_free:
             return None
         first = needy[num_free]
-        return (f"sequence {first} needs a new block for its token at position {self.lengths[first]:,}, but all "
-                f"{self.config.num_blocks} physical blocks are in use. A server would now make a sequence wait "
-                "and give its blocks to the others (the engine preempts the newest). Press Reset, or add "
-                "physical blocks.")
+        return (
+            f"sequence {first} needs a new block for its token at position {self.lengths[first]:,}, but all "
+            f"{self.config.num_blocks} physical blocks are in use. A server would now make a sequence wait "
+            "and give its blocks to the others (the engine preempts the newest). Press Reset, or add "
+            "physical blocks."
+        )
 
     def step(self) -> None:
         """Every sequence holds one more token; a full last block means a new block from the free list."""
@@ -193,8 +201,17 @@ def _block(ax: Any, x: float, y: float, fill: float, colour: str, edge: str = "w
     ax.add_patch(Rectangle((x, y - 0.4), 0.9, 0.8, facecolor="none", edgecolor=edge, lw=1.2, ls=ls))
 
 
-def draw_tables(ax_logical: Any, ax_physical: Any, tables: list[list[int]], lengths: list[int], num_blocks: int,
-                block_size: int, follow: int = 0, next_free: int | None = None, name: str = "seq") -> None:
+def draw_tables(
+    ax_logical: Any,
+    ax_physical: Any,
+    tables: list[list[int]],
+    lengths: list[int],
+    num_blocks: int,
+    block_size: int,
+    follow: int = 0,
+    next_free: int | None = None,
+    name: str = "seq",
+) -> None:
     """Every sequence's logical blocks in one column on the left, the physical pool as a grid on the right,
     and an arrow for each table entry (the followed sequence's bold, the others' faint)."""
     for ax in (ax_logical, ax_physical):
@@ -207,7 +224,9 @@ def draw_tables(ax_logical: Any, ax_physical: Any, tables: list[list[int]], leng
     for b in sorted(set(where) - used):
         _block(ax_physical, *where[b], 0.0, "0.6")
         if label_physical:
-            ax_physical.text(where[b][0] + 0.45, where[b][1], str(b), ha="center", va="center", fontsize=7, color="0.45")
+            ax_physical.text(
+                where[b][0] + 0.45, where[b][1], str(b), ha="center", va="center", fontsize=7, color="0.45"
+            )
     num_logical = sum(len(t) for t in tables)
     label_logical = num_logical <= MAX_LABELLED
     y, ticks, tick_labels = 0.0, [], []
@@ -224,15 +243,33 @@ def draw_tables(ax_logical: Any, ax_physical: Any, tables: list[list[int]], leng
             if label_physical:
                 ax_physical.text(where[b][0] + 0.45, where[b][1], str(b), ha="center", va="center", fontsize=7)
             if i == follow or num_logical <= MAX_ARROWS:
-                arrow = ConnectionPatch((0.9, y), (where[b][0], where[b][1]), "data", "data",
-                                        axesA=ax_logical, axesB=ax_physical, arrowstyle="-|>", color=colour,
-                                        lw=1.3 if i == follow else 0.6, alpha=0.9 if i == follow else 0.35)
+                arrow = ConnectionPatch(
+                    (0.9, y),
+                    (where[b][0], where[b][1]),
+                    "data",
+                    "data",
+                    axesA=ax_logical,
+                    axesB=ax_physical,
+                    arrowstyle="-|>",
+                    color=colour,
+                    lw=1.3 if i == follow else 0.6,
+                    alpha=0.9 if i == follow else 0.35,
+                )
                 ax_physical.add_artist(arrow)
             y -= 1
         y -= 0.6  # a gap between sequences
     if next_free is not None:
-        ax_physical.add_patch(Rectangle((where[next_free][0] - 0.05, where[next_free][1] - 0.47), 1.0, 0.94,
-                                        facecolor="none", edgecolor="k", lw=1.2, ls="--"))
+        ax_physical.add_patch(
+            Rectangle(
+                (where[next_free][0] - 0.05, where[next_free][1] - 0.47),
+                1.0,
+                0.94,
+                facecolor="none",
+                edgecolor="k",
+                lw=1.2,
+                ls="--",
+            )
+        )
     ax_logical.set_xlim(-0.05, 1.0)
     ax_logical.set_ylim(y + 0.6 - 0.5, 0.5)
     ax_logical.set_yticks(ticks, tick_labels, fontsize=7)
@@ -243,15 +280,24 @@ def draw_tables(ax_logical: Any, ax_physical: Any, tables: list[list[int]], leng
     ax_physical.set_ylim(-rows + 0.3, 0.7)
     ax_physical.set_xticks([])
     ax_physical.set_yticks([])
-    ax_physical.set_xlabel(f"physical blocks 0-{num_blocks - 1} of the pool, {cols} per row; coloured: in use, "
-                           f"filled share written" + ("; dashed: handed out next" if next_free is not None else ""),
-                           fontsize=8)
+    ax_physical.set_xlabel(
+        f"physical blocks 0-{num_blocks - 1} of the pool, {cols} per row; coloured: in use, "
+        f"filled share written" + ("; dashed: handed out next" if next_free is not None else ""),
+        fontsize=8,
+    )
     for spine in (*ax_logical.spines.values(), *ax_physical.spines.values()):
         spine.set_visible(False)
 
 
-def plot_tables(tables: list[list[int]], lengths: list[int], num_blocks: int, block_size: int,
-                follow: int = 0, next_free: int | None = None, name: str = "seq") -> tuple[Any, Any]:
+def plot_tables(
+    tables: list[list[int]],
+    lengths: list[int],
+    num_blocks: int,
+    block_size: int,
+    follow: int = 0,
+    next_free: int | None = None,
+    name: str = "seq",
+) -> tuple[Any, Any]:
     """A new lesson figure of ``draw_tables`` (logical column narrow, the pool wide); returns both axes."""
     import matplotlib.pyplot as plt
 
@@ -272,8 +318,10 @@ def source_side_by_side(left: tuple[str, str], right: tuple[str, str]) -> Any:
 
     def column(title: str, source: str) -> str:
         code = html.escape(textwrap.dedent(source).strip("\n"))
-        return (f"<div style='flex:1;min-width:0'><b>{html.escape(title)}</b>"
-                f"<pre style='font-size:11px;white-space:pre;overflow-x:auto'>{code}</pre></div>")
+        return (
+            f"<div style='flex:1;min-width:0'><b>{html.escape(title)}</b>"
+            f"<pre style='font-size:11px;white-space:pre;overflow-x:auto'>{code}</pre></div>"
+        )
 
     return HTML(f"<div style='display:flex;gap:16px'>{column(*left)}{column(*right)}</div>")
 
@@ -284,18 +332,31 @@ def source_side_by_side(left: tuple[str, str], right: tuple[str, str]) -> Any:
 class BlockTableView(SimulatorView):
     """Step tokens into sequences and watch blocks leave the free list and the tables fill (lesson 10)."""
 
-    def __init__(self, block_size: int = 16, num_blocks: int = 32, prompt_lens: tuple[int, ...] | list[int] = (37, 37, 36),
-                 shuffle: bool = True, seed: int = 0, follow: int = 0, start_steps: int = 0) -> None:
+    def __init__(
+        self,
+        block_size: int = 16,
+        num_blocks: int = 32,
+        prompt_lens: tuple[int, ...] | list[int] = (37, 37, 36),
+        shuffle: bool = True,
+        seed: int = 0,
+        follow: int = 0,
+        start_steps: int = 0,
+    ) -> None:
         self._panels_ready = False  # the base class's first render would draw on panels about to be replaced
         lens = ", ".join(str(n) for n in prompt_lens)
         controls = {
             "block_size": int_control("Block size (tokens)", block_size),
             "num_blocks": int_control("Physical blocks", num_blocks),
             "num_seqs": int_control("Sequences", len(prompt_lens), width="150px"),
-            "prompt_lens": widgets.Text(value=lens, description="Prompt lengths (tokens, one or one per sequence)",
-                                        style={"description_width": "initial"}, layout=widgets.Layout(width="560px")),
-            "shuffle": widgets.Checkbox(value=shuffle, description="Shuffle the free list", indent=False,
-                                        layout=widgets.Layout(width="180px")),
+            "prompt_lens": widgets.Text(
+                value=lens,
+                description="Prompt lengths (tokens, one or one per sequence)",
+                style={"description_width": "initial"},
+                layout=widgets.Layout(width="560px"),
+            ),
+            "shuffle": widgets.Checkbox(
+                value=shuffle, description="Shuffle the free list", indent=False, layout=widgets.Layout(width="180px")
+            ),
             "seed": int_control("Shuffle seed", seed, width="160px"),
             "follow": int_control("Follow sequence", follow, width="170px"),
             "start_steps": int_control("Start after (steps)", start_steps, width="190px"),
@@ -317,7 +378,9 @@ class BlockTableView(SimulatorView):
     def on_change(self, name: str) -> None:
         # More or fewer sequences: trim the prompt lengths, or repeat the last one.
         if name == "num_seqs":
-            lens = [p.strip() for p in str(self.controls["prompt_lens"].value).replace(";", ",").split(",") if p.strip()]
+            lens = [
+                p.strip() for p in str(self.controls["prompt_lens"].value).replace(";", ",").split(",") if p.strip()
+            ]
             num_seqs = self.values["num_seqs"]
             if lens and isinstance(num_seqs, int) and 1 <= num_seqs <= MAX_SEQS and len(lens) > 1:
                 lens = (lens + [lens[-1]] * num_seqs)[:num_seqs]
@@ -326,28 +389,47 @@ class BlockTableView(SimulatorView):
     def step(self) -> None:
         """Add a token to each sequence; a full pool is reported in the message line, the figure stays."""
         if self.model is not None and self.error is None and self.model.full_message:
-            self.message.value = info(f"<b>The pool is full:</b> {html.escape(self.model.full_message)}",
-                                      escape=False)  # nothing typed was wrong: information
+            self.message.value = info(
+                f"<b>The pool is full:</b> {html.escape(self.model.full_message)}", escape=False
+            )  # nothing typed was wrong: information
             return
         super().step()
 
     def build(self, values: dict[str, Any]) -> BlockTables:
         num_seqs = check_int("Sequences", values["num_seqs"], 1, MAX_SEQS)
-        return BlockTables(BlockTableConfig(values["block_size"], values["num_blocks"],
-                                            parse_prompt_lens(values["prompt_lens"], num_seqs),
-                                            bool(values["shuffle"]), values["seed"], values["follow"],
-                                            values["start_steps"]))
+        return BlockTables(
+            BlockTableConfig(
+                values["block_size"],
+                values["num_blocks"],
+                parse_prompt_lens(values["prompt_lens"], num_seqs),
+                bool(values["shuffle"]),
+                values["seed"],
+                values["follow"],
+                values["start_steps"],
+            )
+        )
 
     def draw(self, model: BlockTables) -> str:
         c = model.config
         left, right = self.axes
-        draw_tables(left, right, model.tables, model.lengths, c.num_blocks, c.block_size, c.follow,
-                    model.free[0] if model.free else None)
+        draw_tables(
+            left,
+            right,
+            model.tables,
+            model.lengths,
+            c.num_blocks,
+            c.block_size,
+            c.follow,
+            model.free[0] if model.free else None,
+        )
         pairs = sum(max(len(t) - 1, 0) for t in model.tables)
         adjacent = sum(num_adjacent(t) for t in model.tables)
         left.set_title("each sequence: its blocks in order", fontsize=10)
-        right.set_title(f"the pool: {model.num_used} of {c.num_blocks} blocks in use; {adjacent} of {pairs} "
-                        "neighbours in a table are neighbours in memory", fontsize=10)
+        right.set_title(
+            f"the pool: {model.num_used} of {c.num_blocks} blocks in use; {adjacent} of {pairs} "
+            "neighbours in a table are neighbours in memory",
+            fontsize=10,
+        )
         return self._summary(model)
 
     @staticmethod
@@ -356,14 +438,21 @@ class BlockTableView(SimulatorView):
         table, n = m.tables[f], m.lengths[f]
         shown = ", ".join(str(b) for b in table[:24]) + (", ..." if len(table) > 24 else "")
         last = n - 1
-        where = (f"its newest token, position {last:,}, is in logical block {last // c.block_size} at offset "
-                 f"{last % c.block_size} → physical block {table[last // c.block_size]}, slot "
-                 f"{m.slot(f, last):,} of the pool.")
-        nxt = (f"Next free block: {m.free[0]}." if m.free else "No block is free: the next new block cannot be had.")
+        where = (
+            f"its newest token, position {last:,}, is in logical block {last // c.block_size} at offset "
+            f"{last % c.block_size} → physical block {table[last // c.block_size]}, slot "
+            f"{m.slot(f, last):,} of the pool."
+        )
+        nxt = f"Next free block: {m.free[0]}." if m.free else "No block is free: the next new block cannot be had."
         needy = m.blocks_needed_next
-        ahead = (f" The next step needs {len(needy)} new block{'s' if len(needy) != 1 else ''} "
-                 f"(sequence{'s' if len(needy) != 1 else ''} {', '.join(map(str, needy))})." if needy else
-                 " The next step fits in the blocks already held.")
-        return (f"Step {m.num_steps_done}: {plural(m.num_used, 'block')} in use, {m.num_free} free; "
-                f"{plural(m.num_empty_slots, 'slot')} held but not yet written. Sequence {f}: "
-                f"{plural(n, 'token')} in {plural(len(table), 'block')}, table [{shown}]; {where} {nxt}{ahead}")
+        ahead = (
+            f" The next step needs {len(needy)} new block{'s' if len(needy) != 1 else ''} "
+            f"(sequence{'s' if len(needy) != 1 else ''} {', '.join(map(str, needy))})."
+            if needy
+            else " The next step fits in the blocks already held."
+        )
+        return (
+            f"Step {m.num_steps_done}: {plural(m.num_used, 'block')} in use, {m.num_free} free; "
+            f"{plural(m.num_empty_slots, 'slot')} held but not yet written. Sequence {f}: "
+            f"{plural(n, 'token')} in {plural(len(table), 'block')}, table [{shown}]; {where} {nxt}{ahead}"
+        )

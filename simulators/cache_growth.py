@@ -48,8 +48,10 @@ class CacheGrowthConfig:
         check_int("Prompt length (tokens)", self.prompt_len, 1, context)
         check_int("Answer length (tokens)", self.num_new_tokens, 1, context)
         if self.prompt_len + self.num_new_tokens > context:
-            raise InvalidInput(f"Prompt length + answer length = {self.prompt_len + self.num_new_tokens:,} tokens, "
-                               f"more than the model's context of {context:,} positions.")
+            raise InvalidInput(
+                f"Prompt length + answer length = {self.prompt_len + self.num_new_tokens:,} tokens, "
+                f"more than the model's context of {context:,} positions."
+            )
         check_choice("Bytes per number", self.bytes_per_value, BYTES_PER_VALUE_CHOICES)
 
 
@@ -165,8 +167,9 @@ class CacheGrowthView(SimulatorView):
 
     restarts_run = True  # Reset starts the request again; the learner's settings stay
 
-    def __init__(self, prompt_len: int = 30, num_new_tokens: int = 24, bytes_per_value: int = 4,
-                 model_config: Any = None) -> None:
+    def __init__(
+        self, prompt_len: int = 30, num_new_tokens: int = 24, bytes_per_value: int = 4, model_config: Any = None
+    ) -> None:
         self.model_config = model_config if model_config is not None else DEFAULT_MODEL
         controls = {
             "prompt_len": int_control("Prompt length (tokens)", prompt_len),
@@ -176,8 +179,11 @@ class CacheGrowthView(SimulatorView):
         super().__init__(controls, num_axes=2, figsize=(11, 4.0), step_label="Next step")
 
     def build(self, values: dict[str, Any]) -> CacheGrowth:
-        model = CacheGrowth(CacheGrowthConfig(values["prompt_len"], values["num_new_tokens"],
-                                              values["bytes_per_value"], self.model_config))
+        model = CacheGrowth(
+            CacheGrowthConfig(
+                values["prompt_len"], values["num_new_tokens"], values["bytes_per_value"], self.model_config
+            )
+        )
         model.step()  # show the prefill burst straight away
         return model
 
@@ -202,8 +208,9 @@ class CacheGrowthView(SimulatorView):
         total_ax.set_ylim(0, held[-1] * 1.15)
         total_ax.set_xlabel("forward pass (step); the request ends after the last one")
         total_ax.set_ylabel(f"bytes held ({unit})")
-        total_ax.set_title(f"a burst of {format_bytes(model.prefill_bytes)}, "
-                           f"then +{format_bytes(model.bytes_per_token)} per token")
+        total_ax.set_title(
+            f"a burst of {format_bytes(model.prefill_bytes)}, then +{format_bytes(model.bytes_per_token)} per token"
+        )
         total_ax.legend(loc="upper left", fontsize=8)
         total_ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
@@ -213,13 +220,20 @@ class CacheGrowthView(SimulatorView):
         layer_ax.set_ylim(0, model.bytes_per_layer_curve[-1] / layer_size * 1.15)
         layer_ax.set_xlabel("layer")
         layer_ax.set_ylabel(f"bytes held in that layer ({layer_unit})")
-        layer_ax.set_title(f"request ended: all {model.num_layers} layers freed" if model.ended
-                           else f"each of {model.num_layers} layers holds {format_bytes(model.bytes_per_layer)}")
+        layer_ax.set_title(
+            f"request ended: all {model.num_layers} layers freed"
+            if model.ended
+            else f"each of {model.num_layers} layers holds {format_bytes(model.bytes_per_layer)}"
+        )
         layer_ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
         if model.ended:
-            return (f"The request has ended: its cache (peak {format_bytes(model.peak_bytes)}, "
-                    f"{model.tokens_held_curve[-1]:,} tokens) is freed, all at once.")
-        return (f"Step {k} of {n} ({model.phase}): added {format_bytes(model.bytes_added_last_step)}; "
-                f"the cache holds K and V for {model.tokens_held:,} tokens: {format_bytes(model.bytes_held)} "
-                f"in total, {format_bytes(model.bytes_per_layer)} per layer. The next step reads all of it.")
+            return (
+                f"The request has ended: its cache (peak {format_bytes(model.peak_bytes)}, "
+                f"{model.tokens_held_curve[-1]:,} tokens) is freed, all at once."
+            )
+        return (
+            f"Step {k} of {n} ({model.phase}): added {format_bytes(model.bytes_added_last_step)}; "
+            f"the cache holds K and V for {model.tokens_held:,} tokens: {format_bytes(model.bytes_held)} "
+            f"in total, {format_bytes(model.bytes_per_layer)} per layer. The next step reads all of it."
+        )

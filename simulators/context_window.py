@@ -157,14 +157,23 @@ class ContextWindowView(CardView):
 
     stepped = {"num_users": "num_users"}  # Step changes this box: it shows the new value
 
-    def __init__(self, gpu: str | None = None, *, card_gib: float | None = None, model: str = DEFAULT_MODEL,
-                 bytes_per_value: int = 2, num_users: int = 1, shared_percent: float = 0.0, block_size: int = 16,
-                 ) -> None:
+    def __init__(
+        self,
+        gpu: str | None = None,
+        *,
+        card_gib: float | None = None,
+        model: str = DEFAULT_MODEL,
+        bytes_per_value: int = 2,
+        num_users: int = 1,
+        shared_percent: float = 0.0,
+        block_size: int = 16,
+    ) -> None:
         controls = {
             **self.card_controls(gpu, card_gib, DEFAULT_GPU, "280px"),
             "model": model_dropdown(model, ModelFact.CONTEXT, width="280px"),
-            "bytes_per_value": bytes_per_value_dropdown(bytes_per_value, description="Weights and cache in",
-                                                        width="280px"),
+            "bytes_per_value": bytes_per_value_dropdown(
+                bytes_per_value, description="Weights and cache in", width="280px"
+            ),
             "num_users": int_control("Users at once", num_users),
             "shared_percent": float_control("Shared prefix (% of each conversation)", shared_percent, width="330px"),
             "block_size": int_control("Block size (tokens)", block_size),
@@ -187,8 +196,14 @@ class ContextWindowView(CardView):
         names = {LEFT: "unused: the model reads no further" if m.limit == MODEL else "left over (whole blocks)"}
         for name, size in m.budget_terms().items():
             if size > 0:
-                ax.bar(0, size / unit, bottom=base, width=0.6, color=_COLOURS[name],
-                       label=f"{names.get(name, name)}: {format_bytes(size)}")
+                ax.bar(
+                    0,
+                    size / unit,
+                    bottom=base,
+                    width=0.6,
+                    color=_COLOURS[name],
+                    label=f"{names.get(name, name)}: {format_bytes(size)}",
+                )
                 base += size / unit
         draw_card_top(ax, m.budget, "the card", headroom=0.45)
         if m.window == 0:
@@ -211,7 +226,9 @@ class ContextWindowView(CardView):
             ax.plot(users[keep], windows[keep], color="C1" if i == 0 else "C2", lw=2, label=f"memory: {name}")
         ax.axhline(m.max_context, color="0.4", ls=":", lw=1.5, label=f"the model reads {m.max_context:,}")
         if m.window:
-            ax.plot([m.num_users], [m.window], "o", color="C3", ms=7, label=f"{plural(m.num_users, 'user')}: {m.window:,}")
+            ax.plot(
+                [m.num_users], [m.window], "o", color="C3", ms=7, label=f"{plural(m.num_users, 'user')}: {m.window:,}"
+            )
         log_axes(ax)
         ax.set_xlabel("users at once (log scale)")
         ax.set_ylabel("window per user (tokens, log scale)")
@@ -222,26 +239,51 @@ class ContextWindowView(CardView):
     def _summary(m: ContextWindow) -> str:
         c = m.config
         terms = m.budget_terms()
-        head = (f"{format_bytes(c.total_bytes)} card: {format_bytes(m.budget.weight_bytes)} of weights leave "
-                f"{format_bytes(m.budget.kv_bytes)} = {m.num_blocks:,} blocks of {c.block_size} tokens "
-                f"({m.bytes_per_token:,} bytes per token). ")
+        head = (
+            f"{format_bytes(c.total_bytes)} card: {format_bytes(m.budget.weight_bytes)} of weights leave "
+            f"{format_bytes(m.budget.kv_bytes)} = {m.num_blocks:,} blocks of {c.block_size} tokens "
+            f"({m.bytes_per_token:,} bytes per token). "
+        )
         who = f"{plural(m.num_users, 'user')}, {c.shared_percent:g} % of each conversation shared: "
         if m.window == 0:
-            return head + who + (f"<b>no window</b>: the pool cannot give each user even one block "
-                                 f"({m.num_blocks:,} blocks for {m.num_users:,} users).")
+            return (
+                head
+                + who
+                + (
+                    f"<b>no window</b>: the pool cannot give each user even one block "
+                    f"({m.num_blocks:,} blocks for {m.num_users:,} users)."
+                )
+            )
         if m.limit == MODEL:
-            return head + who + (f"memory holds {m.memory_window:,} tokens{' each' if m.num_users > 1 else ''}, "
-                                 f"but {c.model} reads at most "
-                                 f"{m.max_context:,}: <b>the window is {m.window:,} tokens, set by the positions the "
-                                 f"model's config declares</b> (max_position_embeddings).")
-        shared = (f", the shared prefix ({m.shared_tokens:,} tokens) {format_bytes(terms[SHARED])}"
-                  f" once (without sharing: {m.unshared_window:,} tokens each)" if c.shared_percent > 0 else "")
+            return (
+                head
+                + who
+                + (
+                    f"memory holds {m.memory_window:,} tokens{' each' if m.num_users > 1 else ''}, "
+                    f"but {c.model} reads at most "
+                    f"{m.max_context:,}: <b>the window is {m.window:,} tokens, set by the positions the "
+                    f"model's config declares</b> (max_position_embeddings)."
+                )
+            )
+        shared = (
+            f", the shared prefix ({m.shared_tokens:,} tokens) {format_bytes(terms[SHARED])}"
+            f" once (without sharing: {m.unshared_window:,} tokens each)"
+            if c.shared_percent > 0
+            else ""
+        )
         lost, whose = m.exact_window - m.window, ("users'" if m.num_users > 1 else "user's")
-        rounding = (f"{'each' if m.num_users > 1 else 'the'} window is {lost:,} tokens shorter than counting "
-                    "byte by byte" if lost
-                    else "it costs no user a token here")
-        return head + who + (
-            f"<b>the window is {m.window:,} tokens{' each' if m.num_users > 1 else ''}, set by memory</b>: "
-            f"the {whose} own tokens take "
-            f"{format_bytes(terms[OWN])}{shared}; {format_bytes(terms[LEFT])} is left over because blocks are "
-            f"whole ({rounding}).")
+        rounding = (
+            f"{'each' if m.num_users > 1 else 'the'} window is {lost:,} tokens shorter than counting byte by byte"
+            if lost
+            else "it costs no user a token here"
+        )
+        return (
+            head
+            + who
+            + (
+                f"<b>the window is {m.window:,} tokens{' each' if m.num_users > 1 else ''}, set by memory</b>: "
+                f"the {whose} own tokens take "
+                f"{format_bytes(terms[OWN])}{shared}; {format_bytes(terms[LEFT])} is left over because blocks are "
+                f"whole ({rounding})."
+            )
+        )

@@ -43,35 +43,54 @@ def _width(description: str, content_px: float, given: str | None) -> str:
 
 def int_control(description: str, value: int, width: str | None = None) -> WholeNumberText:
     """A typed whole-number box: learners may type anything, the model decides what is valid."""
-    return WholeNumberText(value=value, description=description, style={"description_width": "initial"},
-                           layout=widgets.Layout(width=_width(description, NUMBER_BOX_PX, width)))
+    return WholeNumberText(
+        value=value,
+        description=description,
+        style={"description_width": "initial"},
+        layout=widgets.Layout(width=_width(description, NUMBER_BOX_PX, width)),
+    )
 
 
 def float_control(description: str, value: float, width: str | None = None) -> widgets.FloatText:
     """A typed number box; out-of-range values become a message, not a traceback."""
-    return widgets.FloatText(value=value, description=description, style={"description_width": "initial"},
-                             layout=widgets.Layout(width=_width(description, NUMBER_BOX_PX, width)))
+    return widgets.FloatText(
+        value=value,
+        description=description,
+        style={"description_width": "initial"},
+        layout=widgets.Layout(width=_width(description, NUMBER_BOX_PX, width)),
+    )
 
 
-def dropdown_control(description: str, options: Sequence[tuple[str, Any]], value: Any,
-                     width: str | None = None) -> widgets.Dropdown:
+def dropdown_control(
+    description: str, options: Sequence[tuple[str, Any]], value: Any, width: str | None = None
+) -> widgets.Dropdown:
     """A dropdown of (label, value) options, its description and its longest option shown in full."""
     longest = max((len(str(label)) for label, _ in options), default=8)
     layout = widgets.Layout(width=_width(description, longest * CHAR_PX + DROPDOWN_PAD_PX, width))
-    return widgets.Dropdown(options=list(options), value=value, description=description,
-                            style={"description_width": "initial"}, layout=layout)
+    return widgets.Dropdown(
+        options=list(options),
+        value=value,
+        description=description,
+        style={"description_width": "initial"},
+        layout=layout,
+    )
 
 
-def model_dropdown(value: str, fact: ModelFact, description: str = "Model", width: str | None = None,
-                   ) -> widgets.Dropdown:
+def model_dropdown(
+    value: str,
+    fact: ModelFact,
+    description: str = "Model",
+    width: str | None = None,
+) -> widgets.Dropdown:
     """Every preset model, each labelled with the fact its lesson turns on; ValueError for an unknown name."""
     if value not in MODEL_CONFIGS:
         raise ValueError(f"unknown model {value!r}; choose one of {sorted(MODEL_CONFIGS)}")
     return dropdown_control(description, [(model_label(n, fact), n) for n in sorted(MODEL_CONFIGS)], value, width)
 
 
-def bytes_per_value_dropdown(value: int, values: Sequence[int] = (2, 4, 1), description: str = "Bytes per value",
-                             width: str | None = None) -> widgets.Dropdown:
+def bytes_per_value_dropdown(
+    value: int, values: Sequence[int] = (2, 4, 1), description: str = "Bytes per value", width: str | None = None
+) -> widgets.Dropdown:
     """The bytes a stored number takes, in the one label style (``labels.bytes_per_value_choices``)."""
     return dropdown_control(description, bytes_per_value_choices(*values), value, width)
 
@@ -110,6 +129,9 @@ class Preset:
         if changed == self.control:
             for name, value in figures.items():
                 controls[name].value = value
-        elif (changed in figures and self.custom is not None
-              and any(controls[name].value != value for name, value in figures.items())):
+        elif (
+            changed in figures
+            and self.custom is not None
+            and any(controls[name].value != value for name, value in figures.items())
+        ):
             controls[self.control].value = self.custom

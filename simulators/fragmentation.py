@@ -87,14 +87,20 @@ class FragmentationConfig:
                 raise InvalidInput(
                     f"Pool (token slots): a request of this trace reserves {biggest:,} slots (its prompt + the "
                     f"answer limit), more than the pool's {self.pool_slots:,}; it could never be admitted. "
-                    "Make the pool larger or the answer limit smaller.")
+                    "Make the pool larger or the answer limit smaller."
+                )
 
     @property
     def trace_config(self) -> workload.TraceConfig:
         """The shared trace with this config's knobs (prompt and answer means as in the lesson trace)."""
-        return dataclasses.replace(workload.LESSON_TRACE, num_requests=self.num_requests,
-                                   arrivals_per_step=float(self.arrivals_per_step), sigma=float(self.sigma),
-                                   answer_limit=int(self.answer_limit), seed=int(self.seed))
+        return dataclasses.replace(
+            workload.LESSON_TRACE,
+            num_requests=self.num_requests,
+            arrivals_per_step=float(self.arrivals_per_step),
+            sigma=float(self.sigma),
+            answer_limit=int(self.answer_limit),
+            seed=int(self.seed),
+        )
 
 
 class Fragmentation:
@@ -166,7 +172,7 @@ def strip_codes(segments: Sequence[Segment], num_slots: int) -> np.ndarray:
     """The memory map as one category code (``CODES``) per token slot."""
     codes = np.empty(num_slots, dtype=np.int8)
     for s in segments:
-        codes[s.start:s.end] = CODES[s.category]
+        codes[s.start : s.end] = CODES[s.category]
     return codes
 
 
@@ -183,8 +189,9 @@ class MapOverTime:
     report: MemoryReport
 
 
-def memory_map_over_time(trace: list[workload.TraceRequest], num_slots: int, *, every: int = 10,
-                         slot_bin: int = 16) -> MapOverTime:
+def memory_map_over_time(
+    trace: list[workload.TraceRequest], num_slots: int, *, every: int = 10, slot_bin: int = 16
+) -> MapOverTime:
     """Replay ``trace`` to the end, keeping the memory map of every ``every``-th step, ``slot_bin`` slots
     to a row (each row shows its most common category)."""
     if num_slots % slot_bin:
@@ -205,8 +212,13 @@ def _replayed(config: workload.TraceConfig, num_slots: int) -> MemoryReport:
     return simulate_reservation(workload.request_trace(config), num_slots)
 
 
-def sweep(setting: str, values: Sequence[float], *, trace_config: workload.TraceConfig = workload.LESSON_TRACE,
-          pool_slots: int = workload.LESSON_POOL_SLOTS) -> list[MemoryReport]:
+def sweep(
+    setting: str,
+    values: Sequence[float],
+    *,
+    trace_config: workload.TraceConfig = workload.LESSON_TRACE,
+    pool_slots: int = workload.LESSON_POOL_SLOTS,
+) -> list[MemoryReport]:
     """The reservation replay once per value of one setting: ``pool_slots`` or a TraceConfig field.
 
     A trace and pool replayed before are not replayed again (the sweeps of one lesson share their
@@ -240,8 +252,7 @@ def oracle_trace(trace: list[workload.TraceRequest]) -> list[workload.TraceReque
 
 
 def category_legend(ax: Any, categories: Sequence[str] = CATEGORIES, **kwargs: Any) -> None:
-    handles = [Patch(facecolor=STYLE[c][0], hatch=STYLE[c][1], edgecolor="0.4", label=STYLE[c][2])
-               for c in categories]
+    handles = [Patch(facecolor=STYLE[c][0], hatch=STYLE[c][1], edgecolor="0.4", label=STYLE[c][2]) for c in categories]
     ax.legend(handles=handles, **{"fontsize": 8, **kwargs})
 
 
@@ -249,9 +260,16 @@ def draw_map(ax: Any, image: MapOverTime, title: str) -> None:
     """The slot x step map: each column is the memory strip at one step, turned upright."""
     steps, rows = image.steps, image.codes.shape[0]
     half = (steps[1] - steps[0]) / 2 if len(steps) > 1 else 0.5
-    ax.imshow(image.codes, aspect="auto", origin="lower", interpolation="nearest", cmap=COLOURS,
-              vmin=-0.5, vmax=len(CATEGORIES) - 0.5,
-              extent=(steps[0] - half, steps[-1] + half, 0, rows * image.slot_bin))
+    ax.imshow(
+        image.codes,
+        aspect="auto",
+        origin="lower",
+        interpolation="nearest",
+        cmap=COLOURS,
+        vmin=-0.5,
+        vmax=len(CATEGORIES) - 0.5,
+        extent=(steps[0] - half, steps[-1] + half, 0, rows * image.slot_bin),
+    )
     ax.set_xlabel("engine step")
     ax.set_ylabel("slot (address in the pool)")
     plain_ticks(ax.xaxis, ax.yaxis)
@@ -267,8 +285,12 @@ def draw_history(ax: Any, history: Sequence[StepRecord], num_slots: int, title: 
         if shown[-1] is not history[-1]:
             shown.append(history[-1])
         steps = [r.step for r in shown]
-        ax.stackplot(steps, *[[getattr(r, c) for r in shown] for c in CATEGORIES],
-                     colors=[STYLE[c][0] for c in CATEGORIES], labels=[STYLE[c][2] for c in CATEGORIES])
+        ax.stackplot(
+            steps,
+            *[[getattr(r, c) for r in shown] for c in CATEGORIES],
+            colors=[STYLE[c][0] for c in CATEGORIES],
+            labels=[STYLE[c][2] for c in CATEGORIES],
+        )
         ax.set_xlim(steps[0], max(steps[-1], steps[0] + 1))
     ax.set_ylim(0, num_slots)
     ax.set_xlabel("engine step")
@@ -279,28 +301,49 @@ def draw_history(ax: Any, history: Sequence[StepRecord], num_slots: int, title: 
         category_legend(ax, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncols=3)
 
 
-def draw_strip(ax: Any, segments: Sequence[Segment], num_slots: int, *, blocked: TurnedAway | None = None,
-               title: str = "", legend: bool = False) -> None:
+def draw_strip(
+    ax: Any,
+    segments: Sequence[Segment],
+    num_slots: int,
+    *,
+    blocked: TurnedAway | None = None,
+    title: str = "",
+    legend: bool = False,
+) -> None:
     """The pool as one strip of slots: regions split by category, holes hatched, a refused request above."""
     ax.clear()
     for category in CATEGORIES:
         spans = [(s.start, s.num_slots) for s in segments if s.category == category]
         if spans:
             colour, hatch, _ = STYLE[category]
-            ax.broken_barh(spans, (0, 1), facecolors=colour, hatch=hatch or None,
-                           edgecolor="#7f0000" if category == "external" else "none", linewidth=0.6)
+            ax.broken_barh(
+                spans,
+                (0, 1),
+                facecolors=colour,
+                hatch=hatch or None,
+                edgecolor="#7f0000" if category == "external" else "none",
+                linewidth=0.6,
+            )
     starts = [s.start for s in segments if s.request is not None and s.category == "used"]
     ax.vlines(starts, 0, 1, colors="black", lw=0.7)  # where one request's region ends and the next begins
     if blocked is not None:
         hole = max((s for s in segments if s.request is None), key=lambda s: s.num_slots)
-        ax.add_patch(Rectangle((hole.start, 1.25), blocked.needed, 0.5, facecolor="none", edgecolor="#b00000",
-                               lw=2, ls="--"))
+        ax.add_patch(
+            Rectangle((hole.start, 1.25), blocked.needed, 0.5, facecolor="none", edgecolor="#b00000", lw=2, ls="--")
+        )
         ax.add_patch(Rectangle((hole.start, 1.25), hole.num_slots, 0.5, facecolor="#d62728", alpha=0.25))
         on_the_left = hole.start + blocked.needed / 2 > num_slots / 2  # the label goes where there is room
         x = hole.start - 0.01 * num_slots if on_the_left else hole.start + blocked.needed + 0.01 * num_slots
-        ax.text(x, 1.5, f"request {blocked.request} needs {blocked.needed:,} in a row (dashed): refused\n"
-                f"the largest hole holds {blocked.largest_gap:,} (shaded); {blocked.free:,} are free in total",
-                ha="right" if on_the_left else "left", va="center", fontsize=8, color="#b00000")
+        ax.text(
+            x,
+            1.5,
+            f"request {blocked.request} needs {blocked.needed:,} in a row (dashed): refused\n"
+            f"the largest hole holds {blocked.largest_gap:,} (shaded); {blocked.free:,} are free in total",
+            ha="right" if on_the_left else "left",
+            va="center",
+            fontsize=8,
+            color="#b00000",
+        )
     ax.set_xlim(0, num_slots)
     ax.set_ylim(-0.05, 1.9)
     ax.set_yticks([])
@@ -328,11 +371,16 @@ def strip_title(record: StepRecord | None, blocked: TurnedAway | None, holes: Se
 class FragmentationView(SimulatorView):
     """The memory strip of the reservation allocator, a few engine steps per click (lesson 09)."""
 
-    def __init__(self, pool_slots: int = workload.LESSON_POOL_SLOTS,
-                 answer_limit: int = workload.LESSON_TRACE.answer_limit,
-                 arrivals_per_step: float = workload.LESSON_TRACE.arrivals_per_step,
-                 sigma: float = workload.LESSON_TRACE.sigma, seed: int = workload.LESSON_TRACE.seed,
-                 steps_per_click: int = 25, start_step: int = 0) -> None:
+    def __init__(
+        self,
+        pool_slots: int = workload.LESSON_POOL_SLOTS,
+        answer_limit: int = workload.LESSON_TRACE.answer_limit,
+        arrivals_per_step: float = workload.LESSON_TRACE.arrivals_per_step,
+        sigma: float = workload.LESSON_TRACE.sigma,
+        seed: int = workload.LESSON_TRACE.seed,
+        steps_per_click: int = 25,
+        start_step: int = 0,
+    ) -> None:
         self._arranged = False
         controls = {
             "pool_slots": int_control("Pool (token slots)", pool_slots),
@@ -362,11 +410,19 @@ class FragmentationView(SimulatorView):
         self._arrange()
         strip_ax, history_ax = self.axes
         record, blocked, holes = model.record, model.blocked, model.holes
-        draw_strip(strip_ax, model.segments, model.config.pool_slots, blocked=blocked,
-                   title=strip_title(record, blocked, holes))
+        draw_strip(
+            strip_ax,
+            model.segments,
+            model.config.pool_slots,
+            blocked=blocked,
+            title=strip_title(record, blocked, holes),
+        )
         so_far = model.report.utilisation
-        title = (f"so far {so_far:.0%} of the slot-steps under demand held real tokens"
-                 if record is not None else "press Step to replay the trace")
+        title = (
+            f"so far {so_far:.0%} of the slot-steps under demand held real tokens"
+            if record is not None
+            else "press Step to replay the trace"
+        )
         draw_history(history_ax, model.report.history, model.config.pool_slots, title)
         return self._summary(model)
 
@@ -374,18 +430,24 @@ class FragmentationView(SimulatorView):
     def _summary(m: Fragmentation) -> str:
         c, r = m.config, m.record
         if r is None:
-            return (f"{len(m.trace)} requests, a pool of {c.pool_slots:,} token slots; each request reserves its "
-                    f"prompt + {c.answer_limit:,} slots. Press <b>Step</b> to replay {c.steps_per_click:,} steps.")
+            return (
+                f"{len(m.trace)} requests, a pool of {c.pool_slots:,} token slots; each request reserves its "
+                f"prompt + {c.answer_limit:,} slots. Press <b>Step</b> to replay {c.steps_per_click:,} steps."
+            )
         holes = m.holes
         free = sum(h.num_slots for h in holes)
-        text = (f"Step {r.step:,}: {r.running} running, {r.waiting} waiting, {m.num_served} of {len(m.trace)} served. "
-                f"Slots: {r.used:,} real tokens · {r.reserved_future:,} reserved for tokens to come · "
-                f"{r.internal:,} never to be written · {free:,} free in {len(holes)} holes"
-                f" (largest {max((h.num_slots for h in holes), default=0):,}). ")
+        text = (
+            f"Step {r.step:,}: {r.running} running, {r.waiting} waiting, {m.num_served} of {len(m.trace)} served. "
+            f"Slots: {r.used:,} real tokens · {r.reserved_future:,} reserved for tokens to come · "
+            f"{r.internal:,} never to be written · {free:,} free in {len(holes)} holes"
+            f" (largest {max((h.num_slots for h in holes), default=0):,}). "
+        )
         if m.blocked is not None:
             b = m.blocked
-            text += (f"<b>Request {b.request} turned away</b>: it needs {b.needed:,} slots in a row; "
-                     f"{b.free:,} are free, but the largest hole is {b.largest_gap:,}. ")
+            text += (
+                f"<b>Request {b.request} turned away</b>: it needs {b.needed:,} slots in a row; "
+                f"{b.free:,} are free, but the largest hole is {b.largest_gap:,}. "
+            )
         text += f"Whole run so far: {m.report.utilisation:.1%} real tokens. "
         if m.done:
             return text + "Every request served: press Reset to replay."

@@ -37,10 +37,12 @@ def literature_table(limit_reserved: MemoryReport, exact_lengths: MemoryReport) 
 
     A last row gives reservation / token states: how much room waits for tokens still to come per token held.
     """
-    columns = {"Orca (Max), paper": ORCA["Max"],
-               "limit reserved, this replay": _shares(limit_reserved),
-               "Orca (Oracle), paper": ORCA["Oracle"],
-               "exact lengths, this replay": _shares(exact_lengths)}
+    columns = {
+        "Orca (Max), paper": ORCA["Max"],
+        "limit reserved, this replay": _shares(limit_reserved),
+        "Orca (Oracle), paper": ORCA["Oracle"],
+        "exact lengths, this replay": _shares(exact_lengths),
+    }
     table = pd.DataFrame(columns, index=list(PAPER_CATEGORIES))
     table.loc["reservation / token states"] = table.loc["reservation"] / table.loc["token states"]
     return table.round(2)
@@ -58,25 +60,33 @@ def _base_value(setting: str, base: workload.TraceConfig, pool_slots: int) -> fl
     return pool_slots if setting == "pool_slots" else getattr(base, setting)
 
 
-def sweep_table(settings: Mapping[str, Sequence[float]], *, base: workload.TraceConfig = workload.LESSON_TRACE,
-                pool_slots: int = workload.LESSON_POOL_SLOTS) -> pd.DataFrame:
+def sweep_table(
+    settings: Mapping[str, Sequence[float]],
+    *,
+    base: workload.TraceConfig = workload.LESSON_TRACE,
+    pool_slots: int = workload.LESSON_POOL_SLOTS,
+) -> pd.DataFrame:
     """One row per (setting, value): the replay's shares in %, with the trace facts that explain them."""
     rows = []
     for setting, values in settings.items():
         for value, report in zip(values, sweep(setting, values, trace_config=base, pool_slots=pool_slots), strict=True):
             trace = workload.request_trace(_trace_config(setting, value, base))
             answers = [r.num_output_tokens for r in trace]
-            rows.append({
-                "setting": setting, "value": value, "x lesson": value / _base_value(setting, base, pool_slots),
-                REAL: 100 * report.utilisation,
-                "inside regions (%)": 100 * share_inside_regions(report),
-                "internal (%)": 100 * report.share("internal"),
-                "external (%)": 100 * report.share("external"),
-                "answers cut off (%)": 100 * sum(not r.ends_early for r in trace) / len(trace),
-                "mean answer (tokens)": sum(answers) / len(answers),
-                "answer per slot-step (tokens)": sum(n * n for n in answers) / sum(answers),
-                "running at once": report.mean_running,
-            })
+            rows.append(
+                {
+                    "setting": setting,
+                    "value": value,
+                    "x lesson": value / _base_value(setting, base, pool_slots),
+                    REAL: 100 * report.utilisation,
+                    "inside regions (%)": 100 * share_inside_regions(report),
+                    "internal (%)": 100 * report.share("internal"),
+                    "external (%)": 100 * report.share("external"),
+                    "answers cut off (%)": 100 * sum(not r.ends_early for r in trace) / len(trace),
+                    "mean answer (tokens)": sum(answers) / len(answers),
+                    "answer per slot-step (tokens)": sum(n * n for n in answers) / sum(answers),
+                    "running at once": report.mean_running,
+                }
+            )
     return pd.DataFrame(rows)
 
 

@@ -52,8 +52,10 @@ BYTES_PER_VALUE_CHOICES = bytes_per_value_choices(2, 4, 1)  # one width for the 
 
 # A card fills in its memory (lessons 08, 15), or its bandwidth and compute (lesson 14).
 MEMORY_PRESET = Preset("gpu", {name: {"card_gib": gb} for name, gb in GPU_PRESETS.items()})
-ROOFLINE_PRESET = Preset("hardware", {board: {"bandwidth_gbs": card.bandwidth_gbs, "tflops": card.tflops}
-                                      for board, card in HARDWARE.items()})
+ROOFLINE_PRESET = Preset(
+    "hardware",
+    {board: {"bandwidth_gbs": card.bandwidth_gbs, "tflops": card.tflops} for board, card in HARDWARE.items()},
+)
 
 
 class CardPool:
@@ -100,16 +102,19 @@ class CardView(SimulatorView):
         super().__init__(controls, num_axes=2, figsize=(11.5, 4.4), step_label=step_label)
 
     @staticmethod
-    def card_controls(gpu: str | None, card_gib: float | None, default: str,
-                      width: str) -> dict[str, widgets.ValueWidget]:
+    def card_controls(
+        gpu: str | None, card_gib: float | None, default: str, width: str
+    ) -> dict[str, widgets.ValueWidget]:
         """Lessons 08 and 15's first two controls: the GPU dropdown and the card memory it fills in.
 
         No GPU named: custom if a size is given, else ``default``; ValueError for an unknown GPU.
         """
         gpu, filled = MEMORY_PRESET.start(gpu, {"card_gib": card_gib}, default, "GPU")
         options = MEMORY_PRESET.options(lambda name: f"{name} ({GPU_PRESETS[name]:g} GiB)", "custom: type the size")
-        return {"gpu": dropdown_control("GPU preset", options, gpu, width),
-                "card_gib": float_control("Card memory (GiB)", filled["card_gib"])}
+        return {
+            "gpu": dropdown_control("GPU preset", options, gpu, width),
+            "card_gib": float_control("Card memory (GiB)", filled["card_gib"]),
+        }
 
     @staticmethod
     def config_fields(values: dict[str, Any]) -> dict[str, Any]:
@@ -141,9 +146,11 @@ def draw_card_top(ax: Any, budget: MemoryBudget, label: str, headroom: float) ->
 
 def hardware_dropdown(value: str, width: str | None = None) -> widgets.Dropdown:
     """Lesson 14's hardware dropdown: each SXM board with its three figures, then custom (``ROOFLINE_PRESET``)."""
+
     def label(board: str) -> str:
         h = HARDWARE[board]
         return f"{board} ({h.bandwidth_gbs:,.0f} GB/s, {h.tflops:g} TFLOP/s, {h.memory_gib:g} GiB)"
+
     return dropdown_control("Hardware", ROOFLINE_PRESET.options(label, "custom: type the figures"), value, width)
 
 
@@ -152,8 +159,9 @@ def kv_budget_on_card(hardware: Card, config: Any, bytes_per_value: int = 2) -> 
     return max(0.0, (hardware.memory_gib * GIB - costs.weight_bytes(config, bytes_per_value)) / GB)
 
 
-def check_card_fits(model: str, shape: ModelConfig, card_bytes: int, bytes_per_value: int, block_size: int,
-                    reserve_bytes: int = 0) -> None:
+def check_card_fits(
+    model: str, shape: ModelConfig, card_bytes: int, bytes_per_value: int, block_size: int, reserve_bytes: int = 0
+) -> None:
     """InvalidInput unless the card holds the weights, the reserve and one block of K and V (lessons 08, 15)."""
     weights = costs.weight_bytes(shape, bytes_per_value)
     left = card_bytes - weights - reserve_bytes
@@ -162,10 +170,13 @@ def check_card_fits(model: str, shape: ModelConfig, card_bytes: int, bytes_per_v
         raise InvalidInput(
             f"the weights of {model} ({format_bytes(weights)} at {bytes_per_value} bytes per value){reserve} "
             f"fill the {format_bytes(card_bytes)} card: nothing is left for a cache. Pick a bigger card, "
-            "a smaller model or fewer bytes per value.")
+            "a smaller model or fewer bytes per value."
+        )
     if left < costs.kv_bytes_per_token(shape, bytes_per_value) * block_size:
-        raise InvalidInput(f"after the weights only {format_bytes(left)} is left: not one block of "
-                           f"{block_size} tokens fits. Pick a bigger card or a smaller model.")
+        raise InvalidInput(
+            f"after the weights only {format_bytes(left)} is left: not one block of "
+            f"{block_size} tokens fits. Pick a bigger card or a smaller model."
+        )
 
 
 @dataclass(frozen=True)
@@ -187,8 +198,7 @@ class CardConfig:
 
     def check_fits(self, block_size: int) -> None:
         """InvalidInput unless the weights and the reserve leave room for one block of block_size tokens."""
-        check_card_fits(self.model, self.shape, self.total_bytes, self.bytes_per_value, block_size,
-                        self.reserve_bytes)
+        check_card_fits(self.model, self.shape, self.total_bytes, self.bytes_per_value, block_size, self.reserve_bytes)
 
     @property
     def shape(self) -> ModelConfig:

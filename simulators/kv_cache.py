@@ -65,8 +65,9 @@ class KVCacheSim(GenerationSteps):
     def saving(self) -> float:
         """Tokens processed without the cache divided by tokens processed with it."""
         c = self.config
-        return (sum(tokens_processed_without_cache(c.prompt_len, c.num_new_tokens))
-                / sum(tokens_processed_with_cache(c.prompt_len, c.num_new_tokens)))
+        return sum(tokens_processed_without_cache(c.prompt_len, c.num_new_tokens)) / sum(
+            tokens_processed_with_cache(c.prompt_len, c.num_new_tokens)
+        )
 
 
 class KVCacheView(SimulatorView):
@@ -93,8 +94,11 @@ class KVCacheView(SimulatorView):
         draw_per_step(bar_ax, model.tokens_per_step, k, colour)
         bar_ax.set_xlabel("generation step")
         bar_ax.set_ylabel("tokens processed in that step")
-        bar_ax.set_title("cache ON: the prompt once, then 1 token per step" if c.use_cache
-                         else "cache OFF: the whole sequence every step")
+        bar_ax.set_title(
+            "cache ON: the prompt once, then 1 token per step"
+            if c.use_cache
+            else "cache OFF: the whole sequence every step"
+        )
         without = np.cumsum(tokens_processed_without_cache(c.prompt_len, c.num_new_tokens))
         with_cache = np.cumsum(tokens_processed_with_cache(c.prompt_len, c.num_new_tokens))
         total_ax.plot(steps, without, color="C3", label="cache off")
@@ -107,7 +111,12 @@ class KVCacheView(SimulatorView):
         total_ax.legend(loc="upper left")
         for ax in (bar_ax, total_ax):
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        cache_note = (f"the cache now holds K and V for {model.cached_entries} tokens" if c.use_cache
-                      else "nothing is kept between steps")
-        return (f"Step {k} of {c.num_new_tokens}: processed {plural(model.tokens_per_step[k - 1], 'token')}; "
-                f"{cache_note}. Whole answer: {model.total_tokens_processed:,} tokens processed.")
+        cache_note = (
+            f"the cache now holds K and V for {model.cached_entries} tokens"
+            if c.use_cache
+            else "nothing is kept between steps"
+        )
+        return (
+            f"Step {k} of {c.num_new_tokens}: processed {plural(model.tokens_per_step[k - 1], 'token')}; "
+            f"{cache_note}. Whole answer: {model.total_tokens_processed:,} tokens processed."
+        )

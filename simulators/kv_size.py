@@ -30,9 +30,14 @@ MAX_USERS = 100_000
 BYTES_PER_VALUE_CHOICES = bytes_per_value_choices(1, 2, 4)  # smallest first
 DEFAULT_MODEL = "smollm2-135m"
 # Picking a preset puts its own shape into the shape controls; changing the shape keeps the preset's name.
-SHAPE_PRESET = Preset("model", {
-    name: {"num_layers": c.num_layers, "num_kv_heads": c.num_kv_heads, "head_dim": c.head_dim}
-    for name, c in MODEL_CONFIGS.items()}, custom=None)
+SHAPE_PRESET = Preset(
+    "model",
+    {
+        name: {"num_layers": c.num_layers, "num_kv_heads": c.num_kv_heads, "head_dim": c.head_dim}
+        for name, c in MODEL_CONFIGS.items()
+    },
+    custom=None,
+)
 
 
 @dataclass(frozen=True)
@@ -60,15 +65,18 @@ class KVSizeConfig:
             raise InvalidInput(
                 f"KV heads must divide {self.model}'s {query_heads} query heads (each KV head serves the same "
                 f"number of query heads: 1 is multi-query, {query_heads} is full multi-head attention), "
-                f"got {self.num_kv_heads}.")
+                f"got {self.num_kv_heads}."
+            )
 
     @classmethod
-    def from_preset(cls, model: str, bytes_per_value: int = 2, num_tokens: int = 4000,
-                    num_users: int = 1) -> KVSizeConfig:
+    def from_preset(
+        cls, model: str, bytes_per_value: int = 2, num_tokens: int = 4000, num_users: int = 1
+    ) -> KVSizeConfig:
         """A real model's own shape, as its config.json gives it."""
         preset = model_shape(model)
-        return cls(model, preset.num_layers, preset.num_kv_heads, preset.head_dim, bytes_per_value,
-                   num_tokens, num_users)
+        return cls(
+            model, preset.num_layers, preset.num_kv_heads, preset.head_dim, bytes_per_value, num_tokens, num_users
+        )
 
     @property
     def preset(self) -> ModelConfig:
@@ -77,8 +85,9 @@ class KVSizeConfig:
     @property
     def model_config(self) -> ModelConfig:
         """The preset with this shape: the cost model counts its cache and its weights."""
-        return dataclasses.replace(self.preset, num_layers=self.num_layers, num_kv_heads=self.num_kv_heads,
-                                   head_dim=self.head_dim)
+        return dataclasses.replace(
+            self.preset, num_layers=self.num_layers, num_kv_heads=self.num_kv_heads, head_dim=self.head_dim
+        )
 
     @property
     def is_preset_shape(self) -> bool:
@@ -108,8 +117,15 @@ class KVSize:
     def factors(self) -> list[tuple[str, int]]:
         """The chain of multipliers, in the order of the formula."""
         c = self.config
-        return [("K and V", 2), ("layers", c.num_layers), ("KV heads", c.num_kv_heads), ("head dim", c.head_dim),
-                ("bytes per value", c.bytes_per_value), ("tokens", self.num_tokens), ("users", c.num_users)]
+        return [
+            ("K and V", 2),
+            ("layers", c.num_layers),
+            ("KV heads", c.num_kv_heads),
+            ("head dim", c.head_dim),
+            ("bytes per value", c.bytes_per_value),
+            ("tokens", self.num_tokens),
+            ("users", c.num_users),
+        ]
 
     @property
     def bytes_per_token(self) -> int:
@@ -118,8 +134,9 @@ class KVSize:
 
     @property
     def cache_bytes(self) -> int:
-        return costs.kv_cache_bytes(self.model_config, self.num_tokens, self.config.num_users,
-                                    self.config.bytes_per_value)
+        return costs.kv_cache_bytes(
+            self.model_config, self.num_tokens, self.config.num_users, self.config.bytes_per_value
+        )
 
     @property
     def weight_bytes(self) -> int:
@@ -149,9 +166,17 @@ def _ratio(ratio: float) -> str:
 class KVSizeView(SimulatorView):
     """A preset menu of real models, the formula's factors as controls, cache against weights (lesson 07)."""
 
-    def __init__(self, model: str = DEFAULT_MODEL, *, bytes_per_value: int = 2, num_tokens: int = 4000,
-                 num_users: int = 1, num_layers: int | None = None, num_kv_heads: int | None = None,
-                 head_dim: int | None = None) -> None:
+    def __init__(
+        self,
+        model: str = DEFAULT_MODEL,
+        *,
+        bytes_per_value: int = 2,
+        num_tokens: int = 4000,
+        num_users: int = 1,
+        num_layers: int | None = None,
+        num_kv_heads: int | None = None,
+        head_dim: int | None = None,
+    ) -> None:
         model_control = model_dropdown(model, ModelFact.ATTENTION, width="300px")
         widths = [width for _, width in BYTES_PER_VALUE_CHOICES]
         if bytes_per_value not in widths:
@@ -179,8 +204,17 @@ class KVSizeView(SimulatorView):
             self.controls["num_tokens"].value = model.num_tokens
 
     def build(self, values: dict[str, Any]) -> KVSize:
-        return KVSize(KVSizeConfig(values["model"], values["num_layers"], values["num_kv_heads"], values["head_dim"],
-                                   values["bytes_per_value"], values["num_tokens"], values["num_users"]))
+        return KVSize(
+            KVSizeConfig(
+                values["model"],
+                values["num_layers"],
+                values["num_kv_heads"],
+                values["head_dim"],
+                values["bytes_per_value"],
+                values["num_tokens"],
+                values["num_users"],
+            )
+        )
 
     def draw(self, model: KVSize) -> str:
         bar_ax, curve_ax = self.axes
@@ -195,8 +229,10 @@ class KVSizeView(SimulatorView):
         bar_ax.set_xlim(0, max(weights + cache, 2 * weights) * 1.05)
         bar_ax.set_xlabel("memory (GB)")
         verdict = "outweighs" if model.cache_bytes > model.weight_bytes else "is lighter than"
-        bar_ax.set_title(f"the cache {verdict} the weights:\n{format_bytes(model.cache_bytes)} against "
-                         f"{format_bytes(model.weight_bytes)} ({_ratio(model.cache_to_weights)})")
+        bar_ax.set_title(
+            f"the cache {verdict} the weights:\n{format_bytes(model.cache_bytes)} against "
+            f"{format_bytes(model.weight_bytes)} ({_ratio(model.cache_to_weights)})"
+        )
         bar_ax.legend(loc="upper left", fontsize=8)
 
         crossover = model.crossover_tokens
@@ -214,14 +250,21 @@ class KVSizeView(SimulatorView):
         curve_ax.set_xlabel("tokens per user (log scale)")
         curve_ax.set_ylabel("memory (GB, log scale)")
         within = "within" if crossover <= model.max_context else "beyond"
-        curve_ax.set_title(f"the cache equals the weights at {crossover:,} tokens per user,\n"
-                           f"{within} the model's {model.max_context:,}-token context")
+        curve_ax.set_title(
+            f"the cache equals the weights at {crossover:,} tokens per user,\n"
+            f"{within} the model's {model.max_context:,}-token context"
+        )
         curve_ax.legend(loc="upper left", fontsize=8)
 
         chain = " × ".join(f"{value:,}" for _, value in model.factors)
         shape = "" if c.is_preset_shape else " (shape changed from the preset)"
-        too_long = (f" {model.num_tokens:,} tokens is longer than the {model.max_context:,} this model reads."
-                    if model.num_tokens > model.max_context else "")
-        return (f"{c.model}{shape}: {model.bytes_per_token:,} bytes per token. Cache = {chain} = "
-                f"{format_bytes(model.cache_bytes)}, against {format_bytes(model.weight_bytes)} of weights. "
-                f"With {users} the cache equals the weights at {crossover:,} tokens each.{too_long}")
+        too_long = (
+            f" {model.num_tokens:,} tokens is longer than the {model.max_context:,} this model reads."
+            if model.num_tokens > model.max_context
+            else ""
+        )
+        return (
+            f"{c.model}{shape}: {model.bytes_per_token:,} bytes per token. Cache = {chain} = "
+            f"{format_bytes(model.cache_bytes)}, against {format_bytes(model.weight_bytes)} of weights. "
+            f"With {users} the cache equals the weights at {crossover:,} tokens each.{too_long}"
+        )

@@ -90,8 +90,10 @@ class _GuardedManager:
         try:
             return [BlockCopy(int(c.src), int(c.dst)) for c in (copies or [])]
         except (TypeError, AttributeError, ValueError):
-            raise ManagerError(f"your manager's append_slots({_described(seq)}) returned {copies!r:.80}, not a list "
-                               "of BlockCopy(src, dst)") from None
+            raise ManagerError(
+                f"your manager's append_slots({_described(seq)}) returned {copies!r:.80}, not a list "
+                "of BlockCopy(src, dst)"
+            ) from None
 
 
 class LearnerSharing(Sharing):
@@ -113,8 +115,9 @@ class LearnerSharing(Sharing):
             return _GuardedManager(self.block_manager(c.num_blocks, c.block_size))
         except Exception as err:  # noqa: BLE001
             name = getattr(self.block_manager, "__name__", "the manager class")
-            raise ManagerError(f"{name}({c.num_blocks}, {c.block_size}) raised {type(err).__name__}: "
-                               f"{str(err)[:200]}") from None
+            raise ManagerError(
+                f"{name}({c.num_blocks}, {c.block_size}) raised {type(err).__name__}: {str(err)[:200]}"
+            ) from None
 
     def reset(self) -> None:
         self.engine = Sharing(self.config)
@@ -159,9 +162,11 @@ class LearnerSharing(Sharing):
         parent = self.seqs[0]
         for child in self.seqs[1:]:
             if child.block_table != parent.block_table:
-                raise ManagerError(f"fork(sample 0, sample {child.seq_id}) gave the child blocks "
-                                   f"{child.block_table!r:.60}, not the parent's {parent.block_table!r:.60}: forked "
-                                   "sequences share every block")
+                raise ManagerError(
+                    f"fork(sample 0, sample {child.seq_id}) gave the child blocks "
+                    f"{child.block_table!r:.60}, not the parent's {parent.block_table!r:.60}: forked "
+                    "sequences share every block"
+                )
         self._check_tables("the fork")
 
     def _write(self, num_new_tokens: int) -> None:
@@ -175,14 +180,18 @@ class LearnerSharing(Sharing):
                 raise ManagerError(f"{where} changed blocks that hold computed tokens: their K/V would be lost")
             shared = [b for b in table[first:] if counts[b] > 1]
             if shared:
-                raise ManagerError(f"sample {sample} writes into block {shared[0]}, which {counts[shared[0]] - 1} "
-                                   "other table(s) also hold: copy on write missed (the write would change their "
-                                   "tokens)")
+                raise ManagerError(
+                    f"sample {sample} writes into block {shared[0]}, which {counts[shared[0]] - 1} "
+                    "other table(s) also hold: copy on write missed (the write would change their "
+                    "tokens)"
+                )
             replaced = {(old[i], table[i]) for i in range(first, min(len(old), len(table))) if old[i] != table[i]}
             returned = {(x.source, x.target) for x in self.last_copies if x.sample == sample}
             if replaced != returned:
-                raise ManagerError(f"{where} replaced blocks {sorted(replaced)} (old, new) but returned the copies "
-                                   f"{sorted(returned)}: the engine copies only what it is told")
+                raise ManagerError(
+                    f"{where} replaced blocks {sorted(replaced)} (old, new) but returned the copies "
+                    f"{sorted(returned)}: the engine copies only what it is told"
+                )
 
     def _check_tables(self, after: str) -> None:
         """Every table right for its tokens, in the pool, no block twice; the manager's free count right."""
@@ -190,25 +199,33 @@ class LearnerSharing(Sharing):
         for seq in self.seqs:
             table = seq.block_table
             if not isinstance(table, list) or len(table) != seq.num_blocks:
-                raise ManagerError(f"after {after}, sequence {seq.seq_id} holds {table!r:.60} for {seq.num_tokens} "
-                                   f"tokens: it needs a list of {seq.num_blocks} block ids")
+                raise ManagerError(
+                    f"after {after}, sequence {seq.seq_id} holds {table!r:.60} for {seq.num_tokens} "
+                    f"tokens: it needs a list of {seq.num_blocks} block ids"
+                )
             bad = [b for b in table if isinstance(b, bool) or not isinstance(b, int) or not 0 <= b < c.num_blocks]
             if bad:
-                raise ManagerError(f"after {after}, sequence {seq.seq_id} holds block {bad[0]!r}, but the pool has "
-                                   f"blocks 0 to {c.num_blocks - 1}")
+                raise ManagerError(
+                    f"after {after}, sequence {seq.seq_id} holds block {bad[0]!r}, but the pool has "
+                    f"blocks 0 to {c.num_blocks - 1}"
+                )
             if len(set(table)) != len(table):
                 raise ManagerError(f"after {after}, sequence {seq.seq_id} holds one block twice: {table}")
         reported = self.manager.num_free_blocks
         if reported != self.num_free_blocks:
-            raise ManagerError(f"after {after} your manager counts {reported!r} free blocks, but "
-                               f"{self.num_free_blocks} are free ({self.num_used_blocks} held by the tables)")
+            raise ManagerError(
+                f"after {after} your manager counts {reported!r} free blocks, but "
+                f"{self.num_free_blocks} are free ({self.num_used_blocks} held by the tables)"
+            )
 
     def comparison(self) -> str:
         """The status line's last sentence: the learner's figures beside the engine's own manager's."""
         mine, own = (self.num_used_blocks, self.num_copies), (self.engine.num_used_blocks, self.engine.num_copies)
         verdict = "the same figures" if mine == own else "<b>different figures</b>: look at your manager's counts"
-        return (f"<b>Your manager</b>: {mine[0]:,} blocks in use, {mine[1]:,} copied on write so far; "
-                f"the engine's own: {own[0]:,} and {own[1]:,} ({verdict}).")
+        return (
+            f"<b>Your manager</b>: {mine[0]:,} blocks in use, {mine[1]:,} copied on write so far; "
+            f"the engine's own: {own[0]:,} and {own[1]:,} ({verdict})."
+        )
 
 
 # -- lab B: an eviction policy in lesson 13's simulator ------------------------------------------------------
@@ -249,7 +266,10 @@ class LearnerPrefixCache(PrefixCache):
         except Exception as err:  # noqa: BLE001 - the learner's policy, or the pool refusing its choice
             refused = type(err).__name__ == "EvictionPolicyError"
             self.broken = f"serving request {self.num_served + 1}, your eviction policy " + (
-                f"chose a block the pool refuses: {err}" if refused else f"raised {type(err).__name__}: {str(err)[:200]}")
+                f"chose a block the pool refuses: {err}"
+                if refused
+                else f"raised {type(err).__name__}: {str(err)[:200]}"
+            )
             raise EvictionError(self.broken) from None
 
     def pool_blocks(self) -> list[PoolBlock]:
@@ -262,8 +282,10 @@ class LearnerPrefixCache(PrefixCache):
             return ""
         mine, own = self.num_cached_tokens, self.engine.num_cached_tokens
         verdict = "more than" if mine > own else "fewer than" if mine < own else "as many as"
-        return (f"<b>Your policy</b> reused {mine:,} of {self.num_prompt_tokens:,} prompt tokens ({self.hit_rate:.0%}), "
-                f"{verdict} the engine's own order (least recently used first): {own:,} ({hit_rate(self.engine):.0%}).")
+        return (
+            f"<b>Your policy</b> reused {mine:,} of {self.num_prompt_tokens:,} prompt tokens ({self.hit_rate:.0%}), "
+            f"{verdict} the engine's own order (least recently used first): {own:,} ({hit_rate(self.engine):.0%})."
+        )
 
 
 # -- lab C: a scheduling policy in lesson 11's simulator -----------------------------------------------------
@@ -276,7 +298,7 @@ class ServingFigures:
     num_finished: int
     num_refused: int
     tokens_per_step: float  # answer tokens of finished requests per engine step
-    median_wait: float      # engine steps from arrival to finish, over the finished requests
+    median_wait: float  # engine steps from arrival to finish, over the finished requests
     p95_wait: float
     num_preemptions: int
 
@@ -284,8 +306,14 @@ class ServingFigures:
     def of(cls, replay: PagingReplay) -> ServingFigures:
         waits = [step - replay.trace[rid].arrival_step for rid, step in replay.finish_steps.items()]
         tokens = sum(replay.trace[rid].num_output_tokens for rid in replay.finish_steps)
-        return cls(len(replay.finish_steps), replay.num_refused, tokens / max(1, replay.step_index),
-                   percentile(waits, 50, math.nan), percentile(waits, 95, math.nan), replay.report.num_preemptions)
+        return cls(
+            len(replay.finish_steps),
+            replay.num_refused,
+            tokens / max(1, replay.step_index),
+            percentile(waits, 50, math.nan),
+            percentile(waits, 95, math.nan),
+            replay.report.num_preemptions,
+        )
 
 
 class LearnerPagingSim(PagingSim):
@@ -299,9 +327,11 @@ class LearnerPagingSim(PagingSim):
         self.trace = workload.request_trace(c.trace_config)
         longest = max(r.final_len for r in self.trace)
         if ceil_div(longest, c.block_size) > c.num_blocks:
-            raise InvalidInput(f"a request of {longest:,} tokens needs {ceil_div(longest, c.block_size):,} blocks of "
-                               f"{c.block_size}, more than the pool's {c.num_blocks:,}: raise Pool (token slots) or "
-                               "lower Answer limit (tokens).")
+            raise InvalidInput(
+                f"a request of {longest:,} tokens needs {ceil_div(longest, c.block_size):,} blocks of "
+                f"{c.block_size}, more than the pool's {c.num_blocks:,}: raise Pool (token slots) or "
+                "lower Answer limit (tokens)."
+            )
         # a bound no policy that keeps the pool busy reaches: every request alone, one token per step, and more
         self.max_steps = 4 * sum(r.final_len for r in self.trace) + max(r.arrival_step for r in self.trace) + 50
         self.reset()
@@ -310,8 +340,7 @@ class LearnerPagingSim(PagingSim):
         c = self.config
         self.broken: str | None = None  # what the policy did wrong: it is not asked again
         self.fcfs = PagingReplay(self.trace, c.num_blocks, c.block_size)
-        self.mine = PagingReplay(self.trace, c.num_blocks, c.block_size,
-                                 _instance(self.scheduling_policy, PolicyError))
+        self.mine = PagingReplay(self.trace, c.num_blocks, c.block_size, _instance(self.scheduling_policy, PolicyError))
         for replay, name in ((self.fcfs, "first come, first served"), (self.mine, "your scheduler")):
             replay.name = replay.report.name = name
 
@@ -339,32 +368,46 @@ class LearnerPagingSim(PagingSim):
         except Exception as err:  # noqa: BLE001 - the learner's policy: its error is the message
             name = type(err).__name__
             self.broken = f"at engine step {replay.step_index:,} your scheduler " + (
-                f"made a choice the scheduler refuses: {err}" if name == "SchedulingPolicyError"
-                else f"raised {name}: {str(err)[:200]}")
+                f"made a choice the scheduler refuses: {err}"
+                if name == "SchedulingPolicyError"
+                else f"raised {name}: {str(err)[:200]}"
+            )
             raise PolicyError(self.broken) from None
         if not replay.done and replay.waiting and not replay.running:  # the engine would refuse the head now
-            self.broken = (f"at engine step {replay.step_index - 1:,} your scheduler admitted nobody while the pool "
-                           f"stood empty and {len(replay.waiting)} request(s) waited: they would wait for ever")
+            self.broken = (
+                f"at engine step {replay.step_index - 1:,} your scheduler admitted nobody while the pool "
+                f"stood empty and {len(replay.waiting)} request(s) waited: they would wait for ever"
+            )
             raise PolicyError(self.broken)
         if not replay.done and replay.step_index >= self.max_steps:
-            self.broken = (f"after {replay.step_index:,} engine steps your scheduler still leaves "
-                           f"{len(replay.waiting)} request(s) waiting: it never admits them")
+            self.broken = (
+                f"after {replay.step_index:,} engine steps your scheduler still leaves "
+                f"{len(replay.waiting)} request(s) waiting: it never admits them"
+            )
             raise PolicyError(self.broken)
 
     def draw_finished(self, ax: Any) -> None:
         """The left panel of lab C's view: requests finished against the engine step, on both policies."""
         for i, replay in enumerate(self.replays):
             steps = sorted(replay.finish_steps.values())
-            ax.step([0, *steps], range(len(steps) + 1), where="post", color=f"C{i}", lw=1.5,
-                    label=f"{replay.name}: {len(steps)} finished")
+            ax.step(
+                [0, *steps],
+                range(len(steps) + 1),
+                where="post",
+                color=f"C{i}",
+                lw=1.5,
+                label=f"{replay.name}: {len(steps)} finished",
+            )
         ax.axvline(self.step_index - 1, color="0.4", ls=":", lw=1)
         ax.set_ylim(0, len(self.trace) * 1.05)
         ax.set_xlabel("engine step")
         ax.set_ylabel("requests finished (of the trace's)")
         fcfs, mine = (ServingFigures.of(r) for r in self.replays)
-        ax.set_title(f"median wait so far: {mine.median_wait:g} steps on your scheduler, {fcfs.median_wait:g} "
-                     f"first come, first served\n95th percentile: {mine.p95_wait:g} against {fcfs.p95_wait:g}",
-                     fontsize=10)
+        ax.set_title(
+            f"median wait so far: {mine.median_wait:g} steps on your scheduler, {fcfs.median_wait:g} "
+            f"first come, first served\n95th percentile: {mine.p95_wait:g} against {fcfs.p95_wait:g}",
+            fontsize=10,
+        )
         ax.legend(loc="lower right", fontsize=8)
         ax.grid(alpha=0.3)
 
@@ -375,8 +418,12 @@ class LearnerPagingSim(PagingSim):
             f = ServingFigures.of(replay)
             state = "done" if replay.done else f"{len(replay.running)} running, {len(replay.waiting)} waiting"
             refused = f", {f.num_refused} refused" if f.num_refused else ""
-            parts.append(f"<b>{replay.name}</b>: {f.num_finished} of {len(self.trace)} finished{refused} ({state}); "
-                         f"{f.tokens_per_step:.2f} answer tokens per step; steps from arrival to finish: median "
-                         f"{f.median_wait:g}, 95th percentile {f.p95_wait:g}; {f.num_preemptions:,} preemptions")
-        return (f"After engine step {self.step_index - 1:,} ({len(self.trace)} requests, a pool of "
-                f"{self.config.num_blocks:,} blocks of {self.config.block_size}). " + "; ".join(parts) + ".")
+            parts.append(
+                f"<b>{replay.name}</b>: {f.num_finished} of {len(self.trace)} finished{refused} ({state}); "
+                f"{f.tokens_per_step:.2f} answer tokens per step; steps from arrival to finish: median "
+                f"{f.median_wait:g}, 95th percentile {f.p95_wait:g}; {f.num_preemptions:,} preemptions"
+            )
+        return (
+            f"After engine step {self.step_index - 1:,} ({len(self.trace)} requests, a pool of "
+            f"{self.config.num_blocks:,} blocks of {self.config.block_size}). " + "; ".join(parts) + "."
+        )

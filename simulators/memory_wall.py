@@ -49,8 +49,9 @@ class Admission(StrEnum):
     REFUSE = "refuse"  # its conversation could never fit, not even alone
 
 
-def users_that_fit(model_config: Any, budget: MemoryBudget, context_tokens: int, block_size: int = 16,
-                   bytes_per_value: int = 2) -> int:
+def users_that_fit(
+    model_config: Any, budget: MemoryBudget, context_tokens: int, block_size: int = 16, bytes_per_value: int = 2
+) -> int:
     """Conversations of context_tokens that the pool holds at once, in whole blocks (lesson 08)."""
     num_blocks = num_blocks_for_budget(model_config, budget, block_size, bytes_per_value)
     return num_blocks // ceil_div(context_tokens, block_size)
@@ -128,8 +129,10 @@ class MemoryWall(CardPool):
         if c.context_tokens > self.max_context:
             return f"{c.context_tokens:,} tokens is longer than the {self.max_context:,} this model reads"
         if self.blocks_per_user > self.num_blocks:
-            return (f"one conversation of {c.context_tokens:,} tokens needs {self.blocks_per_user:,} blocks, but the "
-                    f"whole pool holds {self.num_blocks:,}: it could never fit, even alone")
+            return (
+                f"one conversation of {c.context_tokens:,} tokens needs {self.blocks_per_user:,} blocks, but the "
+                f"whole pool holds {self.num_blocks:,}: it could never fit, even alone"
+            )
         return None
 
     @property
@@ -164,9 +167,18 @@ class MemoryWallView(CardView):
 
     stepped = {"num_users": "num_users"}  # Step changes this box: it shows the new value
 
-    def __init__(self, gpu: str | None = None, *, card_gib: float | None = None, model: str = DEFAULT_MODEL,
-                 bytes_per_value: int = 2, reserve_gb: float = 0.0, context_tokens: int = 4096,
-                 num_users: int = 16, model_config: ModelConfig | None = None) -> None:
+    def __init__(
+        self,
+        gpu: str | None = None,
+        *,
+        card_gib: float | None = None,
+        model: str = DEFAULT_MODEL,
+        bytes_per_value: int = 2,
+        reserve_gb: float = 0.0,
+        context_tokens: int = 4096,
+        num_users: int = 16,
+        model_config: ModelConfig | None = None,
+    ) -> None:
         self.model_config = model_config  # fixed for the life of the view (e.g. SmolLM2 as loaded)
         controls = {
             **self.card_controls(gpu, card_gib, DEFAULT_GPU, "260px"),
@@ -194,21 +206,51 @@ class MemoryWallView(CardView):
         weights, reserve = m.weight_bytes / unit, c.reserve_bytes / unit
         ax.bar(0, weights, width=0.6, color="C0", label=f"weights: {format_bytes(m.weight_bytes)}")
         if reserve:
-            ax.bar(0, reserve, width=0.6, bottom=weights, color="0.75", hatch="..", label=f"reserve: {format_bytes(c.reserve_bytes)}")
+            ax.bar(
+                0,
+                reserve,
+                width=0.6,
+                bottom=weights,
+                color="0.75",
+                hatch="..",
+                label=f"reserve: {format_bytes(c.reserve_bytes)}",
+            )
         base, per_user = weights + reserve, m.blocks_per_user * m.block_bytes / unit
         if m.num_running:
             if m.num_running <= MAX_DRAWN_USERS:
                 for i in range(m.num_running):
-                    ax.bar(0, per_user, width=0.6, bottom=base + i * per_user, color="C1" if i % 2 else "C3",
-                           edgecolor="white", linewidth=0.5, label="one cache per running user" if i == 0 else None)
+                    ax.bar(
+                        0,
+                        per_user,
+                        width=0.6,
+                        bottom=base + i * per_user,
+                        color="C1" if i % 2 else "C3",
+                        edgecolor="white",
+                        linewidth=0.5,
+                        label="one cache per running user" if i == 0 else None,
+                    )
             else:
-                ax.bar(0, m.num_running * per_user, width=0.6, bottom=base, color="C1",
-                       label=f"{m.num_running:,} running users' caches")
+                ax.bar(
+                    0,
+                    m.num_running * per_user,
+                    width=0.6,
+                    bottom=base,
+                    color="C1",
+                    label=f"{m.num_running:,} running users' caches",
+                )
         top = c.total_bytes / unit
         if m.num_waiting:
             over = min(m.num_waiting * per_user, 0.3 * top)  # drawn to a cap; the legend gives the count
-            ax.bar(0, over, width=0.6, bottom=top, color="none", edgecolor="C3", hatch="//",
-                   label=f"{m.num_waiting:,} waiting: no room")
+            ax.bar(
+                0,
+                over,
+                width=0.6,
+                bottom=top,
+                color="none",
+                edgecolor="C3",
+                hatch="//",
+                label=f"{m.num_waiting:,} waiting: no room",
+            )
         draw_card_top(ax, m.budget, "the wall", headroom=0.35)  # room above it for the waiting users
         if m.refusal:
             ax.set_title("one conversation is longer than the pool:\nrefused before it starts")
@@ -226,8 +268,14 @@ class MemoryWallView(CardView):
         keep = users >= 1
         ax.step(contexts[keep], users[keep], where="post", color="C1", label="users that fit")
         if m.users_fit >= 1:
-            ax.plot([c.context_tokens], [m.users_fit], "o", color="C3", ms=7,
-                    label=f"{m.users_fit:,} at {c.context_tokens:,} tokens")
+            ax.plot(
+                [c.context_tokens],
+                [m.users_fit],
+                "o",
+                color="C3",
+                ms=7,
+                label=f"{m.users_fit:,} at {c.context_tokens:,} tokens",
+            )
         if m.num_users >= 1:
             ax.axhline(m.num_users, color="0.3", ls="--", lw=1.2, label=f"users now: {m.num_users:,}")
         if m.max_context <= top:
@@ -242,21 +290,29 @@ class MemoryWallView(CardView):
     def _summary(m: MemoryWall) -> str:
         c = m.config
         reserve = f" and a {format_bytes(c.reserve_bytes)} reserve" if c.reserve_bytes else ""
-        split = (f"{format_bytes(c.total_bytes)} card: {format_bytes(m.weight_bytes)} of weights{reserve} leave "
-                 f"{format_bytes(m.kv_budget_bytes)} = {m.num_blocks:,} blocks of {c.block_size} tokens "
-                 f"({m.pool_tokens:,} tokens). ")
+        split = (
+            f"{format_bytes(c.total_bytes)} card: {format_bytes(m.weight_bytes)} of weights{reserve} leave "
+            f"{format_bytes(m.kv_budget_bytes)} = {m.num_blocks:,} blocks of {c.block_size} tokens "
+            f"({m.pool_tokens:,} tokens). "
+        )
         if m.refusal:
             return split + f"Next: <b>refuse</b>: {m.refusal}."
-        user = (f"One user at {c.context_tokens:,} tokens needs {format_bytes(m.bytes_per_user)} "
-                f"({m.blocks_per_user:,} blocks): {m.users_fit:,} fit at once. ")
+        user = (
+            f"One user at {c.context_tokens:,} tokens needs {format_bytes(m.bytes_per_user)} "
+            f"({m.blocks_per_user:,} blocks): {m.users_fit:,} fit at once. "
+        )
         if m.next_action is Admission.ADMIT:
-            nxt = (f"Next: <b>admit</b>: the next user gets blocks at once "
-                   f"({m.users_fit - m.num_users:,} more fit).")
+            nxt = f"Next: <b>admit</b>: the next user gets blocks at once ({m.users_fit - m.num_users:,} more fit)."
         else:
-            nxt = (f"Now {m.num_running:,} run and {m.num_waiting:,} wait. Next: <b>queue</b>: the next user waits "
-                   "until a running one finishes; if running users grow and no block is free, the newest is "
-                   "preempted and recomputed later. ")
+            nxt = (
+                f"Now {m.num_running:,} run and {m.num_waiting:,} wait. Next: <b>queue</b>: the next user waits "
+                "until a running one finishes; if running users grow and no block is free, the newest is "
+                "preempted and recomputed later. "
+            )
             each = m.context_each(m.num_users)
-            nxt += (f"To run all {m.num_users:,} at once, each would be cut short at {each:,} tokens." if each
-                    else f"Even one block each is more than the pool holds for {m.num_users:,} users.")
+            nxt += (
+                f"To run all {m.num_users:,} at once, each would be cut short at {each:,} tokens."
+                if each
+                else f"Even one block each is more than the pool holds for {m.num_users:,} users."
+            )
         return split + user + nxt

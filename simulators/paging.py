@@ -37,19 +37,32 @@ CATEGORY_WORDS = {
     "stranded": "free, too little for the next request",
     "idle": "free, nobody waiting",
 }
-CATEGORY_COLOURS = {"used": "#1f77b4", "reserved_future": "#ffbb78", "internal": "#d62728",
-                    "external": "#9467bd", "stranded": "#7f7f7f", "idle": "#f2f2f2"}
+CATEGORY_COLOURS = {
+    "used": "#1f77b4",
+    "reserved_future": "#ffbb78",
+    "internal": "#d62728",
+    "external": "#9467bd",
+    "stranded": "#7f7f7f",
+    "idle": "#f2f2f2",
+}
 
 
 class PagingView(SimulatorView):
     """Reservation and paging on one trace: utilisation so far, and both pools now (lesson 11)."""
 
-    def __init__(self, block_size: int = 16, pool_slots: int = workload.LESSON_POOL_SLOTS,
-                 num_requests: int = workload.LESSON_TRACE.num_requests,
-                 arrivals_per_step: float = workload.LESSON_TRACE.arrivals_per_step,
-                 answer_mean: float = workload.LESSON_TRACE.answer_mean,
-                 answer_limit: int = workload.LESSON_TRACE.answer_limit, seed: int = workload.LESSON_TRACE.seed,
-                 steps_per_click: int = 200, *, scheduling_policy: Any = None) -> None:
+    def __init__(
+        self,
+        block_size: int = 16,
+        pool_slots: int = workload.LESSON_POOL_SLOTS,
+        num_requests: int = workload.LESSON_TRACE.num_requests,
+        arrivals_per_step: float = workload.LESSON_TRACE.arrivals_per_step,
+        answer_mean: float = workload.LESSON_TRACE.answer_mean,
+        answer_limit: int = workload.LESSON_TRACE.answer_limit,
+        seed: int = workload.LESSON_TRACE.seed,
+        steps_per_click: int = 200,
+        *,
+        scheduling_policy: Any = None,
+    ) -> None:
         self.scheduling_policy = scheduling_policy  # lab C: the learner's policy, beside first come, first served
         controls = {
             "block_size": int_control("Block size (tokens)", block_size),
@@ -100,15 +113,23 @@ class PagingView(SimulatorView):
     def _draw_curves(ax: Any, sim: PagingSim) -> None:
         for i, replay in enumerate(sim.replays):
             steps, share = utilisation_curve(replay.report)
-            ax.plot(steps, 100 * share, color=f"C{i}", lw=1.5,
-                    label=f"{replay.name}: {replay.report.utilisation:.1%} so far")
+            ax.plot(
+                steps,
+                100 * share,
+                color=f"C{i}",
+                lw=1.5,
+                label=f"{replay.name}: {replay.report.utilisation:.1%} so far",
+            )
         ax.axvline(sim.step_index - 1, color="0.4", ls=":", lw=1)
         ax.set_ylim(0, 105)
         ax.set_xlabel("engine step")
         ax.set_ylabel(f"slots holding a token (% of busy, last {WINDOW} steps)")
         reservation, paging = sim.reports
-        ax.set_title(f"so far {paging.utilisation:.1%} of paging's busy memory holds tokens, "
-                     f"{reservation.utilisation:.1%} of reservation's", fontsize=10)
+        ax.set_title(
+            f"so far {paging.utilisation:.1%} of paging's busy memory holds tokens, "
+            f"{reservation.utilisation:.1%} of reservation's",
+            fontsize=10,
+        )
         ax.legend(loc="lower right", fontsize=8)
         ax.grid(alpha=0.3)
 
@@ -123,20 +144,32 @@ class PagingView(SimulatorView):
         for i, replay in enumerate(sim.replays):
             slots = np.full(rows * width, -1, dtype=np.int8)
             slots[: c.pool_slots] = sim.pool_map(replay)
-            image[i * (rows + gap): i * (rows + gap) + rows] = slots.reshape(rows, width)
+            image[i * (rows + gap) : i * (rows + gap) + rows] = slots.reshape(rows, width)
         cmap = ListedColormap(["white"] + [CATEGORY_COLOURS[k] for k in CATEGORIES])
         ax.imshow(image + 1, cmap=cmap, vmin=0, vmax=len(CATEGORIES), aspect="auto", interpolation="nearest")
         for i, replay in enumerate(sim.replays):
             if replay.done:  # an empty strip would say nothing: say why it is empty
-                ax.text(width / 2, i * (rows + gap) + rows / 2, f"every request served by step "
-                        f"{replay.step_index - 1:,}: the pool is empty", ha="center", va="center", fontsize=9)
+                ax.text(
+                    width / 2,
+                    i * (rows + gap) + rows / 2,
+                    f"every request served by step {replay.step_index - 1:,}: the pool is empty",
+                    ha="center",
+                    va="center",
+                    fontsize=9,
+                )
         ax.set_yticks([rows / 2, rows + gap + rows / 2], [replay.name.replace(", ", ",\n") for replay in sim.replays])
         ax.set_xticks([])
         ax.set_xlabel(f"the pool: {c.pool_slots:,} token slots, {width:,} per row, at step {sim.step_index - 1:,}")
         present = set(np.unique(image).tolist())
         shown = [k for i, k in enumerate(CATEGORIES) if i in present]
-        ax.legend(handles=[Patch(color=CATEGORY_COLOURS[k], label=CATEGORY_WORDS[k]) for k in shown],
-                  loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=2, fontsize=8, frameon=False)
+        ax.legend(
+            handles=[Patch(color=CATEGORY_COLOURS[k], label=CATEGORY_WORDS[k]) for k in shown],
+            loc="upper center",
+            bbox_to_anchor=(0.5, -0.12),
+            ncol=2,
+            fontsize=8,
+            frameon=False,
+        )
         ax.set_title("each slot now, in address order", fontsize=10)
 
     @staticmethod
@@ -145,14 +178,22 @@ class PagingView(SimulatorView):
         parts = []
         for replay in sim.replays:
             last = replay.report.history[-1]
-            state = ("finished every request at step " f"{replay.step_index - 1:,}" if replay.done
-                     else f"{last.running} running, {last.waiting} waiting")
-            parts.append(f"<b>{replay.name}</b>: {replay.report.utilisation:.1%} of busy memory held tokens so far, "
-                         f"{replay.report.mean_running:.1f} running on average; {state}")
+            state = (
+                f"finished every request at step {replay.step_index - 1:,}"
+                if replay.done
+                else f"{last.running} running, {last.waiting} waiting"
+            )
+            parts.append(
+                f"<b>{replay.name}</b>: {replay.report.utilisation:.1%} of busy memory held tokens so far, "
+                f"{replay.report.mean_running:.1f} running on average; {state}"
+            )
         unused = c.pool_slots - c.num_blocks * c.block_size
-        note = (f" ({unused} slots beyond the last whole block go unused by paging.)" if unused else "")
-        head = (f"After engine step {sim.step_index - 1:,} ({len(sim.trace)} requests in the trace, blocks of "
-                f"{c.block_size} tokens). ")
-        tail = (f" Paging ran {sim.more_running:.1f}x as many requests at once." if not math.isnan(sim.more_running)
-                else "")
+        note = f" ({unused} slots beyond the last whole block go unused by paging.)" if unused else ""
+        head = (
+            f"After engine step {sim.step_index - 1:,} ({len(sim.trace)} requests in the trace, blocks of "
+            f"{c.block_size} tokens). "
+        )
+        tail = (
+            f" Paging ran {sim.more_running:.1f}x as many requests at once." if not math.isnan(sim.more_running) else ""
+        )
         return head + "; ".join(parts) + "." + tail + note

@@ -61,8 +61,10 @@ class PagingConfig:
         check_int("Seed", self.seed, 0, MAX_SEED)
         check_int("Steps per click", self.steps_per_click, 1, MAX_STEPS_PER_CLICK)
         if self.pool_slots < self.block_size:
-            raise InvalidInput(f"Pool (token slots) must hold at least one block of {self.block_size} tokens, "
-                               f"got {self.pool_slots:,} slots.")
+            raise InvalidInput(
+                f"Pool (token slots) must hold at least one block of {self.block_size} tokens, "
+                f"got {self.pool_slots:,} slots."
+            )
 
     @property
     def num_blocks(self) -> int:
@@ -73,9 +75,16 @@ class PagingConfig:
     def trace_config(self) -> workload.TraceConfig:
         """The lesson's trace with this config's settings (prompts as in lesson 09)."""
         t = workload.LESSON_TRACE
-        return workload.TraceConfig(self.num_requests, float(self.arrivals_per_step), t.prompt_mean,
-                                    float(self.answer_mean), t.sigma, self.answer_limit, t.max_prompt_len,
-                                    self.seed)
+        return workload.TraceConfig(
+            self.num_requests,
+            float(self.arrivals_per_step),
+            t.prompt_mean,
+            float(self.answer_mean),
+            t.sigma,
+            self.answer_limit,
+            t.max_prompt_len,
+            self.seed,
+        )
 
 
 class PagingSim:
@@ -89,7 +98,8 @@ class PagingSim:
         if longest_reservation > c.pool_slots:
             raise InvalidInput(
                 f"a request reserves {longest_reservation:,} slots (its prompt + the answer limit), more than "
-                f"the pool's {c.pool_slots:,}: raise Pool (token slots) or lower Answer limit (tokens).")
+                f"the pool's {c.pool_slots:,}: raise Pool (token slots) or lower Answer limit (tokens)."
+            )
         self.reservation = ReservationReplay(self.trace, c.pool_slots)
         self.paging = PagingReplay(self.trace, c.num_blocks, c.block_size)
 
@@ -147,7 +157,7 @@ class PagingSim:
         if replay.step_index == 0 or replay.done:  # before the first request, after the last: empty
             return slots
         for segment in replay.memory_map():
-            slots[segment.start:segment.end] = CATEGORIES.index(segment.category)
+            slots[segment.start : segment.end] = CATEGORIES.index(segment.category)
         return slots
 
 
@@ -193,8 +203,9 @@ class BlockSizePoint:
         return blocks / max(1, sum(r.running for r in self.report.history))
 
 
-def block_size_sweep(trace: list[workload.TraceRequest], pool_slots: int,
-                     block_sizes: list[int]) -> list[BlockSizePoint]:
+def block_size_sweep(
+    trace: list[workload.TraceRequest], pool_slots: int, block_sizes: list[int]
+) -> list[BlockSizePoint]:
     """Replay ``trace`` with paging (as the engine steps) at each block size, the pool fixed in slots."""
     points = []
     for block_size in block_sizes:
@@ -204,9 +215,15 @@ def block_size_sweep(trace: list[workload.TraceRequest], pool_slots: int,
     return points
 
 
-def decode_attention_inputs(context_lens: list[int], block_size: int, num_heads: int, num_kv_heads: int,
-                            head_dim: int, dtype: torch.dtype = torch.float32, seed: int = 0,
-                            ) -> tuple[torch.Tensor, ...]:
+def decode_attention_inputs(
+    context_lens: list[int],
+    block_size: int,
+    num_heads: int,
+    num_kv_heads: int,
+    head_dim: int,
+    dtype: torch.dtype = torch.float32,
+    seed: int = 0,
+) -> tuple[torch.Tensor, ...]:
     """Arguments for ``paged_decode_attention``: one decode query per sequence over a pool whose
     blocks are handed out in a random order, as a busy pool hands them out (lesson 11).
 
@@ -222,7 +239,7 @@ def decode_attention_inputs(context_lens: list[int], block_size: int, num_heads:
     order = torch.randperm(num_blocks, generator=generator).tolist()
     width, rows, start = max(per_seq), [], 0
     for n in per_seq:
-        rows.append(order[start:start + n] + [0] * (width - n))
+        rows.append(order[start : start + n] + [0] * (width - n))
         start += n
     q = torch.randn((len(context_lens), num_heads, head_dim), generator=generator).to(dtype)
-    return q, k_cache, v_cache, torch.tensor(rows), torch.tensor(context_lens), head_dim ** -0.5
+    return q, k_cache, v_cache, torch.tensor(rows), torch.tensor(context_lens), head_dim**-0.5

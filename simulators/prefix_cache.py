@@ -61,9 +61,16 @@ class _Tokenizer:
 class PrefixCacheView(SimulatorView):
     """Edit the requests' prompts; see which blocks hit, the chained hashes, and the pool's LRU order (lesson 13)."""
 
-    def __init__(self, prompts: Sequence[str] = EXAMPLE_PROMPTS, *, block_size: int = 4, num_blocks: int = 24,
-                 tokenize: Callable[[str], list[int]] | None = None, num_served: int | None = None,
-                 eviction: Any = None) -> None:
+    def __init__(
+        self,
+        prompts: Sequence[str] = EXAMPLE_PROMPTS,
+        *,
+        block_size: int = 4,
+        num_blocks: int = 24,
+        tokenize: Callable[[str], list[int]] | None = None,
+        num_served: int | None = None,
+        eviction: Any = None,
+    ) -> None:
         self.eviction = eviction  # lab B: the learner's policy, served beside the engine's own order
         if not 1 <= len(prompts) <= MAX_REQUESTS:
             raise ValueError(f"give between 1 and {MAX_REQUESTS} prompts, got {len(prompts)}")
@@ -73,9 +80,13 @@ class PrefixCacheView(SimulatorView):
         self.num_to_serve = self.start_served
         self._laid_out = False
         controls: dict[str, widgets.ValueWidget] = {
-            f"prompt_{i}": widgets.Textarea(value=text, description=f"Request {i + 1}", rows=3,
-                                            continuous_update=False,
-                                            layout=widgets.Layout(width="48%", min_width="320px"))
+            f"prompt_{i}": widgets.Textarea(
+                value=text,
+                description=f"Request {i + 1}",
+                rows=3,
+                continuous_update=False,
+                layout=widgets.Layout(width="48%", min_width="320px"),
+            )
             for i, text in enumerate(prompts)
         }
         controls["block_size"] = int_control("Block size (tokens)", block_size)
@@ -85,8 +96,9 @@ class PrefixCacheView(SimulatorView):
 
     def build(self, values: dict[str, Any]) -> PrefixCache:
         texts = [values[name] for name in self.controls if name.startswith("prompt_")]
-        config = PrefixCacheConfig(tuple(tuple(p) for p in self.tokenize(texts)), values["block_size"],
-                                   values["num_blocks"])
+        config = PrefixCacheConfig(
+            tuple(tuple(p) for p in self.tokenize(texts)), values["block_size"], values["num_blocks"]
+        )
         if self.eviction is None:
             return PrefixCache(config, self.num_to_serve)
         return LearnerPrefixCache(config, self.num_to_serve, self.eviction)
@@ -123,52 +135,93 @@ class PrefixCacheView(SimulatorView):
             result = m.results[row] if row < m.num_served else None
             num_blocks = ceil_div(len(prompt), c.block_size)
             if result is not None and result.refusal:  # nothing of it was stored: say so, draw no blocks
-                ax.text(0, y, "refused: the pool is too small for this prompt", va="center", fontsize=9,
-                        color="#b71c1c")
+                ax.text(
+                    0, y, "refused: the pool is too small for this prompt", va="center", fontsize=9, color="#b71c1c"
+                )
                 continue
             for i in range(num_blocks):
                 width = 0.78 * min(1.0, (len(prompt) - i * c.block_size) / c.block_size)
                 block = result.blocks[i] if result is not None and result.blocks else None
                 colour = WAITING_COLOUR if block is None else (HIT_COLOUR if block.hit else MISS_COLOUR)
                 partial = block is not None and block.block_hash is None
-                ax.add_patch(Rectangle((i, y - 0.3), width, 0.6, facecolor=colour, edgecolor="white",
-                                       hatch="///" if partial else None, alpha=0.55 if partial else 1.0))
+                ax.add_patch(
+                    Rectangle(
+                        (i, y - 0.3),
+                        width,
+                        0.6,
+                        facecolor=colour,
+                        edgecolor="white",
+                        hatch="///" if partial else None,
+                        alpha=0.55 if partial else 1.0,
+                    )
+                )
                 label, across, up = block.short_hash if block is not None and labelled else "", width * x_pt, 0.6 * y_pt
                 if label and (label_fits(label, across, up) or label_fits(label, up, across)):
-                    ax.text(i + width / 2, y, label, ha="center", va="center", color="white", fontsize=LABEL_PT,
-                            family="monospace", rotation=0 if label_fits(label, across, up) else 90)
+                    ax.text(
+                        i + width / 2,
+                        y,
+                        label,
+                        ha="center",
+                        va="center",
+                        color="white",
+                        fontsize=LABEL_PT,
+                        family="monospace",
+                        rotation=0 if label_fits(label, across, up) else 90,
+                    )
                 if block is not None and (row, i) in m.evicted_by:
                     ax.plot(i + width / 2, y + 0.42, marker="x", color="k", ms=5, mew=1.2)
             if num_blocks > 1:  # the chain: each block's name feeds the next block's hash
                 ax.plot([0.5, num_blocks - 0.9], [y, y], color="0.35", lw=0.8, zorder=0)
-                ax.plot([i + 0.89 for i in range(num_blocks - 1)], [y] * (num_blocks - 1), ">", color="0.35",
-                        ms=3 if widest > 14 else 5, zorder=0)
+                ax.plot(
+                    [i + 0.89 for i in range(num_blocks - 1)],
+                    [y] * (num_blocks - 1),
+                    ">",
+                    color="0.35",
+                    ms=3 if widest > 14 else 5,
+                    zorder=0,
+                )
         ax.set_yticks(range(num_rows), [f"request {num_rows - y}" for y in range(num_rows)])
         for y, tick in enumerate(ax.get_yticklabels()):
             tick.set_color(REQUEST_COLOURS[(num_rows - 1 - y) % len(REQUEST_COLOURS)])
-        ax.set_xlabel(f"block of the prompt ({c.block_size} {'tokens' if c.block_size > 1 else 'token'} each)"
-                      + ("" if labelled else "; hashes hidden above 40 blocks: raise the block size"))
-        handles = [Patch(color=HIT_COLOUR, label="hit: reused from the cache"),
-                   Patch(color=MISS_COLOUR, label="miss: computed"),
-                   Patch(facecolor=MISS_COLOUR, alpha=0.55, hatch="///", label="partial block: never cached"),
-                   Patch(color=WAITING_COLOUR, label="not served yet")]
+        ax.set_xlabel(
+            f"block of the prompt ({c.block_size} {'tokens' if c.block_size > 1 else 'token'} each)"
+            + ("" if labelled else "; hashes hidden above 40 blocks: raise the block size")
+        )
+        handles = [
+            Patch(color=HIT_COLOUR, label="hit: reused from the cache"),
+            Patch(color=MISS_COLOUR, label="miss: computed"),
+            Patch(facecolor=MISS_COLOUR, alpha=0.55, hatch="///", label="partial block: never cached"),
+            Patch(color=WAITING_COLOUR, label="not served yet"),
+        ]
         if m.evicted_by:
             why = "least recently used" if self.eviction is None else "chosen by your policy"
             handles.append(ax.plot([], [], "x", color="k", label=f"evicted later ({why})")[0])
-        ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3, fontsize=LABEL_PT,
-                  frameon=False)
-        reused = (f"{m.num_cached_tokens:,} of {m.num_prompt_tokens:,} prompt tokens reused" if m.num_cached_tokens
-                  else "no block reused yet")
-        ax.set_title(f"{reused}\na block hits only if every block before it matched too "
-                     "(labels: each block's chained hash)", fontsize=9)
+        ax.legend(
+            handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3, fontsize=LABEL_PT, frameon=False
+        )
+        reused = (
+            f"{m.num_cached_tokens:,} of {m.num_prompt_tokens:,} prompt tokens reused"
+            if m.num_cached_tokens
+            else "no block reused yet"
+        )
+        ax.set_title(
+            f"{reused}\na block hits only if every block before it matched too (labels: each block's chained hash)",
+            fontsize=9,
+        )
 
     def _draw_pool(self, ax: Any, m: PrefixCache) -> None:
         blocks, order = m.pool_blocks(), "1 = evicted first" if self.eviction is None else "your policy chooses"
         ax.set_axis_off()
         num_cached = sum(b.origin is not None for b in blocks)
         if len(blocks) > MAX_DRAWN_POOL:
-            ax.text(0.5, 0.5, f"{len(blocks):,} blocks: too many to draw\n{num_cached:,} hold a cached prefix",
-                    ha="center", va="center", transform=ax.transAxes)
+            ax.text(
+                0.5,
+                0.5,
+                f"{len(blocks):,} blocks: too many to draw\n{num_cached:,} hold a cached prefix",
+                ha="center",
+                va="center",
+                transform=ax.transAxes,
+            )
             return
         cols = max(4, min(16, round(len(blocks) ** 0.5)))
         rows = ceil_div(len(blocks), cols)
@@ -181,10 +234,14 @@ class PrefixCacheView(SimulatorView):
             colour = "white" if b.origin is None else REQUEST_COLOURS[b.origin[0] % len(REQUEST_COLOURS)]
             ax.add_patch(Rectangle((x, y), 0.9, 0.9, facecolor=colour, edgecolor="0.6", lw=0.6))
             if b.eviction_rank is not None and label_fits(str(b.eviction_rank), cell_pt, cell_pt):
-                ax.text(x + 0.45, y + 0.45, str(b.eviction_rank), ha="center", va="center", color="white",
-                        fontsize=LABEL_PT)
-        ax.set_title(f"the pool after request {m.num_served}:\n{num_cached} of {len(blocks)} blocks keep a prefix\n"
-                     f"(colour: whose; {order})", fontsize=9)
+                ax.text(
+                    x + 0.45, y + 0.45, str(b.eviction_rank), ha="center", va="center", color="white", fontsize=LABEL_PT
+                )
+        ax.set_title(
+            f"the pool after request {m.num_served}:\n{num_cached} of {len(blocks)} blocks keep a prefix\n"
+            f"(colour: whose; {order})",
+            fontsize=9,
+        )
 
     def _summary(self, m: PrefixCache) -> str:
         c = m.config
@@ -193,13 +250,17 @@ class PrefixCacheView(SimulatorView):
         r = m.results[-1]
         head = f"Request {r.number + 1} of {len(c.prompts)}: "
         each = ", ".join("refused" if x.refusal else f"{x.num_cached_tokens:,}" for x in m.results)
-        so_far = (f"So far {m.num_cached_tokens:,} of {m.num_prompt_tokens:,} prompt tokens reused "
-                  f"({m.num_cached_tokens / max(1, m.num_prompt_tokens):.0%}); per request: {each}.")
+        so_far = (
+            f"So far {m.num_cached_tokens:,} of {m.num_prompt_tokens:,} prompt tokens reused "
+            f"({m.num_cached_tokens / max(1, m.num_prompt_tokens):.0%}); per request: {each}."
+        )
         if r.refusal:
             return head + f"<b>refused</b>: {r.refusal}. " + so_far
         hits = sum(b.hit for b in r.blocks)
-        text = (head + f"{r.num_tokens:,} tokens in {len(r.blocks)} blocks; <b>{hits} hit</b> "
-                f"({r.num_cached_tokens:,} tokens reused), {r.num_computed_tokens:,} tokens computed. ")
+        text = (
+            head + f"{r.num_tokens:,} tokens in {len(r.blocks)} blocks; <b>{hits} hit</b> "
+            f"({r.num_cached_tokens:,} tokens reused), {r.num_computed_tokens:,} tokens computed. "
+        )
         if r.evicted:
             owners = sorted({q + 1 for q, _ in r.evicted})
             how = "least recently used first" if self.eviction is None else "as your policy chose"

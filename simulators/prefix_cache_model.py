@@ -35,7 +35,7 @@ def full_block_hashes(token_ids: Sequence[int], block_size: int) -> list[bytes]:
     """The chained names of every full block: hash(previous name, this block's tokens) (lesson 13)."""
     hashes: list[bytes] = []
     for start in range(0, len(token_ids) - block_size + 1, block_size):
-        hashes.append(block_hash(hashes[-1] if hashes else None, list(token_ids[start:start + block_size])))
+        hashes.append(block_hash(hashes[-1] if hashes else None, list(token_ids[start : start + block_size])))
     return hashes
 
 
@@ -62,8 +62,9 @@ class PrefixCacheConfig:
             if not ids:
                 raise InvalidInput(f"Request {number}'s prompt is empty: type at least one token.")
             if len(ids) > MAX_PROMPT_TOKENS:
-                raise InvalidInput(f"Request {number}'s prompt has {len(ids):,} tokens; at most "
-                                   f"{MAX_PROMPT_TOKENS:,} are simulated.")
+                raise InvalidInput(
+                    f"Request {number}'s prompt has {len(ids):,} tokens; at most {MAX_PROMPT_TOKENS:,} are simulated."
+                )
             if not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ids):
                 raise InvalidInput(f"Request {number}'s token ids must be whole numbers >= 0.")
             prompts.append(ids)
@@ -151,9 +152,14 @@ class PrefixCache:
         number, ids, bs = self.num_served, self.config.prompts[self.num_served], self.config.block_size
         needed = ceil_div(len(ids) + 1, bs)  # the prompt and its first answer token, as the engine checks
         if needed > self.config.num_blocks:
-            result = RequestResult(number, len(ids), refusal=(
-                f"{len(ids):,} prompt tokens and the first answer token need {needed:,} blocks of {bs}, "
-                f"but the pool holds {self.config.num_blocks:,}: it could never fit"))
+            result = RequestResult(
+                number,
+                len(ids),
+                refusal=(
+                    f"{len(ids):,} prompt tokens and the first answer token need {needed:,} blocks of {bs}, "
+                    f"but the pool holds {self.config.num_blocks:,}: it could never fit"
+                ),
+            )
         else:
             result = self._serve(number, list(ids))
         self.results.append(result)
@@ -165,7 +171,7 @@ class PrefixCache:
         # 1. Walk the chain; stop at the first miss. The block holding the last token never hits.
         hits: list[int] = []
         for i in range((len(ids) - 1) // bs):
-            block_id = self.pool.lookup(hashes[i], ids[i * bs:(i + 1) * bs])
+            block_id = self.pool.lookup(hashes[i], ids[i * bs : (i + 1) * bs])
             if block_id is None:
                 break
             hits.append(block_id)
@@ -182,13 +188,15 @@ class PrefixCache:
                 evicted.append(origin)
         # 3. The prompt is computed; every full block gets its name and becomes findable.
         for i, h in enumerate(hashes):
-            if self.pool.cache_block(table[i], h, ids[i * bs:(i + 1) * bs], hashes[i - 1] if i else None, depth=i):
+            if self.pool.cache_block(table[i], h, ids[i * bs : (i + 1) * bs], hashes[i - 1] if i else None, depth=i):
                 self._origin[table[i]] = (number, i)
         # 4. The request ends: its blocks go back, the tail first, so tails are reclaimed before heads.
         for block_id in reversed(table):
             self.pool.release(block_id, number)
-        blocks = tuple(BlockResult(i, block_id, min(bs, len(ids) - i * bs), hashes[i] if i < len(hashes) else None,
-                                   i < len(hits)) for i, block_id in enumerate(table))
+        blocks = tuple(
+            BlockResult(i, block_id, min(bs, len(ids) - i * bs), hashes[i] if i < len(hashes) else None, i < len(hits))
+            for i, block_id in enumerate(table)
+        )
         return RequestResult(number, len(ids), blocks, tuple(evicted))
 
     # -- derived numbers -----------------------------------------------------------------------------

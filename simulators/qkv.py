@@ -31,7 +31,9 @@ class QKV:
 
     def __post_init__(self) -> None:
         if self.q.ndim != 4 or self.k.ndim != 4 or self.k.shape != self.v.shape:
-            raise ValueError(f"q must be 4-D and k, v 4-D of equal shape; got {self.q.shape}, {self.k.shape}, {self.v.shape}")
+            raise ValueError(
+                f"q must be 4-D and k, v 4-D of equal shape; got {self.q.shape}, {self.k.shape}, {self.v.shape}"
+            )
         num_layers, num_heads, num_tokens, head_dim = self.q.shape
         if self.k.shape[0] != num_layers or self.k.shape[2:] != (num_tokens, head_dim):
             raise ValueError(f"k/v shape {self.k.shape} does not match q shape {self.q.shape}")
@@ -61,9 +63,9 @@ class QKV:
 class Lookup:
     """One query's attention: raw scores, softmax weights (future masked) and the output."""
 
-    scores: np.ndarray   # (num_tokens,), -inf for keys after the query
+    scores: np.ndarray  # (num_tokens,), -inf for keys after the query
     weights: np.ndarray  # (num_tokens,), sums to 1, zero after the query
-    output: np.ndarray   # (head_dim,), the weighted sum of values
+    output: np.ndarray  # (head_dim,), the weighted sum of values
 
 
 def attend_one(q: np.ndarray, k: np.ndarray, v: np.ndarray, position: int) -> Lookup:
@@ -102,8 +104,9 @@ class RecordingBackend:
         return torch.stack([store[i] for i in sorted(store)]).transpose(1, 2)  # (L, T, H, D) -> (L, H, T, D)
 
 
-def record_qkv(model: Any, ids: list[int] | torch.Tensor, tokenizer: Any = None,
-               attention: str = "sdpa") -> tuple[QKV, RecordingBackend]:
+def record_qkv(
+    model: Any, ids: list[int] | torch.Tensor, tokenizer: Any = None, attention: str = "sdpa"
+) -> tuple[QKV, RecordingBackend]:
     """Run one forward pass of the real model over ``ids`` and return its Q, K, V (lesson 04).
 
     ``model`` is a kvcourse Transformer or a Hugging Face model (converted once). Token labels
@@ -114,10 +117,17 @@ def record_qkv(model: Any, ids: list[int] | torch.Tensor, tokenizer: Any = None,
     recorder = RecordingBackend(attention)
     with torch.inference_mode():
         transformer(ids, torch.arange(len(ids), device=ids.device), recorder, logits_index=torch.tensor([-1]))
-    labels = tuple(tokenizer.decode([i]) for i in ids.tolist()) if tokenizer is not None else tuple(
-        str(i) for i in ids.tolist())
-    data = QKV(q=recorder.stacked(recorder.q).float().cpu().numpy(), k=recorder.stacked(recorder.k).float().cpu().numpy(),
-               v=recorder.stacked(recorder.v).float().cpu().numpy(), tokens=labels)
+    labels = (
+        tuple(tokenizer.decode([i]) for i in ids.tolist())
+        if tokenizer is not None
+        else tuple(str(i) for i in ids.tolist())
+    )
+    data = QKV(
+        q=recorder.stacked(recorder.q).float().cpu().numpy(),
+        k=recorder.stacked(recorder.k).float().cpu().numpy(),
+        v=recorder.stacked(recorder.v).float().cpu().numpy(),
+        tokens=labels,
+    )
     return data, recorder
 
 
@@ -138,8 +148,12 @@ class QKVExplorer:
 
     def lookup(self) -> Lookup:
         kv = self.data.kv_head(self.head)
-        return attend_one(self.data.q[self.layer, self.head, self.position],
-                          self.data.k[self.layer, kv], self.data.v[self.layer, kv], self.position)
+        return attend_one(
+            self.data.q[self.layer, self.head, self.position],
+            self.data.k[self.layer, kv],
+            self.data.v[self.layer, kv],
+            self.position,
+        )
 
 
 class QKVView(SimulatorView):
@@ -168,7 +182,9 @@ class QKVView(SimulatorView):
         seen = np.arange(n) <= p
         visible_scores = np.where(seen, look.scores, 0.0)
         score_ax.bar(np.arange(n), visible_scores, color="C0")
-        score_ax.set_title(f"query of token {p} ({self.data.tokens[p]!r}) · every key / √d\n(grey: later tokens, masked)")
+        score_ax.set_title(
+            f"query of token {p} ({self.data.tokens[p]!r}) · every key / √d\n(grey: later tokens, masked)"
+        )
         score_ax.set_ylabel("score")
         weight_ax.bar(np.arange(n), look.weights, color=np.where(seen, "C3", "0.85"))
         weight_ax.set_title("softmax → how much of each value flows in")
@@ -181,6 +197,8 @@ class QKVView(SimulatorView):
             ax.set_xticks(np.arange(n), labels, rotation=70, fontsize=8)
             ax.set_xlabel("key token")
         top = int(np.argmax(look.weights))
-        return (f"Layer {model.layer}, query head {model.head} (reads key/value head {self.data.kv_head(model.head)}): "
-                f"token {p} {self.data.tokens[p]!r} scores {p + 1} keys; the largest weight, {look.weights[top]:.2f}, "
-                f"goes to token {top} {self.data.tokens[top]!r}.")
+        return (
+            f"Layer {model.layer}, query head {model.head} (reads key/value head {self.data.kv_head(model.head)}): "
+            f"token {p} {self.data.tokens[p]!r} scores {p + 1} keys; the largest weight, {look.weights[top]:.2f}, "
+            f"goes to token {top} {self.data.tokens[top]!r}."
+        )

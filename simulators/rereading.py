@@ -90,13 +90,26 @@ class RereadingView(SimulatorView):
             grid = np.zeros((n, width))
             for step in range(k):
                 grid[step, :p] = 1
-                grid[step, p:p + step] = 2
-            grid_ax.imshow(grid, cmap=_STAIRCASE_CMAP, vmin=0, vmax=2, aspect="auto", interpolation="nearest",
-                           extent=(-0.5, width - 0.5, n + 0.5, 0.5))  # rows are steps 1..n, like the bars
+                grid[step, p : p + step] = 2
+            grid_ax.imshow(
+                grid,
+                cmap=_STAIRCASE_CMAP,
+                vmin=0,
+                vmax=2,
+                aspect="auto",
+                interpolation="nearest",
+                extent=(-0.5, width - 0.5, n + 0.5, 0.5),
+            )  # rows are steps 1..n, like the bars
             grid_ax.set_title("what each step feeds the model\n(blue: prompt, orange: answer so far)")
         else:
-            grid_ax.text(0.5, 0.5, f"{n} steps × {width} positions:\ntoo many cells to draw",
-                         ha="center", va="center", transform=grid_ax.transAxes)
+            grid_ax.text(
+                0.5,
+                0.5,
+                f"{n} steps × {width} positions:\ntoo many cells to draw",
+                ha="center",
+                va="center",
+                transform=grid_ax.transAxes,
+            )
             grid_ax.set_title("what each step feeds the model")
         grid_ax.set_xlabel("token position")
         grid_ax.set_ylabel("generation step")
@@ -107,9 +120,11 @@ class RereadingView(SimulatorView):
         for ax in (grid_ax, bar_ax):
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         grid_ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-        return (f"Step {k} of {n}: this step processed {p + k - 1} tokens. So far {model.tokens_processed_so_far:,} "
-                f"tokens processed; the whole answer needs {model.total_tokens_processed:,}, although the final "
-                f"text has only {p + n:,} tokens.")
+        return (
+            f"Step {k} of {n}: this step processed {p + k - 1} tokens. So far {model.tokens_processed_so_far:,} "
+            f"tokens processed; the whole answer needs {model.total_tokens_processed:,}, although the final "
+            f"text has only {p + n:,} tokens."
+        )
 
 
 def _staircase_cmap():

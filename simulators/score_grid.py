@@ -101,10 +101,22 @@ class ScoreGridView(SimulatorView):
 
     stepped = {"num_tokens": "num_tokens"}  # Step changes this box: it shows the new value
 
-    def __init__(self, num_layers: int, num_heads: int, head_dim: int, linear_flops_per_token: float, *,
-                 num_tokens: int = 16, bytes_per_value: int = 4) -> None:
-        self.shape = {"num_layers": num_layers, "num_heads": num_heads, "head_dim": head_dim,
-                      "linear_flops_per_token": linear_flops_per_token}
+    def __init__(
+        self,
+        num_layers: int,
+        num_heads: int,
+        head_dim: int,
+        linear_flops_per_token: float,
+        *,
+        num_tokens: int = 16,
+        bytes_per_value: int = 4,
+    ) -> None:
+        self.shape = {
+            "num_layers": num_layers,
+            "num_heads": num_heads,
+            "head_dim": head_dim,
+            "linear_flops_per_token": linear_flops_per_token,
+        }
         controls = {
             "num_tokens": int_control("Length (tokens)", num_tokens),
             "bytes_per_value": int_control("Bytes per score", bytes_per_value),
@@ -112,8 +124,9 @@ class ScoreGridView(SimulatorView):
         super().__init__(controls, num_axes=2, figsize=(11, 4.2), step_label="Double the length")
 
     def build(self, values: dict[str, Any]) -> ScoreGrid:
-        return ScoreGrid(ScoreGridConfig(num_tokens=values["num_tokens"],
-                                         bytes_per_value=values["bytes_per_value"], **self.shape))
+        return ScoreGrid(
+            ScoreGridConfig(num_tokens=values["num_tokens"], bytes_per_value=values["bytes_per_value"], **self.shape)
+        )
 
     def draw(self, model: ScoreGrid) -> str:
         grid_ax, curve_ax = self.axes
@@ -121,7 +134,9 @@ class ScoreGridView(SimulatorView):
         if t <= MAX_DRAWN_CELLS_SIDE:
             # Plain attention fills every cell, then masks the future (upper) half with -inf.
             grid_ax.imshow(np.tril(np.ones((t, t))), cmap="Purples", vmin=-0.3, vmax=1.2, interpolation="nearest")
-            grid_ax.set_title(f"one head's score grid: {t} × {t} = {model.cells:,} cells\n(dark: used, light: future, masked)")
+            grid_ax.set_title(
+                f"one head's score grid: {t} × {t} = {model.cells:,} cells\n(dark: used, light: future, masked)"
+            )
             grid_ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             grid_ax.yaxis.set_major_locator(MaxNLocator(integer=True))
         else:
@@ -138,13 +153,16 @@ class ScoreGridView(SimulatorView):
         curve_ax.loglog(lengths, model.linear_flops_at(lengths), color="C0", label="rest of the model (∝ length)")
         curve_ax.plot([t], [model.attention_flops_at(t)], "o", color="C3")
         curve_ax.plot([t], [model.linear_flops_at(t)], "o", color="C0")
-        curve_ax.axvline(model.crossover_tokens, color="0.5", ls=":", label=f"crossover ≈ {model.crossover_tokens:,.0f} tokens")
+        curve_ax.axvline(
+            model.crossover_tokens, color="0.5", ls=":", label=f"crossover ≈ {model.crossover_tokens:,.0f} tokens"
+        )
         curve_ax.set_xlabel("length (tokens, log scale)")
         curve_ax.set_ylabel("FLOPs for one pass (log scale)")
         curve_ax.set_title("work vs length")
         curve_ax.legend(loc="upper left", fontsize=8)
-        return (f"{t:,} tokens: {model.cells:,} cells per head; one layer's grid (all {model.config.num_heads} heads) "
-                f"takes {format_bytes(model.grid_bytes)} at {model.config.bytes_per_value} bytes per score. "
-                f"Attention is {model.attention_flops_at(t) / (model.attention_flops_at(t) + model.linear_flops_at(t)):.1%} "
-                f"of the pass's FLOPs.")
-
+        return (
+            f"{t:,} tokens: {model.cells:,} cells per head; one layer's grid (all {model.config.num_heads} heads) "
+            f"takes {format_bytes(model.grid_bytes)} at {model.config.bytes_per_value} bytes per score. "
+            f"Attention is {model.attention_flops_at(t) / (model.attention_flops_at(t) + model.linear_flops_at(t)):.1%} "
+            f"of the pass's FLOPs."
+        )

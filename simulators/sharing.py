@@ -47,8 +47,16 @@ def _text_colour(count: int) -> str:
 class SharingView(SimulatorView):
     """Fork a prompt into n samples, step them, and watch the shared blocks split (lesson 12)."""
 
-    def __init__(self, prompt_len: int = 94, block_size: int = 16, num_samples: int = 4, tokens_per_step: int = 1,
-                 num_blocks: int = 48, *, block_manager: Any = None) -> None:
+    def __init__(
+        self,
+        prompt_len: int = 94,
+        block_size: int = 16,
+        num_samples: int = 4,
+        tokens_per_step: int = 1,
+        num_blocks: int = 48,
+        *,
+        block_manager: Any = None,
+    ) -> None:
         self.block_manager = block_manager  # lab A: the learner's manager class, run beside the engine's own
         controls = {
             "prompt_len": int_control("Prompt length (tokens)", prompt_len),
@@ -60,8 +68,13 @@ class SharingView(SimulatorView):
         super().__init__(controls, num_axes=2, figsize=(11.5, 4.4), step_label="Fork")
 
     def build(self, values: dict[str, Any]) -> Sharing:
-        config = SharingConfig(values["prompt_len"], values["block_size"], values["num_samples"],
-                               values["tokens_per_step"], values["num_blocks"])
+        config = SharingConfig(
+            values["prompt_len"],
+            values["block_size"],
+            values["num_samples"],
+            values["tokens_per_step"],
+            values["num_blocks"],
+        )
         if self.block_manager is None:
             return Sharing(config)
         return LearnerSharing(config, self.block_manager)
@@ -99,8 +112,15 @@ class SharingView(SimulatorView):
                 colours.append(colour)
                 edges.append(COPIED if block in copied else "none")
                 if labelled:
-                    ax.text(x + 0.46, y + 0.5, f"{block}\n×{m.ref_counts[block]}", ha="center", va="center",
-                            fontsize=7, color=_text_colour(m.ref_counts[block]))
+                    ax.text(
+                        x + 0.46,
+                        y + 0.5,
+                        f"{block}\n×{m.ref_counts[block]}",
+                        ha="center",
+                        va="center",
+                        fontsize=7,
+                        color=_text_colour(m.ref_counts[block]),
+                    )
         ax.add_collection(PatchCollection(patches, facecolors=colours, edgecolors=edges, linewidths=2))
         ax.set_xlim(-0.1, num_cols - skip + 0.1)
         ax.set_ylim(-0.1, height + 0.1)
@@ -131,11 +151,17 @@ class SharingView(SimulatorView):
             edges.append(COPIED if block in copied else "none")
             count = m.ref_counts[block]
             if drawn <= 64:
-                ax.text(x + 0.45, y + 0.5, f"{block}\n×{count}" if count else str(block), ha="center",
-                        va="center", fontsize=7, color=_text_colour(count))
+                ax.text(
+                    x + 0.45,
+                    y + 0.5,
+                    f"{block}\n×{count}" if count else str(block),
+                    ha="center",
+                    va="center",
+                    fontsize=7,
+                    color=_text_colour(count),
+                )
             elif drawn <= 128 and count:
-                ax.text(x + 0.45, y + 0.5, f"×{count}", ha="center", va="center", fontsize=7,
-                        color=_text_colour(count))
+                ax.text(x + 0.45, y + 0.5, f"×{count}", ha="center", va="center", fontsize=7, color=_text_colour(count))
         ax.add_collection(PatchCollection(patches, facecolors=colours, edgecolors=edges, linewidths=2))
         ax.set_xlim(-0.1, POOL_COLUMNS)
         ax.set_ylim(-0.1, rows + 0.1)
@@ -148,30 +174,52 @@ class SharingView(SimulatorView):
         ax.set_xlabel(f"{whose}: {c.num_blocks:,} physical blocks{more}{label}")
         beside = f" (engine's own: {engine.num_used_blocks})" if engine else ""
         ax.set_title(f"{m.num_used_blocks} blocks in use{beside}; {m.num_blocks_unshared} without sharing")
-        ax.legend(handles=[Patch(color=_block_colour(c.num_samples, c.num_samples), label="shared (count ≥ 2)"),
-                           Patch(color=PRIVATE, label="private (count 1)"), Patch(color=FREE, label="free"),
-                           Patch(facecolor="white", edgecolor=COPIED, lw=2, label="copied this step")],
-                  loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
+        ax.legend(
+            handles=[
+                Patch(color=_block_colour(c.num_samples, c.num_samples), label="shared (count ≥ 2)"),
+                Patch(color=PRIVATE, label="private (count 1)"),
+                Patch(color=FREE, label="free"),
+                Patch(facecolor="white", edgecolor=COPIED, lw=2, label="copied this step"),
+            ],
+            loc="upper left",
+            bbox_to_anchor=(1.0, 1.0),
+            fontsize=8,
+        )
 
     @staticmethod
     def _summary(m: Sharing) -> str:
         c = m.config
         rest = c.prompt_len - c.full_prompt_blocks * c.block_size
         if not m.forked:
-            split = (f"{c.full_prompt_blocks:,} full, the last with {rest} of {c.block_size} tokens" if rest
-                     else f"all {c.prompt_blocks:,} full")
-            return (f"One sequence holds the {c.prompt_len:,}-token prompt in {c.prompt_blocks:,} blocks ({split}) "
-                    f"of a {c.num_blocks:,}-block pool. Press <b>Fork</b> to split it into {c.num_samples} samples; "
-                    f"then each <b>Write tokens</b> adds {plural(c.tokens_per_step, 'token')} to every sample.")
-        counts = (f"{m.num_used_blocks:,} of {c.num_blocks:,} blocks in use; as {m.num_samples} private copies "
-                  f"it would be {m.num_blocks_unshared:,}: sharing saves {m.blocks_saved:,}.")
+            split = (
+                f"{c.full_prompt_blocks:,} full, the last with {rest} of {c.block_size} tokens"
+                if rest
+                else f"all {c.prompt_blocks:,} full"
+            )
+            return (
+                f"One sequence holds the {c.prompt_len:,}-token prompt in {c.prompt_blocks:,} blocks ({split}) "
+                f"of a {c.num_blocks:,}-block pool. Press <b>Fork</b> to split it into {c.num_samples} samples; "
+                f"then each <b>Write tokens</b> adds {plural(c.tokens_per_step, 'token')} to every sample."
+            )
+        counts = (
+            f"{m.num_used_blocks:,} of {c.num_blocks:,} blocks in use; as {m.num_samples} private copies "
+            f"it would be {m.num_blocks_unshared:,}: sharing saves {m.blocks_saved:,}."
+        )
         if m.num_written == 0:
-            return (f"Forked: {m.num_samples} block tables point at the same {c.prompt_blocks:,} blocks, each with "
-                    f"reference count {c.num_samples}. {counts} Press <b>Write tokens</b>: each sample writes "
-                    f"{plural(c.tokens_per_step, 'token')}.")
+            return (
+                f"Forked: {m.num_samples} block tables point at the same {c.prompt_blocks:,} blocks, each with "
+                f"reference count {c.num_samples}. {counts} Press <b>Write tokens</b>: each sample writes "
+                f"{plural(c.tokens_per_step, 'token')}."
+            )
         copies = ", ".join(f"{x.source}→{x.target}" for x in m.last_copies[:8]) + (
-            ", …" if len(m.last_copies) > 8 else "")
-        step = (f"This step: {len(m.last_copies)} copied on write ({copies}), " if m.last_copies
-                else "This step: no copies, ")
-        return (f"Each sample holds {m.num_tokens:,} tokens ({c.prompt_len:,} prompt + {m.num_written:,} written). "
-                f"{counts} {step}{plural(m.last_new_blocks, 'new block')}.")
+            ", …" if len(m.last_copies) > 8 else ""
+        )
+        step = (
+            f"This step: {len(m.last_copies)} copied on write ({copies}), "
+            if m.last_copies
+            else "This step: no copies, "
+        )
+        return (
+            f"Each sample holds {m.num_tokens:,} tokens ({c.prompt_len:,} prompt + {m.num_written:,} written). "
+            f"{counts} {step}{plural(m.last_new_blocks, 'new block')}."
+        )

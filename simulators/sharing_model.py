@@ -46,9 +46,11 @@ class SharingConfig:
         check_int("Tokens per step", self.tokens_per_step, 1, MAX_TOKENS_PER_STEP)
         check_int("Pool size (blocks)", self.num_blocks, 1, MAX_POOL)
         if self.prompt_blocks > self.num_blocks:
-            raise InvalidInput(f"the {self.prompt_len:,}-token prompt needs {self.prompt_blocks:,} blocks of "
-                               f"{self.block_size}, but the pool holds {self.num_blocks:,}: it could never start. "
-                               "Make the pool bigger or the prompt shorter.")
+            raise InvalidInput(
+                f"the {self.prompt_len:,}-token prompt needs {self.prompt_blocks:,} blocks of "
+                f"{self.block_size}, but the pool holds {self.num_blocks:,}: it could never start. "
+                "Make the pool bigger or the prompt shorter."
+            )
 
     @property
     def prompt_blocks(self) -> int:
@@ -150,7 +152,8 @@ class Sharing:
                 f"the pool is full: writing {plural(num_new_tokens, 'more token')} into each of the {len(self.seqs)} "
                 f"samples needs {needed} free blocks, and only {free} of {self.config.num_blocks} are free. "
                 "A serving engine would now make a sample wait or preempt it (lesson 08). "
-                "Press Reset, or make the pool bigger.")
+                "Press Reset, or make the pool bigger."
+            )
         copies, new = [], 0
         for sample, seq in enumerate(self.seqs):
             held = len(seq.block_table)

@@ -59,8 +59,11 @@ class KVHeads(StrEnum):
     MQA = "mqa"  # just one: multi-query attention
 
 
-KV_HEAD_CHOICES = (("MHA: one per query head", KVHeads.MHA), ("as the model ships", KVHeads.SHIPPED),
-                   ("MQA: just one", KVHeads.MQA))
+KV_HEAD_CHOICES = (
+    ("MHA: one per query head", KVHeads.MHA),
+    ("as the model ships", KVHeads.SHIPPED),
+    ("MQA: just one", KVHeads.MQA),
+)
 BYTES_PER_VALUE_CHOICES = bytes_per_value_choices(4, 2)  # int8 is a switch of its own, its scales counted
 LESSON_09_FILLED = 0.311  # share of a reserving pool that held real tokens on LESSON_TRACE (lesson 09)
 SCALE_BYTES = 4  # one float32 scale per token, per KV head, for K and for V (kernels/attention/backends/int8.py)
@@ -116,8 +119,14 @@ class ShrinkConfig:
 
     def with_technique(self, name: str) -> ShrinkConfig:
         """This config with one more technique on (the order of TECHNIQUES)."""
-        changes = {"gqa": {"kv_heads": KVHeads.SHIPPED}, "mqa": {"kv_heads": KVHeads.MQA}, "int8": {"int8": True},
-                   "paging": {"paging": True}, "prefix": {"prefix": True}, "window": {"window": True}}[name]
+        changes = {
+            "gqa": {"kv_heads": KVHeads.SHIPPED},
+            "mqa": {"kv_heads": KVHeads.MQA},
+            "int8": {"int8": True},
+            "paging": {"paging": True},
+            "prefix": {"prefix": True},
+            "window": {"window": True},
+        }[name]
         return dataclasses.replace(self, **changes)
 
     def is_on(self, name: str) -> bool:
@@ -197,8 +206,9 @@ class Shrink:
         return c.prefix_tokens
 
     def _blocks(self, context_tokens: int, num_users: int) -> int:
-        return costs.kv_blocks_needed(self.held_tokens(context_tokens), self.config.block_size, num_users,
-                                      self.shared_prefix(context_tokens))
+        return costs.kv_blocks_needed(
+            self.held_tokens(context_tokens), self.config.block_size, num_users, self.shared_prefix(context_tokens)
+        )
 
     def shared_blocks(self, context_tokens: int) -> int:
         """Whole blocks of the opening stored once for everyone (never the block of a last token)."""
@@ -221,7 +231,10 @@ class Shrink:
         c = self.config
         if not c.paging:
             return min(MAX_USERS_DRAWN, math.floor(self.budget_bytes / self.bytes_per_user(context_tokens)))
-        shared, own = self.shared_blocks(context_tokens), self._blocks(context_tokens, 2) - self._blocks(context_tokens, 1)
+        shared, own = (
+            self.shared_blocks(context_tokens),
+            self._blocks(context_tokens, 2) - self._blocks(context_tokens, 1),
+        )
         return 0 if shared > self.num_blocks else min(MAX_USERS_DRAWN, (self.num_blocks - shared) // own)
 
     @property
@@ -253,19 +266,35 @@ class Shrink:
 
     def label(self, name: str) -> str:
         c = self.config
-        return {"gqa": f"+ GQA ({c.base_shape.num_kv_heads} KV heads)", "mqa": "+ MQA (1 KV head)",
-                "int8": "+ int8 and scales", "paging": f"+ paging ({c.block_size}-token blocks)",
-                "prefix": f"+ prefix caching ({c.prefix_tokens:,} shared)",
-                "window": f"+ sliding window ({c.window_tokens:,})"}[name]
+        return {
+            "gqa": f"+ GQA ({c.base_shape.num_kv_heads} KV heads)",
+            "mqa": "+ MQA (1 KV head)",
+            "int8": "+ int8 and scales",
+            "paging": f"+ paging ({c.block_size}-token blocks)",
+            "prefix": f"+ prefix caching ({c.prefix_tokens:,} shared)",
+            "window": f"+ sliding window ({c.window_tokens:,})",
+        }[name]
 
 
 class ShrinkView(SimulatorView):
     """Chapter 003's techniques as switches: bytes per token, users that fit, the longest context (lesson 16)."""
 
-    def __init__(self, model: str = "smollm2-135m", *, kv_budget_gb: float = 1.0, context_tokens: int = 512,
-                 bytes_per_value: int = 2, kv_heads: KVHeads = KVHeads.MHA, int8: bool = False, paging: bool = False,
-                 prefix: bool = False, prefix_tokens: int = 0, window: bool = False, window_tokens: int = 4096,
-                 reservation_filled: float = LESSON_09_FILLED) -> None:
+    def __init__(
+        self,
+        model: str = "smollm2-135m",
+        *,
+        kv_budget_gb: float = 1.0,
+        context_tokens: int = 512,
+        bytes_per_value: int = 2,
+        kv_heads: KVHeads = KVHeads.MHA,
+        int8: bool = False,
+        paging: bool = False,
+        prefix: bool = False,
+        prefix_tokens: int = 0,
+        window: bool = False,
+        window_tokens: int = 4096,
+        reservation_filled: float = LESSON_09_FILLED,
+    ) -> None:
         self.reservation_filled = reservation_filled
         tick = dict(indent=False, layout=widgets.Layout(width="auto", margin="2px 6px 2px 12px"))
         controls = {
@@ -304,8 +333,14 @@ class ShrinkView(SimulatorView):
         y = np.arange(len(stages))[::-1]
         ax.barh(y, [max(u, 0.8) for u in users], color=["0.6"] + ["C0"] * (len(stages) - 1), height=0.6)
         for yi, u, (label, s) in zip(y, users, stages, strict=True):
-            ax.text(0.02, yi + 0.38, f"{label}: {format_bytes(s.bytes_per_token)} per token", fontsize=8,
-                    transform=ax.get_yaxis_transform(), va="bottom")
+            ax.text(
+                0.02,
+                yi + 0.38,
+                f"{label}: {format_bytes(s.bytes_per_token)} per token",
+                fontsize=8,
+                transform=ax.get_yaxis_transform(),
+                va="bottom",
+            )
             ax.text(max(u, 0.8), yi, f" {u:,}", va="center", fontsize=9)
         ax.set_xscale("log")
         ax.set_yticks([])
@@ -332,8 +367,14 @@ class ShrinkView(SimulatorView):
             keep = users >= 1
             ax.step(contexts[keep], users[keep], where="post", color=colour, label=label)
         if m.users_fit >= 1:
-            ax.plot([c.context_tokens], [m.users_fit], "o", color="C3", ms=7,
-                    label=f"{m.users_fit:,} users at {c.context_tokens:,} tokens")
+            ax.plot(
+                [c.context_tokens],
+                [m.users_fit],
+                "o",
+                color="C3",
+                ms=7,
+                label=f"{m.users_fit:,} users at {c.context_tokens:,} tokens",
+            )
         if m.longest_context:
             ax.axvline(m.longest_context, color="C3", ls=":", label=f"one user at most: {m.longest_context:,} tokens")
         if c.window:
@@ -351,13 +392,18 @@ class ShrinkView(SimulatorView):
     @staticmethod
     def _summary(m: Shrink) -> str:
         c, base = m.config, Shrink(m.config.nothing_on)
-        window = ("unlimited (it keeps the last " f"{c.window_tokens:,})" if c.window and m.longest_context is None
-                  else f"{m.longest_context:,} tokens")
+        window = (
+            f"unlimited (it keeps the last {c.window_tokens:,})"
+            if c.window and m.longest_context is None
+            else f"{m.longest_context:,} tokens"
+        )
         if m.longest_context and m.longest_context > c.base_shape.max_position_embeddings:
             window += f" of memory (the model reads at most {c.base_shape.max_position_embeddings:,})"
-        text = (f"{format_bytes(m.budget_bytes)} for caches. Bytes per token: <b>{format_bytes(m.bytes_per_token)}</b> "
-                f"(nothing on: {format_bytes(base.bytes_per_token)}). Users at {c.context_tokens:,} tokens: "
-                f"<b>{m.users_fit:,}</b> (nothing on: {base.users_fit:,}). Longest context for one user: "
-                f"<b>{window}</b> (nothing on: {base.longest_context:,}).")
+        text = (
+            f"{format_bytes(m.budget_bytes)} for caches. Bytes per token: <b>{format_bytes(m.bytes_per_token)}</b> "
+            f"(nothing on: {format_bytes(base.bytes_per_token)}). Users at {c.context_tokens:,} tokens: "
+            f"<b>{m.users_fit:,}</b> (nothing on: {base.users_fit:,}). Longest context for one user: "
+            f"<b>{window}</b> (nothing on: {base.longest_context:,})."
+        )
         nxt = m.next_technique
         return text + (f" Next technique: {nxt}." if nxt else " Every technique is on.")

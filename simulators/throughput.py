@@ -147,8 +147,9 @@ class Throughput:
     def ridge_batch(self) -> int | None:
         """The smallest batch whose step computes longer than it reads; None: memory-bound at any batch."""
         c = self.config
-        return costs.compute_bound_batch(c.shape, c.context_tokens, c.tflops * 1e12, c.bandwidth_gbs * GB,
-                                         c.bytes_per_value)
+        return costs.compute_bound_batch(
+            c.shape, c.context_tokens, c.tflops * 1e12, c.bandwidth_gbs * GB, c.bytes_per_value
+        )
 
     # -- the memory cap ----------------------------------------------------------------------------
     @property
@@ -221,10 +222,21 @@ class ThroughputView(SimulatorView):
 
     stepped = {"batch_size": "batch_size"}  # Step changes this box: it shows the new value
 
-    def __init__(self, hardware: str | None = None, *, model: str = "smollm2-135m", bytes_per_value: int = 2,
-                 bandwidth_gbs: float | None = None, tflops: float | None = None, kv_budget_gb: float | None = None,
-                 context_tokens: int = 4096, batch_size: int = 1, overhead_ms: float = 0.0,
-                 measured: dict[int, float] | None = None, measured_label: str = "measured") -> None:
+    def __init__(
+        self,
+        hardware: str | None = None,
+        *,
+        model: str = "smollm2-135m",
+        bytes_per_value: int = 2,
+        bandwidth_gbs: float | None = None,
+        tflops: float | None = None,
+        kv_budget_gb: float | None = None,
+        context_tokens: int = 4096,
+        batch_size: int = 1,
+        overhead_ms: float = 0.0,
+        measured: dict[int, float] | None = None,
+        measured_label: str = "measured",
+    ) -> None:
         figures = {"bandwidth_gbs": bandwidth_gbs, "tflops": tflops}
         hardware, figures = ROOFLINE_PRESET.start(hardware, figures, DEFAULT_HARDWARE, "hardware")
         bandwidth_gbs, tflops = figures["bandwidth_gbs"], figures["tflops"]
@@ -232,8 +244,14 @@ class ThroughputView(SimulatorView):
         model_control = model_dropdown(model, ModelFact.PARAMETERS)
         if kv_budget_gb is None:
             kv_budget_gb = round(kv_budget_on_card(card, MODEL_CONFIGS[model], bytes_per_value), 2)
-        kv_budget_gb = readable_budget(kv_budget_gb, lambda gb: Throughput(ThroughputConfig(
-            model, bytes_per_value, bandwidth_gbs, tflops, gb, context_tokens, 1)).num_blocks)
+        kv_budget_gb = readable_budget(
+            kv_budget_gb,
+            lambda gb: (
+                Throughput(
+                    ThroughputConfig(model, bytes_per_value, bandwidth_gbs, tflops, gb, context_tokens, 1)
+                ).num_blocks
+            ),
+        )
         self.measured = dict(measured or {})  # batch -> tokens/s measured on the engine, drawn as squares
         self.measured_label = measured_label
         self._measured_on = (model, bytes_per_value, bandwidth_gbs, tflops)  # shown only while these hold
@@ -261,9 +279,18 @@ class ThroughputView(SimulatorView):
             self.controls["kv_budget_gb"].value = round(budget, 2)
 
     def build(self, values: dict[str, Any]) -> Throughput:
-        return Throughput(ThroughputConfig(
-            values["model"], values["bytes_per_value"], values["bandwidth_gbs"], values["tflops"],
-            values["kv_budget_gb"], values["context_tokens"], values["batch_size"], values["overhead_ms"]))
+        return Throughput(
+            ThroughputConfig(
+                values["model"],
+                values["bytes_per_value"],
+                values["bandwidth_gbs"],
+                values["tflops"],
+                values["kv_budget_gb"],
+                values["context_tokens"],
+                values["batch_size"],
+                values["overhead_ms"],
+            )
+        )
 
     def draw(self, model: Throughput) -> str:
         rate_ax, time_ax = self.axes
@@ -286,18 +313,29 @@ class ThroughputView(SimulatorView):
             ax.axvline(m.max_batch, color="C3", ls="--", lw=1.5, label=f"memory cap: {m.max_batch:,} sequences")
         if m.ridge_batch is not None and m.ridge_batch <= batches[-1]:
             ax.axvline(m.ridge_batch, color="0.5", ls=":", lw=1.5, label=f"compute-bound from {m.ridge_batch:,}")
-        if self.measured and self._measured_on == (m.config.model, m.config.bytes_per_value, m.config.bandwidth_gbs,
-                                                    m.config.tflops):
+        if self.measured and self._measured_on == (
+            m.config.model,
+            m.config.bytes_per_value,
+            m.config.bandwidth_gbs,
+            m.config.tflops,
+        ):
             xs = sorted(self.measured)
             ax.plot(xs, [self.measured[b] for b in xs], "s", color="C2", ms=6, label=self.measured_label)
-        ax.plot([m.batch_size], [m.tokens_per_second(m.batch_size)], "o", color="C1" if m.fits else "C3", ms=8,
-                label=f"batch {m.batch_size:,}" + ("" if m.fits else ": does not fit"))
+        ax.plot(
+            [m.batch_size],
+            [m.tokens_per_second(m.batch_size)],
+            "o",
+            color="C1" if m.fits else "C3",
+            ms=8,
+            label=f"batch {m.batch_size:,}" + ("" if m.fits else ": does not fit"),
+        )
         _log_axes(ax)
         ax.set_xlabel("batch (sequences decoding together, log scale)")
         ax.set_ylabel("tokens per second, all users (log scale)")
         if m.max_batch >= 1:
-            ax.set_title(f"memory caps the batch at {m.max_batch:,}:\nat most "
-                         f"{_rate(m.best_tokens_per_second)} tokens/s")
+            ax.set_title(
+                f"memory caps the batch at {m.max_batch:,}:\nat most {_rate(m.best_tokens_per_second)} tokens/s"
+            )
         else:
             ax.set_title("not one sequence of this context fits in the KV pool")
         ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.17), ncol=2, fontsize=8, frameon=False)
@@ -328,27 +366,37 @@ class ThroughputView(SimulatorView):
     def _summary(m: Throughput) -> str:
         c, b = m.config, m.batch_size
         if m.ridge_batch is None:
-            bound = ("memory-bound, as it is at any batch for this context: each sequence's K and V take longer "
-                     "to read than its arithmetic takes")
+            bound = (
+                "memory-bound, as it is at any batch for this context: each sequence's K and V take longer "
+                "to read than its arithmetic takes"
+            )
         elif m.is_memory_bound(b):
             bound = f"memory-bound; it turns compute-bound from batch {m.ridge_batch:,}"
         else:
             bound = f"compute-bound, as is every batch from {m.ridge_batch:,}"
-        step = (f"Batch {b:,}: one step reads {format_bytes(m.weight_bytes_per_step)} of weights + "
-                f"{format_bytes(b * m.kv_bytes_per_sequence)} of K and V and does "
-                f"{m.step_flops(b) / 1e12:,.3g} TFLOP: {_ms(m.memory_seconds(b))} reading vs "
-                f"{_ms(m.compute_seconds(b))} of arithmetic: {bound}. ")
-        rate = (f"<b>{_rate(m.tokens_per_second(b))} tokens/s</b> in all; each user gets a token every "
-                f"{_ms(m.step_seconds(b))}. ")
+        step = (
+            f"Batch {b:,}: one step reads {format_bytes(m.weight_bytes_per_step)} of weights + "
+            f"{format_bytes(b * m.kv_bytes_per_sequence)} of K and V and does "
+            f"{m.step_flops(b) / 1e12:,.3g} TFLOP: {_ms(m.memory_seconds(b))} reading vs "
+            f"{_ms(m.compute_seconds(b))} of arithmetic: {bound}. "
+        )
+        rate = (
+            f"<b>{_rate(m.tokens_per_second(b))} tokens/s</b> in all; each user gets a token every "
+            f"{_ms(m.step_seconds(b))}. "
+        )
         if m.max_batch < 1:
-            cap = (f"The {format_bytes(c.kv_budget_bytes)} KV budget holds {plural(m.num_blocks, 'block')} of "
-                   f"{c.block_size} tokens; one sequence of {c.context_tokens:,} tokens needs "
-                   f"{m.blocks_per_sequence:,}: none fits.")
+            cap = (
+                f"The {format_bytes(c.kv_budget_bytes)} KV budget holds {plural(m.num_blocks, 'block')} of "
+                f"{c.block_size} tokens; one sequence of {c.context_tokens:,} tokens needs "
+                f"{m.blocks_per_sequence:,}: none fits."
+            )
         else:
-            cap = (f"Memory cap: {m.max_batch:,} sequence{'s' if m.max_batch > 1 else ''} of "
-                   f"{c.context_tokens:,} tokens fit{'' if m.max_batch > 1 else 's'} in {format_bytes(c.kv_budget_bytes)} "
-                   f"({plural(m.num_blocks, 'block')} of {c.block_size} tokens), "
-                   f"{_rate(m.best_tokens_per_second)} tokens/s at most.")
+            cap = (
+                f"Memory cap: {m.max_batch:,} sequence{'s' if m.max_batch > 1 else ''} of "
+                f"{c.context_tokens:,} tokens fit{'' if m.max_batch > 1 else 's'} in {format_bytes(c.kv_budget_bytes)} "
+                f"({plural(m.num_blocks, 'block')} of {c.block_size} tokens), "
+                f"{_rate(m.best_tokens_per_second)} tokens/s at most."
+            )
             if not m.fits:
                 cap += f" <b>Batch {b:,} does not fit</b>: it would need {b - m.max_batch:,} more sequences' room."
         return step + rate + cap

@@ -56,7 +56,7 @@ class TimingConfig:
 
     prompt_len: int
     num_new_tokens: int
-    ms_per_pass: float   # fixed cost of any forward pass (reading every weight, launching every layer)
+    ms_per_pass: float  # fixed cost of any forward pass (reading every weight, launching every layer)
     ms_per_gflop: float  # cost of each billion FLOPs the pass computes
     model_config: Any = None  # a ModelConfig (or anything kvcourse.kernels.costs reads); None: SmolLM2-135M
 
@@ -66,8 +66,10 @@ class TimingConfig:
         check_float("Fixed cost per pass (ms)", self.ms_per_pass, 0.0, MAX_MS_PER_PASS)
         check_float("Cost per GFLOP (ms)", self.ms_per_gflop, 0.0, MAX_MS_PER_GFLOP)
         if self.ms_per_pass == 0 and self.ms_per_gflop == 0:
-            raise InvalidInput("the fixed cost per pass and the cost per GFLOP are both 0 ms, so nothing "
-                               "would take any time; give at least one of them a positive value.")
+            raise InvalidInput(
+                "the fixed cost per pass and the cost per GFLOP are both 0 ms, so nothing "
+                "would take any time; give at least one of them a positive value."
+            )
         if self.model_config is None:
             object.__setattr__(self, "model_config", MODEL_CONFIGS[DEFAULT_MODEL])
 
@@ -165,8 +167,15 @@ class TimingView(SimulatorView):
 
     stepped = {"num_new_tokens": "num_new_tokens"}  # Step changes this box: it shows the new value
 
-    def __init__(self, model_config: Any = None, *, prompt_len: int = 8, num_new_tokens: int = 64,
-                 ms_per_pass: float = 15.0, ms_per_gflop: float = 10.0) -> None:
+    def __init__(
+        self,
+        model_config: Any = None,
+        *,
+        prompt_len: int = 8,
+        num_new_tokens: int = 64,
+        ms_per_pass: float = 15.0,
+        ms_per_gflop: float = 10.0,
+    ) -> None:
         self.model_config = model_config  # None: SmolLM2-135M from the engine's config table
         controls = {
             "prompt_len": int_control("Prompt length (tokens)", prompt_len),
@@ -177,15 +186,28 @@ class TimingView(SimulatorView):
         super().__init__(controls, num_axes=2, figsize=(11, 4.2), step_label="Double the output")
 
     @classmethod
-    def from_cost_model(cls, cost_model: Any, model_config: Any = None, *, prompt_len: int = 8,
-                        num_new_tokens: int = 64) -> TimingView:
+    def from_cost_model(
+        cls, cost_model: Any, model_config: Any = None, *, prompt_len: int = 8, num_new_tokens: int = 64
+    ) -> TimingView:
         """Start from the lab's fitted PassCostModel (kvcourse.timing_lab.predict.calibrate)."""
-        return cls(model_config, prompt_len=prompt_len, num_new_tokens=num_new_tokens,
-                   ms_per_pass=cost_model.seconds_per_pass * 1e3, ms_per_gflop=cost_model.seconds_per_flop * 1e12)
+        return cls(
+            model_config,
+            prompt_len=prompt_len,
+            num_new_tokens=num_new_tokens,
+            ms_per_pass=cost_model.seconds_per_pass * 1e3,
+            ms_per_gflop=cost_model.seconds_per_flop * 1e12,
+        )
 
     def build(self, values: dict[str, Any]) -> TimingModel:
-        return TimingModel(TimingConfig(values["prompt_len"], values["num_new_tokens"], values["ms_per_pass"],
-                                        values["ms_per_gflop"], self.model_config))
+        return TimingModel(
+            TimingConfig(
+                values["prompt_len"],
+                values["num_new_tokens"],
+                values["ms_per_pass"],
+                values["ms_per_gflop"],
+                self.model_config,
+            )
+        )
 
     def draw(self, model: TimingModel) -> str:
         time_ax, ratio_ax = self.axes
@@ -207,15 +229,21 @@ class TimingView(SimulatorView):
         ratio_ax.set_xlabel("output length (new tokens)")
         ratio_ax.set_ylabel("cache off / cache on (×, log scale)")
         if model.speedup < 0.9 * model.work_ratio:
-            ratio_ax.set_title(f"{model.work_ratio:.1f}× fewer tokens, only {model.speedup:.1f}× less time:\n"
-                               "every pass pays the fixed cost, cache or not")
+            ratio_ax.set_title(
+                f"{model.work_ratio:.1f}× fewer tokens, only {model.speedup:.1f}× less time:\n"
+                "every pass pays the fixed cost, cache or not"
+            )
         else:
-            ratio_ax.set_title(f"{model.work_ratio:.1f}× fewer tokens, {model.speedup:.1f}× less time:\n"
-                               "with little fixed cost per pass, time follows the work")
+            ratio_ax.set_title(
+                f"{model.work_ratio:.1f}× fewer tokens, {model.speedup:.1f}× less time:\n"
+                "with little fixed cost per pass, time follows the work"
+            )
         ratio_ax.legend(loc="upper left", fontsize=8)
         c = model.config
-        return (f"{n:,} new tokens after a prompt of {c.prompt_len:,} tokens: {model.num_passes:,} passes either way. "
-                f"Predicted {format_seconds(model.seconds_with_cache)} with the cache, "
-                f"{format_seconds(model.seconds_without_cache)} without: {model.speedup:.2f}×, while the "
-                f"uncached run processes {model.work_ratio:.1f}× the tokens. The fixed "
-                f"{c.ms_per_pass:g} ms per pass is {model.fixed_share_with_cache:.0%} of the cached time.")
+        return (
+            f"{n:,} new tokens after a prompt of {c.prompt_len:,} tokens: {model.num_passes:,} passes either way. "
+            f"Predicted {format_seconds(model.seconds_with_cache)} with the cache, "
+            f"{format_seconds(model.seconds_without_cache)} without: {model.speedup:.2f}×, while the "
+            f"uncached run processes {model.work_ratio:.1f}× the tokens. The fixed "
+            f"{c.ms_per_pass:g} ms per pass is {model.fixed_share_with_cache:.0%} of the cached time."
+        )

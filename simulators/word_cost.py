@@ -90,8 +90,15 @@ class WordCost:
 class WordCostView(SimulatorView):
     """Grow the answer and watch passes, FLOPs and bytes read add up (lesson 01)."""
 
-    def __init__(self, flops_per_pass: float, weight_bytes_per_pass: float, *, num_words: int = 200,
-                 tokens_per_word: float = 1.3, bandwidth_gb_per_s: float = 100.0) -> None:
+    def __init__(
+        self,
+        flops_per_pass: float,
+        weight_bytes_per_pass: float,
+        *,
+        num_words: int = 200,
+        tokens_per_word: float = 1.3,
+        bandwidth_gb_per_s: float = 100.0,
+    ) -> None:
         self.flops_per_pass = flops_per_pass
         self.weight_bytes_per_pass = weight_bytes_per_pass
         controls = {
@@ -103,8 +110,10 @@ class WordCostView(SimulatorView):
 
     def build(self, values: dict[str, Any]) -> WordCost:
         config = WordCostConfig(
-            num_words=values["num_words"], tokens_per_word=values["tokens_per_word"],
-            flops_per_pass=self.flops_per_pass, weight_bytes_per_pass=self.weight_bytes_per_pass,
+            num_words=values["num_words"],
+            tokens_per_word=values["tokens_per_word"],
+            flops_per_pass=self.flops_per_pass,
+            weight_bytes_per_pass=self.weight_bytes_per_pass,
             bandwidth_gb_per_s=values["bandwidth"],
         )
         return WordCost(config)
@@ -120,11 +129,15 @@ class WordCostView(SimulatorView):
         ax.set_ylim(0, max(num_passes * gb, 1e-9) * 1.05)
         ax.set_xlabel("forward passes run, one per token, strictly in order")
         ax.set_ylabel("weights read from memory (GB)")
-        ax.set_title(f"{plural(model.config.num_words, 'word')} ≈ {plural(num_passes, 'token')} = "
-                     f"{plural(num_passes, 'pass', 'passes')} in a queue")
+        ax.set_title(
+            f"{plural(model.config.num_words, 'word')} ≈ {plural(num_passes, 'token')} = "
+            f"{plural(num_passes, 'pass', 'passes')} in a queue"
+        )
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # passes are whole
         ax.legend(loc="upper left")
-        return (f"{plural(num_passes, 'pass', 'passes')}; total {format_count(model.total_flops)}FLOP and "
-                f"{format_bytes(model.total_weight_bytes)} of weights read; at least "
-                f"{model.min_total_seconds:.2f} s at {model.config.bandwidth_gb_per_s:g} GB/s. "
-                f"So far: {plural(done, 'pass', 'passes')}, {format_bytes(model.bytes_so_far)}.")
+        return (
+            f"{plural(num_passes, 'pass', 'passes')}; total {format_count(model.total_flops)}FLOP and "
+            f"{format_bytes(model.total_weight_bytes)} of weights read; at least "
+            f"{model.min_total_seconds:.2f} s at {model.config.bandwidth_gb_per_s:g} GB/s. "
+            f"So far: {plural(done, 'pass', 'passes')}, {format_bytes(model.bytes_so_far)}."
+        )

@@ -38,8 +38,9 @@ START_TIMEOUT_S = 300  # the lab answering on its port
 CELL_TIMEOUT_S = 300  # one cell of a lesson making no progress
 WAIT_S = 180  # anything else the page is waiting for: a kernel, a reply to a click, a figure decoding
 
-needs_chromium = needs(None if CHROMIUM.exists() else
-                       f"browser tests need Debian's chromium at {CHROMIUM}: apt-get install -y chromium")
+needs_chromium = needs(
+    None if CHROMIUM.exists() else f"browser tests need Debian's chromium at {CHROMIUM}: apt-get install -y chromium"
+)
 
 
 def sync_playwright():
@@ -53,11 +54,17 @@ def sync_playwright():
 
 def _lab_env(home: Path) -> dict[str, str]:
     """The environment of a learner whose Jupyter and progress live in ``home`` (a tmp folder)."""
-    env = {key: value for key, value in os.environ.items()
-           # a learner's lab: predict() waits for a guess, a false expect() prints its verdict
-           if key not in (HEADLESS_ENV, STRICT_ENV, "NBGRADER_EXECUTION")}
-    env.update(jupyter_home(home), **offline(),  # one thread unless told: two workers share two cores
-               KVCOURSE_CACHE=str(cache_dir()))  # the converted model already on this machine
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        # a learner's lab: predict() waits for a guess, a false expect() prints its verdict
+        if key not in (HEADLESS_ENV, STRICT_ENV, "NBGRADER_EXECUTION")
+    }
+    env.update(
+        jupyter_home(home),
+        **offline(),  # one thread unless told: two workers share two cores
+        KVCOURSE_CACHE=str(cache_dir()),
+    )  # the converted model already on this machine
     settings = {
         # Autosave off: a lesson run in the browser must never write outputs into the repository's notebooks.
         "docmanager-extension/plugin": {"autosave": False},
@@ -112,14 +119,26 @@ def running_lab(home: Path, *lab_args: str, cwd: Path = REPO_ROOT) -> Iterator[L
     """`kvcourse lab [lab_args]` on a free loopback port with a token, stopped afterwards."""
     port, token = free_port(), f"browser-test-{os.getpid()}"
     kvcourse = Path(sys.executable).with_name("kvcourse")
-    command = [str(kvcourse), "lab", *lab_args, "--no-browser", "--port", str(port), "--token", token,
-               "--", "--ServerApp.ip=127.0.0.1", "--ServerApp.port_retries=0",  # this port or fail, never the next
-               # JupyterLab checkpoints a notebook when it opens it: keep those copies out of the repository.
-               f"--FileCheckpoints.root_dir={home / 'checkpoints'}"]
+    command = [
+        str(kvcourse),
+        "lab",
+        *lab_args,
+        "--no-browser",
+        "--port",
+        str(port),
+        "--token",
+        token,
+        "--",
+        "--ServerApp.ip=127.0.0.1",
+        "--ServerApp.port_retries=0",  # this port or fail, never the next
+        # JupyterLab checkpoints a notebook when it opens it: keep those copies out of the repository.
+        f"--FileCheckpoints.root_dir={home / 'checkpoints'}",
+    ]
     log_path = home / "lab.log"
     with open(log_path, "w", encoding="utf-8") as log:
-        server = subprocess.Popen(command, cwd=cwd, env=_lab_env(home), stdout=log, stderr=subprocess.STDOUT,
-                                  start_new_session=True)
+        server = subprocess.Popen(
+            command, cwd=cwd, env=_lab_env(home), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
     lab = Lab(f"http://127.0.0.1:{port}", token, log_path)
     try:
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -254,7 +273,8 @@ def run_all_cells(page, answer: dict[str, str] | None = None, default: str = "")
         if done != last_done:
             last_progress, last_done = time.monotonic(), done
         assert time.monotonic() - last_progress < CELL_TIMEOUT_S, (
-            f"no cell finished in {CELL_TIMEOUT_S} s ({done} of {len(texts)} code cells ran)")
+            f"no cell finished in {CELL_TIMEOUT_S} s ({done} of {len(texts)} code cells ran)"
+        )
         time.sleep(0.5)  # the polling interval: each poll reads the page's state afresh
     return asked
 
@@ -266,8 +286,9 @@ def output_texts(page) -> list[str]:
 
 def error_outputs(page) -> list[str]:
     """Tracebacks and anything written to stderr, as shown under the cells."""
-    errors = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) "
-                          ".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
+    errors = page.locator(
+        ".jp-NotebookPanel:not(.lm-mod-hidden) .jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']"
+    )
     return errors.all_inner_texts()
 
 
@@ -284,8 +305,10 @@ def output_of(page, text: str):
 
 def cell_with_source(page, fragment: str):
     """The code cell whose source contains ``fragment``."""
-    return page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-CodeCell",
-                        has=page.locator(".jp-InputArea-editor", has_text=fragment)).first
+    return page.locator(
+        ".jp-NotebookPanel:not(.lm-mod-hidden) .jp-CodeCell",
+        has=page.locator(".jp-InputArea-editor", has_text=fragment),
+    ).first
 
 
 def wait_until(read, done, what: str, timeout_s: float = WAIT_S):
@@ -305,17 +328,23 @@ def wait_until(read, done, what: str, timeout_s: float = WAIT_S):
 
 def wait_for_text(locator, pattern: str | re.Pattern, timeout_s: float = WAIT_S) -> str:
     """Wait until ``locator``'s text matches ``pattern``; return that text."""
-    return wait_until(locator.inner_text, lambda text: re.search(pattern, text), f"{pattern!r} did not appear",
-                      timeout_s)
+    return wait_until(
+        locator.inner_text, lambda text: re.search(pattern, text), f"{pattern!r} did not appear", timeout_s
+    )
 
 
 def wait_for_figures(page, count: int = 1, timeout_s: float = WAIT_S) -> int:
     """Wait until at least ``count`` figures under the cells are decoded (images decode after the output lands)."""
-    return wait_until(lambda: rendered_figures(page), lambda n: n >= count, f"fewer than {count} figures decoded",
-                      timeout_s)
+    return wait_until(
+        lambda: rendered_figures(page), lambda n: n >= count, f"fewer than {count} figures decoded", timeout_s
+    )
 
 
 def wait_image_decoded(image, timeout_s: float = WAIT_S) -> None:
     """Wait until the image ``image`` (a locator) is in the page and decoded."""
-    wait_until(lambda: image.count() and image.first.evaluate("img => img.complete && img.naturalWidth > 0"),
-               bool, "the image did not decode", timeout_s)
+    wait_until(
+        lambda: image.count() and image.first.evaluate("img => img.complete && img.naturalWidth > 0"),
+        bool,
+        "the image did not decode",
+        timeout_s,
+    )

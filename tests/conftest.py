@@ -134,8 +134,13 @@ def execute_notebook(nb, folder: Path, dtype: str):
     from kvcourse.kernel_env import headless
     from kvcourse.syllabus import REPO_ROOT
 
-    client = NotebookClient(nb, kernel_name="python3", timeout=LESSON_CELL_TIMEOUT_S, allow_errors=False,
-                            resources={"metadata": {"path": str(REPO_ROOT / "lessons")}})
+    client = NotebookClient(
+        nb,
+        kernel_name="python3",
+        timeout=LESSON_CELL_TIMEOUT_S,
+        allow_errors=False,
+        resources={"metadata": {"path": str(REPO_ROOT / "lessons")}},
+    )
     return client.execute(env=headless(folder / "progress", dtype, strict=True))
 
 
@@ -210,8 +215,10 @@ class LessonRuns:
                 return found
             failed = _beside(entry, ".failed")
             if failed.exists():
-                raise LessonFailed(f"{path.name} ({dtype}) failed when another test of this run executed it: "
-                                   f"{failed.read_text(encoding='utf-8')}")  # its one line, then the whole error
+                raise LessonFailed(
+                    f"{path.name} ({dtype}) failed when another test of this run executed it: "
+                    f"{failed.read_text(encoding='utf-8')}"
+                )  # its one line, then the whole error
             cache_key = executed_key(path, dtype)  # `make site`'s key, taken before it runs
             nb = nbformat.reads(text.decode("utf-8"), as_version=4)
             start = time.perf_counter()

@@ -58,8 +58,13 @@ def hf_config_for(config: ModelConfig, arch: str = "llama", initializer_range: f
     raise ValueError(f"arch must be 'llama' or 'qwen2', got {arch!r}")
 
 
-def make_tiny_hf_llama(arch: str = "llama", seed: int = 0, dtype: torch.dtype = torch.float32,
-                       initializer_range: float = 0.3, **overrides: Any):
+def make_tiny_hf_llama(
+    arch: str = "llama",
+    seed: int = 0,
+    dtype: torch.dtype = torch.float32,
+    initializer_range: float = 0.3,
+    **overrides: Any,
+):
     """A random LlamaForCausalLM (or Qwen2ForCausalLM with arch="qwen2") built from make_config(**overrides).
 
     The seed is fixed so every test sees the same weights; the wider-than-default init keeps
@@ -83,8 +88,9 @@ def make_tiny_hf_llama(arch: str = "llama", seed: int = 0, dtype: torch.dtype = 
     return model.to(dtype).eval()
 
 
-def make_tiny_model(fast_paths: str | None = None, arch: str = "llama", dtype: torch.dtype = torch.float32,
-                    **overrides: Any) -> Transformer:
+def make_tiny_model(
+    fast_paths: str | None = None, arch: str = "llama", dtype: torch.dtype = torch.float32, **overrides: Any
+) -> Transformer:
     """Our Transformer converted from make_tiny_hf_llama(arch, dtype=dtype, **overrides); the textbook model,
     or accelerated with ``fast_paths`` ("auto" or "off") where a test compares the two."""
     model = Transformer.from_hf(make_tiny_hf_llama(arch, dtype=dtype, **overrides))
@@ -98,9 +104,17 @@ def serve_beside_replay(trace, num_blocks: int, block_size: int, policy_class=No
     from kvcourse.kernels import EngineConfig, LLMEngine, PagingReplay, SamplingParams
 
     model = make_tiny_model(max_position_embeddings=512)
-    engine = LLMEngine(model, EngineConfig(block_size=block_size, num_blocks=num_blocks, max_num_seqs=1000,
-                                           max_num_batched_tokens=100_000, max_model_len=512),
-                       scheduling_policy=policy_class() if policy_class else None)
+    engine = LLMEngine(
+        model,
+        EngineConfig(
+            block_size=block_size,
+            num_blocks=num_blocks,
+            max_num_seqs=1000,
+            max_num_batched_tokens=100_000,
+            max_model_len=512,
+        ),
+        scheduling_policy=policy_class() if policy_class else None,
+    )
     replay = PagingReplay(trace, num_blocks, block_size, policy_class() if policy_class else None)
     generator = torch.Generator().manual_seed(0)
     pending, request_of = list(range(len(trace))), {}

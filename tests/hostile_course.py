@@ -23,8 +23,10 @@ from kvcourse.quizzes.grading.gradebook import load_status
 from kvcourse.quizzes.grading.nbgrader_export import init_course
 
 ASSIGNMENT = "lesson07"
-RIGHT_CODE = ("def kv_cache_bytes(num_layers, num_kv_heads, head_dim, num_tokens, num_users, bytes_per_value):\n"
-              "    return 2 * num_layers * num_kv_heads * head_dim * num_tokens * num_users * bytes_per_value\n")
+RIGHT_CODE = (
+    "def kv_cache_bytes(num_layers, num_kv_heads, head_dim, num_tokens, num_users, bytes_per_value):\n"
+    "    return 2 * num_layers * num_kv_heads * head_dim * num_tokens * num_users * bytes_per_value\n"
+)
 FREE_TEXT = "Weights are stored once; the cache grows with every token and every user, in 16 or 32 bits alike."
 
 
@@ -32,8 +34,12 @@ def _env(tmp: Path) -> dict[str, str]:
     env = dict(os.environ)
     home = tmp / "home"
     home.mkdir(exist_ok=True)
-    env.update(HOME=str(home), JUPYTER_CONFIG_DIR=str(home / ".jupyter"), JUPYTER_DATA_DIR=str(home / "data"),
-               PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}")
+    env.update(
+        HOME=str(home),
+        JUPYTER_CONFIG_DIR=str(home / ".jupyter"),
+        JUPYTER_DATA_DIR=str(home / "data"),
+        PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
+    )
     env.pop("NBGRADER_EXECUTION", None)
     return env
 
@@ -58,8 +64,9 @@ def right_answers(course: Course, student: str) -> dict[str, str]:
     return answers
 
 
-def notebook(course_dir: Path, answers: dict[str, str], free: str | None = FREE_TEXT,
-             extra: dict[str, str] | None = None) -> nbformat.NotebookNode:
+def notebook(
+    course_dir: Path, answers: dict[str, str], free: str | None = FREE_TEXT, extra: dict[str, str] | None = None
+) -> nbformat.NotebookNode:
     """The released notebook with these answer cells, and extra code cells after named cells."""
     nb = _release(course_dir)
     cells = []
@@ -106,13 +113,22 @@ def _snapshot(course_dir: Path, students: list[str], course_id: str) -> dict:
         rows = db.execute(
             "select s.student_id, g.cell_id, g.auto_score, g.manual_score, g.needs_manual_grade "
             "from grade g join submitted_notebook n on g.notebook_id = n.id "
-            "join submitted_assignment s on n.assignment_id = s.id order by 1, 2").fetchall()
+            "join submitted_assignment s on n.assignment_id = s.id order by 1, 2"
+        ).fetchall()
         stamps = db.execute("select student_id, timestamp from submitted_assignment order by 1").fetchall()
         sources = db.execute("select name, source, checksum from source_cell order by 1").fetchall()
     status = load_status(Course.load(course_dir), ASSIGNMENT)
-    return json.loads(json.dumps({"files": files, "grades": [r for r in rows if r[0] in students],
-                                  "stamps": [r for r in stamps if r[0] in students], "sources": sources,
-                                  "status": {s: status.get(s) for s in students}}))
+    return json.loads(
+        json.dumps(
+            {
+                "files": files,
+                "grades": [r for r in rows if r[0] in students],
+                "stamps": [r for r in stamps if r[0] in students],
+                "sources": sources,
+                "status": {s: status.get(s) for s in students},
+            }
+        )
+    )
 
 
 def make_course(tmp: Path, course_id: str) -> tuple[Path, Course]:
@@ -120,8 +136,14 @@ def make_course(tmp: Path, course_id: str) -> tuple[Path, Course]:
     course_dir = tmp / "course"
     init_course(course_dir, ["07"], course_id=course_id, exchange=str(tmp / "exchange"))
     (tmp / "exchange").mkdir()
-    done = subprocess.run([str(Path(sys.executable).parent / "nbgrader"), "generate_assignment", ASSIGNMENT],
-                          cwd=course_dir, env=_env(tmp), capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "nbgrader"), "generate_assignment", ASSIGNMENT],
+        cwd=course_dir,
+        env=_env(tmp),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     return course_dir, Course.load(course_dir)
 

@@ -64,8 +64,9 @@ def _known(name: str, modules: Iterable[str]) -> str | None:
     return None
 
 
-def statement_targets(node: ast.Import | ast.ImportFrom, module: str, is_package: bool,
-                      modules: Iterable[str]) -> list[str]:
+def statement_targets(
+    node: ast.Import | ast.ImportFrom, module: str, is_package: bool, modules: Iterable[str]
+) -> list[str]:
     """The repository's modules one import statement loads: ``from p import m`` names the module ``p.m`` where
     ``m`` is a module, else ``p`` itself. A package's parents, which Python also runs, are not counted."""
     modules = set(modules)
@@ -77,8 +78,7 @@ def statement_targets(node: ast.Import | ast.ImportFrom, module: str, is_package
             package = module.split(".") if is_package else module.split(".")[:-1]
             package = package[: len(package) - (node.level - 1)]
             base = ".".join([*package, base] if base else package)
-        names = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base
-                 for alias in node.names]
+        names = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names]
     targets = [_known(name, modules) for name in names]
     return sorted({t for t in targets if t and t != module})
 
@@ -87,14 +87,15 @@ def _type_checking_only(tree: ast.AST) -> set[int]:
     """The ids of the nodes under ``if TYPE_CHECKING:`` (or ``typing.TYPE_CHECKING``): they never run."""
     hidden = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in (getattr(node.test, "id", None),
-                                                             getattr(node.test, "attr", None)):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in (
+            getattr(node.test, "id", None),
+            getattr(node.test, "attr", None),
+        ):
             hidden.update(id(inner) for statement in node.body for inner in ast.walk(statement))
     return hidden
 
 
-def source_imports(source: str, module: str, path: str, is_package: bool,
-                   modules: Iterable[str]) -> list[Import]:
+def source_imports(source: str, module: str, path: str, is_package: bool, modules: Iterable[str]) -> list[Import]:
     """Every edge from one module's source that runs: top-level and function-local imports, not type-only."""
     modules = set(modules)
     tree = ast.parse(source, filename=path)

@@ -20,21 +20,27 @@ def reference_with(lab: str, old: str, new: str) -> str:
 
 
 # Lab A: free drops the table but never gives a block back, and a write into a shared block goes in place.
-LEAKER = reference_with("block_manager", "        for block in reversed(seq.block_table):\n"
-                        "            self._release(block)\n", "")
+LEAKER = reference_with(
+    "block_manager", "        for block in reversed(seq.block_table):\n            self._release(block)\n", ""
+)
 IN_PLACE = reference_with("block_manager", "            if self.ref_counts[old] > 1:", "            if False:")
 
 # Lab B: always a block in use (the one a running sequence took last), never a candidate.
-IN_USE = with_imports("eviction", '''class MyEviction(EvictionBase):
+IN_USE = with_imports(
+    "eviction",
+    '''class MyEviction(EvictionBase):
     """Evicts a block no candidate names: one that a running sequence holds."""
 
     def choose(self, candidates):
         ids = {c.block_id for c in candidates}
         return next(b for b in range(64) if b not in ids)
-''')
+''',
+)
 
 # Lab B: the same choice, after removing the pool's own check in the sandbox (past the static guard).
-ENGINE_PATCHER = with_imports("eviction", '''import sys
+ENGINE_PATCHER = with_imports(
+    "eviction",
+    '''import sys
 
 
 class MyEviction(EvictionBase):
@@ -45,10 +51,13 @@ class MyEviction(EvictionBase):
         getattr(frame, "f_" + "globals")["rejection"] = lambda *args: None
         ids = {c.block_id for c in candidates}
         return next(b for b in range(64) if b not in ids)
-''')
+''',
+)
 
 # Lab C: refuses every request, giving no reason; admits the newest first (a partial score).
-REFUSER = with_imports("scheduler", '''class MyScheduler(SchedulerBase):
+REFUSER = with_imports(
+    "scheduler",
+    '''class MyScheduler(SchedulerBase):
     """Turns every request away without a word."""
 
     def choose_admission(self, waiting, free_blocks):
@@ -56,8 +65,11 @@ REFUSER = with_imports("scheduler", '''class MyScheduler(SchedulerBase):
 
     def choose_victim(self, running, needy):
         return running[-1].seq_id
-''').replace("import SchedulerBase", "import Refuse, SchedulerBase")
-NEWEST_FIRST = with_imports("scheduler", '''class MyScheduler(SchedulerBase):
+''',
+).replace("import SchedulerBase", "import Refuse, SchedulerBase")
+NEWEST_FIRST = with_imports(
+    "scheduler",
+    '''class MyScheduler(SchedulerBase):
     """Last come, first served: the newest waiting request first; the oldest running one gives way."""
 
     def choose_admission(self, waiting, free_blocks):
@@ -66,4 +78,5 @@ NEWEST_FIRST = with_imports("scheduler", '''class MyScheduler(SchedulerBase):
 
     def choose_victim(self, running, needy):
         return running[0].seq_id
-''')
+''',
+)

@@ -14,10 +14,14 @@ def nbgrader_env(tmp: Path) -> dict[str, str]:
     env = dict(os.environ)
     home = tmp / "home"
     home.mkdir(exist_ok=True)
-    env.update(HOME=str(home), JUPYTER_CONFIG_DIR=str(home / ".jupyter"),
-               JUPYTER_DATA_DIR=str(home / ".local/share/jupyter"), JUPYTER_RUNTIME_DIR=str(home / "runtime"),
-               PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
-               KVCOURSE_PROGRESS=str(tmp / "progress"))
+    env.update(
+        HOME=str(home),
+        JUPYTER_CONFIG_DIR=str(home / ".jupyter"),
+        JUPYTER_DATA_DIR=str(home / ".local/share/jupyter"),
+        JUPYTER_RUNTIME_DIR=str(home / "runtime"),
+        PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
+        KVCOURSE_PROGRESS=str(tmp / "progress"),
+    )
     env.pop("NBGRADER_EXECUTION", None)
     env.pop("KVCOURSE_STUDENT_ID", None)
     # jsonschema compiles an IRI grammar at import when rfc3987_syntax is installed: seconds of CPU in every

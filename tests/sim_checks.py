@@ -40,8 +40,11 @@ VIEW_CELLS: dict[str, tuple[str, str]] = {
     "01": ("word_cost", "WordCostView(2e8, 5e8)"),
     "02": ("rereading", "RereadingView()"),
     "03": ("score_grid", "ScoreGridView(30, 9, 64, 2.7e8)"),
-    "04": ("qkv", "QKVView(QKV(*(np.random.default_rng(1).standard_normal((2, h, 4, 8)) for h in (3, 1, 1)),\n"
-                  "                (' The', ' cat', ' sat', '.')))"),
+    "04": (
+        "qkv",
+        "QKVView(QKV(*(np.random.default_rng(1).standard_normal((2, h, 4, 8)) for h in (3, 1, 1)),\n"
+        "                (' The', ' cat', ' sat', '.')))",
+    ),
     "05": ("kv_cache", "KVCacheView()"),
     "06": ("cache_growth", "CacheGrowthView()"),
     "07": ("kv_size", "KVSizeView()"),
@@ -61,9 +64,10 @@ VIEW_CELLS: dict[str, tuple[str, str]] = {
     "20": ("paging", 'PagingView(steps_per_click=50, scheduling_policy=reference("scheduler")())'),
 }
 LAB_VIEWS = ("18", "19", "20")  # the lab lessons' views: a lesson's simulator with the learner's policy
-VIEW_IMPORTS = ("import numpy as np\nfrom kvcourse.quizzes.labs import reference\nfrom kvcourse.simulators.qkv import QKV\n"
-                + "\n".join(
-    f"from kvcourse.simulators.{module} import *" for module, _ in VIEW_CELLS.values()))
+VIEW_IMPORTS = (
+    "import numpy as np\nfrom kvcourse.quizzes.labs import reference\nfrom kvcourse.simulators.qkv import QKV\n"
+    + "\n".join(f"from kvcourse.simulators.{module} import *" for module, _ in VIEW_CELLS.values())
+)
 
 
 def build_view(lesson: str) -> SimulatorView:

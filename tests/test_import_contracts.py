@@ -30,8 +30,9 @@ from import_graph import (
 ROOT = Path(__file__).resolve().parent.parent
 FILES = module_files(ROOT, package_dirs(ROOT))
 EDGES = repo_imports(ROOT, FILES)
-NOTEBOOK_EDGES = [edge for path in sorted((ROOT / "lessons").glob("*.ipynb"))
-                  for edge in notebook_imports(ROOT, path, FILES)]
+NOTEBOOK_EDGES = [
+    edge for path in sorted((ROOT / "lessons").glob("*.ipynb")) for edge in notebook_imports(ROOT, path, FILES)
+]
 
 # The engine, top to bottom: a module imports its own layer and the layers below it, never one above.
 # engine -> memory -> attention -> model is the serving stack (kernels/__init__.py). Beside it: baselines/
@@ -71,8 +72,12 @@ def _lines(edges: list[Import]) -> str:
 
 def test_the_graph_is_read():
     """The graph holds what the contracts below are about, so an empty graph cannot pass them."""
-    assert {"kvcourse.kernels.engine.llm_engine", "kvcourse.quizzes.grading.decide",
-            "kvcourse.simulators.paging", "benchmarks.common"} <= set(FILES)
+    assert {
+        "kvcourse.kernels.engine.llm_engine",
+        "kvcourse.quizzes.grading.decide",
+        "kvcourse.simulators.paging",
+        "benchmarks.common",
+    } <= set(FILES)
     assert any(edge.target == "kvcourse.quizzes" for edge in NOTEBOOK_EDGES), "no lesson imports quick_check"
     assert len(EDGES) > 300
 
@@ -81,12 +86,12 @@ def test_no_import_cycles():
     """Modules import one another one way: a loop, even through a function-local import, is a cycle."""
     loops = [(group, loop) for group, loop in zip(strongly_connected(EDGES), cycles(EDGES), strict=True)]
     assert not loops, "import cycles (each group imports one another; one loop shown):\n" + "\n".join(
-        f"{', '.join(group)}:\n{_lines(loop)}" for group, loop in loops)
+        f"{', '.join(group)}:\n{_lines(loop)}" for group, loop in loops
+    )
 
 
 def test_every_kernels_module_has_a_layer():
-    missing = sorted(m for m in FILES
-                     if m.startswith("kvcourse.kernels") and layer_of(m, KERNEL_LAYERS) is None)
+    missing = sorted(m for m in FILES if m.startswith("kvcourse.kernels") and layer_of(m, KERNEL_LAYERS) is None)
     assert not missing, f"add these to KERNEL_LAYERS, in the layer they belong to: {missing}"
 
 
@@ -98,8 +103,9 @@ def test_the_engine_layers_import_one_way():
 
 def test_the_engine_imports_nothing_of_the_course_above_it():
     """kernels/ is the repository's bottom: lessons, simulators and quizzes import it, never the reverse."""
-    wrong = [e for e in EDGES
-             if e.source.startswith("kvcourse.kernels") and not e.target.startswith("kvcourse.kernels")]
+    wrong = [
+        e for e in EDGES if e.source.startswith("kvcourse.kernels") and not e.target.startswith("kvcourse.kernels")
+    ]
     assert not wrong, "the engine imports the course:\n" + _lines(wrong)
 
 
@@ -110,7 +116,8 @@ def test_the_learner_side_never_imports_the_grader():
     loaded = reachable(starts, EDGES + NOTEBOOK_EDGES)
     wrong = {module: chain for module, chain in loaded.items() if _is_grader(module)}
     assert not wrong, "the learner's side loads the grader's:\n" + "\n".join(
-        f"{module}, through:\n{_lines(chain)}" for module, chain in sorted(wrong.items()))
+        f"{module}, through:\n{_lines(chain)}" for module, chain in sorted(wrong.items())
+    )
 
 
 # -- the checker finds what it is for: planted breaches in a folder of fake modules ---------------------
@@ -126,12 +133,15 @@ def _plant(tmp_path: Path, files: dict[str, str]) -> tuple[dict[str, Path], list
 
 
 def test_a_planted_cycle_through_a_function_local_import_is_reported(tmp_path):
-    found, edges = _plant(tmp_path, {
-        "fake/__init__.py": "",
-        "fake/model.py": "def check():\n    from .formulas import FORMULAS\n    return FORMULAS\n",
-        "fake/formulas.py": "import math\n\nfrom fake.model import check\nFORMULAS = {}\n",
-        "fake/units.py": "from . import model\n",  # into the loop, not part of it
-    })
+    found, edges = _plant(
+        tmp_path,
+        {
+            "fake/__init__.py": "",
+            "fake/model.py": "def check():\n    from .formulas import FORMULAS\n    return FORMULAS\n",
+            "fake/formulas.py": "import math\n\nfrom fake.model import check\nFORMULAS = {}\n",
+            "fake/units.py": "from . import model\n",  # into the loop, not part of it
+        },
+    )
     assert strongly_connected(edges) == [["fake.formulas", "fake.model"]]
     [loop] = cycles(edges)
     assert [str(edge) for edge in loop] == [
@@ -141,60 +151,82 @@ def test_a_planted_cycle_through_a_function_local_import_is_reported(tmp_path):
 
 
 def test_an_import_under_type_checking_is_no_edge(tmp_path):
-    _, edges = _plant(tmp_path, {
-        "fake/__init__.py": "",
-        "fake/a.py": "from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    from fake.b import B\n",
-        "fake/b.py": "import typing\n\nif typing.TYPE_CHECKING:\n    pass\nelse:\n    import fake.a\n",
-    })
+    _, edges = _plant(
+        tmp_path,
+        {
+            "fake/__init__.py": "",
+            "fake/a.py": "from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    from fake.b import B\n",
+            "fake/b.py": "import typing\n\nif typing.TYPE_CHECKING:\n    pass\nelse:\n    import fake.a\n",
+        },
+    )
     assert [(e.source, e.target) for e in edges] == [("fake.b", "fake.a")]  # the else branch runs
 
 
 def test_relative_and_package_imports_resolve_to_modules(tmp_path):
-    _, edges = _plant(tmp_path, {
-        "fake/__init__.py": "from fake.low import helper\n",
-        "fake/low/__init__.py": "from .helper import x\nfrom .. import top\n",
-        "fake/low/helper.py": "from ..top import y\nfrom . import other\n",
-        "fake/low/other.py": "",
-        "fake/top.py": "from fake import low\nfrom fake.low import x\n",
-    })
+    _, edges = _plant(
+        tmp_path,
+        {
+            "fake/__init__.py": "from fake.low import helper\n",
+            "fake/low/__init__.py": "from .helper import x\nfrom .. import top\n",
+            "fake/low/helper.py": "from ..top import y\nfrom . import other\n",
+            "fake/low/other.py": "",
+            "fake/top.py": "from fake import low\nfrom fake.low import x\n",
+        },
+    )
     assert sorted((e.source, e.target) for e in edges) == [
         ("fake", "fake.low.helper"),
-        ("fake.low", "fake.low.helper"), ("fake.low", "fake.top"),
-        ("fake.low.helper", "fake.low.other"), ("fake.low.helper", "fake.top"),
-        ("fake.top", "fake.low"), ("fake.top", "fake.low"),
+        ("fake.low", "fake.low.helper"),
+        ("fake.low", "fake.top"),
+        ("fake.low.helper", "fake.low.other"),
+        ("fake.low.helper", "fake.top"),
+        ("fake.top", "fake.low"),
+        ("fake.top", "fake.low"),
     ]
 
 
 def test_a_planted_layer_violation_is_reported(tmp_path):
     layers = (("fake.engine.*",), ("fake.memory.*",), ("fake.model.*",))
-    _, edges = _plant(tmp_path, {
-        "fake/__init__.py": "",
-        "fake/engine/__init__.py": "",
-        "fake/engine/runner.py": "from fake.memory.pool import Pool\n",  # down: allowed
-        "fake/memory/__init__.py": "",
-        "fake/memory/pool.py": "from fake.model.layers import Linear\n",  # down: allowed
-        "fake/model/__init__.py": "",
-        "fake/model/layers.py": "class Linear:\n    def run(self):\n        from fake.engine import runner\n",
-    })
+    _, edges = _plant(
+        tmp_path,
+        {
+            "fake/__init__.py": "",
+            "fake/engine/__init__.py": "",
+            "fake/engine/runner.py": "from fake.memory.pool import Pool\n",  # down: allowed
+            "fake/memory/__init__.py": "",
+            "fake/memory/pool.py": "from fake.model.layers import Linear\n",  # down: allowed
+            "fake/model/__init__.py": "",
+            "fake/model/layers.py": "class Linear:\n    def run(self):\n        from fake.engine import runner\n",
+        },
+    )
     assert layer_of("fake.engine", layers) == 0 and layer_of("fake.model.layers", layers) == 2
     assert layer_of("fake.engineering", layers) is None
     assert [str(edge) for edge in layer_violations(edges, layers)] == [
-        "fake.model.layers -> fake.engine.runner (fake/model/layers.py:3: from fake.engine import runner)"]
+        "fake.model.layers -> fake.engine.runner (fake/model/layers.py:3: from fake.engine import runner)"
+    ]
 
 
 def test_a_planted_notebook_that_loads_the_grader_is_reported(tmp_path):
-    found, edges = _plant(tmp_path, {
-        "fake/__init__.py": "",
-        "fake/checking.py": "def check():\n    from fake.grading.decide import decide\n",
-        "fake/grading/__init__.py": "",
-        "fake/grading/decide.py": "",
-    })
+    found, edges = _plant(
+        tmp_path,
+        {
+            "fake/__init__.py": "",
+            "fake/checking.py": "def check():\n    from fake.grading.decide import decide\n",
+            "fake/grading/__init__.py": "",
+            "fake/grading/decide.py": "",
+        },
+    )
     notebook = tmp_path / "notes" / "01_x.ipynb"
     notebook.parent.mkdir()
-    notebook.write_text(json.dumps({"cells": [
-        {"cell_type": "markdown", "source": ["import fake.grading"]},  # prose, never run
-        {"cell_type": "code", "source": ["%matplotlib inline\n", "from fake import checking"]},
-    ]}))
+    notebook.write_text(
+        json.dumps(
+            {
+                "cells": [
+                    {"cell_type": "markdown", "source": ["import fake.grading"]},  # prose, never run
+                    {"cell_type": "code", "source": ["%matplotlib inline\n", "from fake import checking"]},
+                ]
+            }
+        )
+    )
     cells = notebook_imports(tmp_path, notebook, found)
     where = "<notes/01_x.ipynb, cell 2>"
     assert [(e.source, e.target, e.line) for e in cells] == [(where, "fake.checking", 2)]
@@ -205,8 +237,15 @@ def test_a_planted_notebook_that_loads_the_grader_is_reported(tmp_path):
     ]
 
 
-@pytest.mark.parametrize("module", ["kvcourse.kernels.engine.scheduler", "kvcourse.kernels.memory.block_pool",
-                                    "kvcourse.kernels.attention.paged", "kvcourse.kernels.model.transformer"])
+@pytest.mark.parametrize(
+    "module",
+    [
+        "kvcourse.kernels.engine.scheduler",
+        "kvcourse.kernels.memory.block_pool",
+        "kvcourse.kernels.attention.paged",
+        "kvcourse.kernels.model.transformer",
+    ],
+)
 def test_the_serving_stack_is_in_its_documented_order(module):
     """engine -> memory -> attention -> model, as kernels/__init__.py and docs/architecture.md say."""
     order = ["engine", "memory", "attention", "model"]

@@ -65,17 +65,21 @@ def _texts(root: Path, path: Path) -> list[tuple[str, str]]:
     if path.suffix != ".ipynb":
         return [(where, text)]
     cells = json.loads(text)["cells"]
-    return [(f"{where}, cell {number}", "".join(cell["source"]))
-            for number, cell in enumerate(cells, start=1)]
+    return [(f"{where}, cell {number}", "".join(cell["source"])) for number, cell in enumerate(cells, start=1)]
 
 
 def text_files(root: Path) -> list[Path]:
     """The files read: the top folders' code, lessons, Markdown and TOML, and the Markdown at the root."""
     files = sorted(root.glob("*.md"))
     for folder in TOP_FOLDERS:
-        files += sorted(p for p in (root / folder).rglob("*")
-                        if p.suffix in READ_SUFFIXES and p.is_file() and "__pycache__" not in p.parts
-                        and ".ipynb_checkpoints" not in p.parts)
+        files += sorted(
+            p
+            for p in (root / folder).rglob("*")
+            if p.suffix in READ_SUFFIXES
+            and p.is_file()
+            and "__pycache__" not in p.parts
+            and ".ipynb_checkpoints" not in p.parts
+        )
     return files
 
 
@@ -86,8 +90,11 @@ def dangling(root: Path) -> list[str]:
     wrong = []
     for path in files:
         for where, text in _texts(root, path):
-            wrong += [f"{where}:{line} names {name}" for line, name in named_paths(text)
-                      if not _exists(root, name, path, documents)]
+            wrong += [
+                f"{where}:{line} names {name}"
+                for line, name in named_paths(text)
+                if not _exists(root, name, path, documents)
+            ]
     return wrong
 
 
@@ -99,19 +106,34 @@ def test_every_path_the_code_and_the_lessons_name_exists():
 def test_the_files_read_are_the_code_the_lessons_and_the_docs():
     assert all((ROOT / folder).is_dir() for folder in TOP_FOLDERS), "a top folder moved: update TOP_FOLDERS"
     files = {str(path.relative_to(ROOT)) for path in text_files(ROOT)}
-    assert {"kernels/costs.py", "lessons/04_queries_keys_values.ipynb", "docs/architecture.md", "README.md",
-            "quizzes/INSTRUCTORS.md", "course/syllabus.toml", "tests/test_paths_named.py"} <= files
+    assert {
+        "kernels/costs.py",
+        "lessons/04_queries_keys_values.ipynb",
+        "docs/architecture.md",
+        "README.md",
+        "quizzes/INSTRUCTORS.md",
+        "course/syllabus.toml",
+        "tests/test_paths_named.py",
+    } <= files
 
 
 # -- the check finds what it is for --------------------------------------------------------------------
 
 
 def test_names_are_read_from_code_prose_and_markdown():
-    text = ('"""See kernels/costs.py and docs/architecture.md; tests/browser/ drives chromium."""\n'
-            "# ~/kv-cache-course/lessons and https://example.org/kernels/x.py are elsewhere\n"
-            "x = 'quizzes/bank/NN.toml'  # the rules are in LESSONS" ".md, the layers in kernels/model\n")
-    assert named_paths(text) == [(1, "docs/architecture.md"), (1, "kernels/costs.py"), (1, "tests/browser/"),
-                                 (3, "LESSONS" ".md"), (3, "quizzes/bank/NN.toml")]
+    text = (
+        '"""See kernels/costs.py and docs/architecture.md; tests/browser/ drives chromium."""\n'
+        "# ~/kv-cache-course/lessons and https://example.org/kernels/x.py are elsewhere\n"
+        "x = 'quizzes/bank/NN.toml'  # the rules are in LESSONS"
+        ".md, the layers in kernels/model\n"
+    )
+    assert named_paths(text) == [
+        (1, "docs/architecture.md"),
+        (1, "kernels/costs.py"),
+        (1, "tests/browser/"),
+        (3, "LESSONS.md"),
+        (3, "quizzes/bank/NN.toml"),
+    ]
 
 
 def _plant(root: Path, files: dict[str, str]) -> None:
@@ -123,27 +145,43 @@ def _plant(root: Path, files: dict[str, str]) -> None:
 # The planted files take names the repository has, and the dangling names are split ("x" ".md"), so that
 # this file, which the first test reads too, names nothing that is not there.
 def test_a_planted_dangling_path_is_reported(tmp_path):
-    _plant(tmp_path, {
-        "kernels/costs.py": '"""Formulas; the engine is kernels/' 'engine.py (lesson 01)."""\n',
-        "lessons/01_one_word_cost.ipynb": json.dumps({"cells": [
-            {"cell_type": "markdown", "source": ["# Lesson 01\n", "The costs: `kernels/costs.py`.\n"]},
-            {"cell_type": "code", "source": ["# the rules: shared/" "LESSONS" ".md\n", "x = 1"]}]}),
-        "docs/lessons.md": "See `lessons/NN_*.ipynb` and `benchmarks/results/" "run.json`.\n"
-                           "Also `lessons/" "99_gone.ipynb` and ARCHITECTURE" ".md.\n",
-        "benchmarks/results/decode.json": "{}",
-    })
+    _plant(
+        tmp_path,
+        {
+            "kernels/costs.py": '"""Formulas; the engine is kernels/engine.py (lesson 01)."""\n',
+            "lessons/01_one_word_cost.ipynb": json.dumps(
+                {
+                    "cells": [
+                        {"cell_type": "markdown", "source": ["# Lesson 01\n", "The costs: `kernels/costs.py`.\n"]},
+                        {"cell_type": "code", "source": ["# the rules: shared/LESSONS.md\n", "x = 1"]},
+                    ]
+                }
+            ),
+            "docs/lessons.md": "See `lessons/NN_*.ipynb` and `benchmarks/results/"
+            "run.json`.\n"
+            "Also `lessons/"
+            "99_gone.ipynb` and ARCHITECTURE"
+            ".md.\n",
+            "benchmarks/results/decode.json": "{}",
+        },
+    )
     assert dangling(tmp_path) == [
-        "docs/lessons.md:2 names ARCHITECTURE" ".md",
-        "docs/lessons.md:2 names lessons/" "99_gone.ipynb",
-        "kernels/costs.py:1 names kernels/" "engine.py",
-        "lessons/01_one_word_cost.ipynb, cell 2:1 names shared/" "LESSONS" ".md",
+        "docs/lessons.md:2 names ARCHITECTURE.md",
+        "docs/lessons.md:2 names lessons/99_gone.ipynb",
+        "kernels/costs.py:1 names kernels/engine.py",
+        "lessons/01_one_word_cost.ipynb, cell 2:1 names shared/LESSONS.md",
     ]
 
 
 def test_a_document_is_found_beside_the_text_that_names_it(tmp_path):
-    _plant(tmp_path, {
-        "quizzes/INSTRUCTORS.md": "The guide.\n",
-        "quizzes/grading/decide.py": "# see INSTRUCTORS.md, grading/" "NOTES" ".md and NOTES" ".md\n",
-    })
-    assert dangling(tmp_path) == ["quizzes/grading/decide.py:1 names NOTES" ".md",
-                                  "quizzes/grading/decide.py:1 names grading/" "NOTES" ".md"]
+    _plant(
+        tmp_path,
+        {
+            "quizzes/INSTRUCTORS.md": "The guide.\n",
+            "quizzes/grading/decide.py": "# see INSTRUCTORS.md, grading/NOTES.md and NOTES.md\n",
+        },
+    )
+    assert dangling(tmp_path) == [
+        "quizzes/grading/decide.py:1 names NOTES.md",
+        "quizzes/grading/decide.py:1 names grading/NOTES.md",
+    ]

@@ -48,8 +48,11 @@ def decode_bandwidth(device: torch.device) -> dict:
     for tile in (16, 32, 64, 128):
         for warps in (2, 4, 8):
             try:
-                seconds = cuda_time(lambda t=tile, w=warps: triton_paged_decode(
-                    q, kc, vc, tables, lens, head_dim ** -0.5, tile=t, num_warps=w))
+                seconds = cuda_time(
+                    lambda t=tile, w=warps: triton_paged_decode(
+                        q, kc, vc, tables, lens, head_dim**-0.5, tile=t, num_warps=w
+                    )
+                )
             except Exception as exc:  # a configuration that does not compile is skipped, not fatal
                 print(f"  tile {tile}, {warps} warps: failed ({type(exc).__name__})")
                 continue
@@ -57,9 +60,19 @@ def decode_bandwidth(device: torch.device) -> dict:
             print(f"  tile {tile:3d}, {warps} warps: {seconds * 1e3:7.3f} ms, {bandwidth / 1e9:7.1f} GB/s", flush=True)
             if best is None or bandwidth > best["bytes_per_second"]:
                 best = {"tile": tile, "num_warps": warps, "seconds": seconds, "bytes_per_second": bandwidth}
-    return {"shape": {"batch": batch, "heads": heads, "kv_heads": kv_heads, "head_dim": head_dim,
-                      "block_size": block_size, "context": context, "dtype": "bfloat16"},
-            "kv_bytes_read": kv_bytes, "best": best}
+    return {
+        "shape": {
+            "batch": batch,
+            "heads": heads,
+            "kv_heads": kv_heads,
+            "head_dim": head_dim,
+            "block_size": block_size,
+            "context": context,
+            "dtype": "bfloat16",
+        },
+        "kv_bytes_read": kv_bytes,
+        "best": best,
+    }
 
 
 def check_bandwidth(device: torch.device) -> dict:
@@ -73,6 +86,9 @@ def check_bandwidth(device: torch.device) -> dict:
         return {**result, "share_of_copy": None, "goal_met": False}
     share = best["bytes_per_second"] / copy
     met = share >= GOAL_SHARE
-    print(f"  best paged decode: {best['bytes_per_second'] / 1e9:.1f} GB/s = {share:.0%} of copy bandwidth; "
-          f"goal {GOAL_SHARE:.0%} {'met' if met else 'NOT met'}", flush=True)
+    print(
+        f"  best paged decode: {best['bytes_per_second'] / 1e9:.1f} GB/s = {share:.0%} of copy bandwidth; "
+        f"goal {GOAL_SHARE:.0%} {'met' if met else 'NOT met'}",
+        flush=True,
+    )
     return {**result, "share_of_copy": share, "goal_met": met}

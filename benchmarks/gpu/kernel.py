@@ -18,8 +18,17 @@ from benchmarks.gpu.plan import CheckPlan
 TOLERANCE = {torch.float32: 1e-4, torch.float16: 5e-3, torch.bfloat16: 3e-2}
 
 
-def make_case(batch: int, heads: int, kv_heads: int, head_dim: int, block_size: int, context: int,
-              dtype: torch.dtype, device: torch.device | str, seed: int = 0):
+def make_case(
+    batch: int,
+    heads: int,
+    kv_heads: int,
+    head_dim: int,
+    block_size: int,
+    context: int,
+    dtype: torch.dtype,
+    device: torch.device | str,
+    seed: int = 0,
+):
     """(q, k_cache, v_cache, block_tables, context_lens) on ``device``: tables scattered, sequence 0 full."""
     torch.manual_seed(seed)
     lens = torch.randint(1, context + 1, (batch,), device=device)
@@ -34,15 +43,21 @@ def make_case(batch: int, heads: int, kv_heads: int, head_dim: int, block_size: 
     return q, k_cache, v_cache, tables, lens
 
 
-def max_error(layout: tuple[int, int, int], block_size: int, dtype: torch.dtype, batch: int, context: int,
-              device: torch.device | str) -> float:
+def max_error(
+    layout: tuple[int, int, int],
+    block_size: int,
+    dtype: torch.dtype,
+    batch: int,
+    context: int,
+    device: torch.device | str,
+) -> float:
     """Largest |Triton - fp32 reference| over one random case."""
     from kvcourse.kernels.attention.paged import paged_decode_attention
     from kvcourse.kernels.attention.triton_paged import triton_paged_decode
 
     heads, kv_heads, head_dim = layout
     q, kc, vc, tables, lens = make_case(batch, heads, kv_heads, head_dim, block_size, context, dtype, device)
-    scale = head_dim ** -0.5
+    scale = head_dim**-0.5
     ref = paged_decode_attention(q.float(), kc.float(), vc.float(), tables, lens, scale)
     out = triton_paged_decode(q, kc, vc, tables, lens, scale).float()
     return (out - ref).abs().max().item()
@@ -56,8 +71,21 @@ def check_kernel(plan: CheckPlan, device: torch.device | str) -> list[dict]:
         tol = TOLERANCE[dtype]
         heads, kv_heads, head_dim = layout
         name = str(dtype).removeprefix("torch.")
-        rows.append({"heads": heads, "kv_heads": kv_heads, "head_dim": head_dim, "block_size": block_size,
-                     "dtype": name, "max_abs_error": err, "tolerance": tol, "ok": err <= tol})
-        print(f"  block {block_size:2d}, {heads:2d}/{kv_heads:2d} heads, dim {head_dim:3d}, {name:8s}: "
-              f"max error {err:.1e} (tolerance {tol:.0e}) {'ok' if err <= tol else 'FAIL'}", flush=True)
+        rows.append(
+            {
+                "heads": heads,
+                "kv_heads": kv_heads,
+                "head_dim": head_dim,
+                "block_size": block_size,
+                "dtype": name,
+                "max_abs_error": err,
+                "tolerance": tol,
+                "ok": err <= tol,
+            }
+        )
+        print(
+            f"  block {block_size:2d}, {heads:2d}/{kv_heads:2d} heads, dim {head_dim:3d}, {name:8s}: "
+            f"max error {err:.1e} (tolerance {tol:.0e}) {'ok' if err <= tol else 'FAIL'}",
+            flush=True,
+        )
     return rows

@@ -34,8 +34,13 @@ def run_lesson(path: Path, workdir: Path) -> None:
 
     nb = nbformat.read(path, as_version=4)
     env = {**headless(workdir / "progress", "bfloat16", strict=True), "KVCOURSE_DEVICE": "cuda"}
-    client = NotebookClient(nb, kernel_name="python3", timeout=CELL_TIMEOUT_S, allow_errors=False,
-                            resources={"metadata": {"path": str(path.parent)}})
+    client = NotebookClient(
+        nb,
+        kernel_name="python3",
+        timeout=CELL_TIMEOUT_S,
+        allow_errors=False,
+        resources={"metadata": {"path": str(path.parent)}},
+    )
     client.execute(env=env)
 
 
@@ -58,8 +63,11 @@ def check_lessons(names: tuple[str, ...] | None, budget_s: float) -> list[dict]:
         seconds = time.perf_counter() - start
         spent += seconds
         rows.append({"lesson": path.stem, "ok": error is None, "seconds": round(seconds, 1), "error": error})
-        print(f"  {path.stem}: {'passed' if error is None else 'FAILED'} in {seconds:.1f} s"
-              + (f" ({error})" if error else ""), flush=True)
+        print(
+            f"  {path.stem}: {'passed' if error is None else 'FAILED'} in {seconds:.1f} s"
+            + (f" ({error})" if error else ""),
+            flush=True,
+        )
     ran = [r for r in rows if r["ok"] is not None]
     print(f"  {sum(r['ok'] for r in ran)}/{len(ran)} lessons passed, {len(rows) - len(ran)} not run", flush=True)
     return rows

@@ -48,19 +48,46 @@ class CheckPlan:
 
     @classmethod
     def full(cls) -> CheckPlan:
-        return cls("full", (SMOLLM2, LLAMA), OTHER_LAYOUTS, batch=7, context=300, num_new_tokens=24,
-                   trace_requests=32, lessons=None, lesson_budget_s=150.0)
+        return cls(
+            "full",
+            (SMOLLM2, LLAMA),
+            OTHER_LAYOUTS,
+            batch=7,
+            context=300,
+            num_new_tokens=24,
+            trace_requests=32,
+            lessons=None,
+            lesson_budget_s=150.0,
+        )
 
     @classmethod
     def quick(cls) -> CheckPlan:
-        return cls("quick", (SMOLLM2,), (), batch=5, context=200, num_new_tokens=12,
-                   trace_requests=8, lessons=QUICK_LESSONS, lesson_budget_s=60.0)
+        return cls(
+            "quick",
+            (SMOLLM2,),
+            (),
+            batch=5,
+            context=200,
+            num_new_tokens=12,
+            trace_requests=8,
+            lessons=QUICK_LESSONS,
+            lesson_budget_s=60.0,
+        )
 
     @classmethod
     def cpu_proof(cls) -> CheckPlan:
         """Small enough for the Triton interpreter: 12 kernel cases in a few seconds on one core."""
-        return cls("cpu-proof", ((9, 3, 16),), (), batch=2, context=40, num_new_tokens=1,
-                   trace_requests=1, lessons=(), lesson_budget_s=1.0)
+        return cls(
+            "cpu-proof",
+            ((9, 3, 16),),
+            (),
+            batch=2,
+            context=40,
+            num_new_tokens=1,
+            trace_requests=1,
+            lessons=(),
+            lesson_budget_s=1.0,
+        )
 
     @property
     def kernel_cases(self) -> list[tuple[tuple[int, int, int], int, torch.dtype]]:

@@ -54,13 +54,30 @@ def record_trace(device: torch.device, num_requests: int, seed: int = 0) -> dict
         torch.cuda.synchronize()
         seconds = time.perf_counter() - start
         used = engine.kv_cache_manager.num_used_blocks
-        steps.append({"step": len(steps), "seconds": seconds, "num_seqs": len(tap.last.seqs),
-                      "num_scheduled_tokens": tap.last.num_tokens, "num_used_blocks": used,
-                      "kv_bytes_held": used * bytes_per_block})
+        steps.append(
+            {
+                "step": len(steps),
+                "seconds": seconds,
+                "num_seqs": len(tap.last.seqs),
+                "num_scheduled_tokens": tap.last.num_tokens,
+                "num_used_blocks": used,
+                "kv_bytes_held": used * bytes_per_block,
+            }
+        )
     total = sum(s["seconds"] for s in steps)
-    print(f"  {len(steps)} steps, {workload.num_answer_tokens} answer tokens in {total:.2f} s; batch up to "
-          f"{max(s['num_seqs'] for s in steps)}, KV held up to {max(s['kv_bytes_held'] for s in steps) / 1e6:.0f} MB",
-          flush=True)
-    return {"device": torch.cuda.get_device_name(device), "dtype": "bfloat16", "workload": workload.describe(),
-            "seed": seed, "block_size": BLOCK_SIZE, "num_blocks": NUM_BLOCKS, "bytes_per_block": bytes_per_block,
-            "seconds": total, "steps": steps}
+    print(
+        f"  {len(steps)} steps, {workload.num_answer_tokens} answer tokens in {total:.2f} s; batch up to "
+        f"{max(s['num_seqs'] for s in steps)}, KV held up to {max(s['kv_bytes_held'] for s in steps) / 1e6:.0f} MB",
+        flush=True,
+    )
+    return {
+        "device": torch.cuda.get_device_name(device),
+        "dtype": "bfloat16",
+        "workload": workload.describe(),
+        "seed": seed,
+        "block_size": BLOCK_SIZE,
+        "num_blocks": NUM_BLOCKS,
+        "bytes_per_block": bytes_per_block,
+        "seconds": total,
+        "steps": steps,
+    }

@@ -39,16 +39,26 @@ def hub_command(args: argparse.Namespace) -> int:
 
     state_dir = Path(args.dir).expanduser().resolve()
     state_dir.mkdir(parents=True, exist_ok=True)
-    settings = HubSettings(state_dir, roster, ip=args.ip, port=args.port, hub_port=free_port(),
-                           proxy_api_port=free_port(), proxy=proxy, model_cache=str(cache_dir()),
-                           passwords=passwords is not None,
-                           extra_config=str(Path(args.config).expanduser().resolve()) if args.config else "")
+    settings = HubSettings(
+        state_dir,
+        roster,
+        ip=args.ip,
+        port=args.port,
+        hub_port=free_port(),
+        proxy_api_port=free_port(),
+        proxy=proxy,
+        model_cache=str(cache_dir()),
+        passwords=passwords is not None,
+        extra_config=str(Path(args.config).expanduser().resolve()) if args.config else "",
+    )
     check_port_free(settings.ip, settings.port)
     with open(state_dir / ".lock", "w") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise RuntimeError(f"another `kvcourse hub` runs on {state_dir}: stop it first, or give another --dir") from None
+            raise RuntimeError(
+                f"another `kvcourse hub` runs on {state_dir}: stop it first, or give another --dir"
+            ) from None
         for line in prepare(settings, lessons):
             print(f"kvcourse hub: {line}")
         leftovers = leftover_processes(state_dir)  # a hub killed with SIGKILL last time
@@ -57,29 +67,50 @@ def hub_command(args: argparse.Namespace) -> int:
         login = "with the shared passwords" if passwords else "with any password (DummyAuthenticator)"
         if args.config:
             login += f", unless {args.config} sets another authenticator"
-        print(f"kvcourse hub: {len(roster.instructors)} instructor(s) ({', '.join(roster.instructors)}) and "
-              f"{len(roster.students)} student(s) log in at {settings.url} {login}.\n"
-              f"kvcourse hub: state in {state_dir}, course in {settings.course_dir}. "
-              "Ctrl-C stops the hub and every server.", flush=True)
+        print(
+            f"kvcourse hub: {len(roster.instructors)} instructor(s) ({', '.join(roster.instructors)}) and "
+            f"{len(roster.students)} student(s) log in at {settings.url} {login}.\n"
+            f"kvcourse hub: state in {state_dir}, course in {settings.course_dir}. "
+            "Ctrl-C stops the hub and every server.",
+            flush=True,
+        )
         return run_hub(settings, passwords)
 
 
 def add_hub(sub: argparse._SubParsersAction) -> None:
     """Register `kvcourse hub` on the command line."""
-    p = sub.add_parser("hub", help="a whole class on this machine: JupyterHub with the lessons, the assignment "
-                                   "list and formgrader (quizzes/INSTRUCTORS.md)")
-    p.add_argument("--users", required=True,
-                   help="the class list: one user a line, `NAME instructor` or `NAME student` (a name alone: student)")
-    p.add_argument("--dir", default=str(DEFAULT_DIR),
-                   help=f"the hub's folder: state, homes, exchange, course (default {DEFAULT_DIR})")
+    p = sub.add_parser(
+        "hub",
+        help="a whole class on this machine: JupyterHub with the lessons, the assignment "
+        "list and formgrader (quizzes/INSTRUCTORS.md)",
+    )
+    p.add_argument(
+        "--users",
+        required=True,
+        help="the class list: one user a line, `NAME instructor` or `NAME student` (a name alone: student)",
+    )
+    p.add_argument(
+        "--dir",
+        default=str(DEFAULT_DIR),
+        help=f"the hub's folder: state, homes, exchange, course (default {DEFAULT_DIR})",
+    )
     p.add_argument("--ip", default="127.0.0.1", help="address to serve on (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8000, help="port to serve on (default 8000)")
-    p.add_argument("--password-file", default=None,
-                   help="lines `student: PASSWORD` (8+ characters, shared by students) and `instructor: PASSWORD` "
-                        "(32+); without it any password logs in (loopback only)")
-    p.add_argument("--config", default=None,
-                   help="your own jupyterhub_config.py, loaded after the course's: a real authenticator or spawner "
-                        "(quizzes/INSTRUCTORS.md)")
-    p.add_argument("--lessons", default="00-20",
-                   help='the course\'s assignments, when the hub creates it on first start (default 00-20: the lessons and the three labs)')
+    p.add_argument(
+        "--password-file",
+        default=None,
+        help="lines `student: PASSWORD` (8+ characters, shared by students) and `instructor: PASSWORD` "
+        "(32+); without it any password logs in (loopback only)",
+    )
+    p.add_argument(
+        "--config",
+        default=None,
+        help="your own jupyterhub_config.py, loaded after the course's: a real authenticator or spawner "
+        "(quizzes/INSTRUCTORS.md)",
+    )
+    p.add_argument(
+        "--lessons",
+        default="00-20",
+        help="the course's assignments, when the hub creates it on first start (default 00-20: the lessons and the three labs)",
+    )
     p.set_defaults(func=hub_command)

@@ -20,7 +20,7 @@ from pathlib import Path
 from kvcourse.hub.users import Roster
 
 COURSE_ID = "kvcourse"
-SERVICE = "kvcourse"           # the hub service whose token (DIR/api_token) scripts and the tests use
+SERVICE = "kvcourse"  # the hub service whose token (DIR/api_token) scripts and the tests use
 PASSWORDS_ENV = ("KVCOURSE_HUB_STUDENT_PASSWORD", "KVCOURSE_HUB_INSTRUCTOR_PASSWORD")
 MARKER_ENV = "KVCOURSE_HUB_DIR"  # set in every process the hub starts: how `kvcourse hub` finds leftovers
 SERVICE_SCOPES = ["list:users", "read:users", "admin:servers", "access:servers", "read:servers"]
@@ -34,21 +34,22 @@ class HubSettings:
     roster: Roster
     ip: str = "127.0.0.1"
     port: int = 8000
-    hub_port: int = 8081          # the hub's own API, on loopback, for the proxy and the servers
-    proxy_api_port: int = 8001    # configurable-http-proxy's REST API, on loopback
+    hub_port: int = 8081  # the hub's own API, on loopback, for the proxy and the servers
+    proxy_api_port: int = 8001  # configurable-http-proxy's REST API, on loopback
     proxy: str = "configurable-http-proxy"
     python: str = field(default_factory=lambda: sys.executable)
-    model_cache: str = ""         # KVCOURSE_CACHE for every server: the converted weights, shared read-only
-    passwords: bool = False       # SharedPasswordAuthenticator, passwords in PASSWORDS_ENV
-    extra_config: str = ""        # the instructor's own jupyterhub config, loaded last (a real authenticator...)
+    model_cache: str = ""  # KVCOURSE_CACHE for every server: the converted weights, shared read-only
+    passwords: bool = False  # SharedPasswordAuthenticator, passwords in PASSWORDS_ENV
+    extra_config: str = ""  # the instructor's own jupyterhub config, loaded last (a real authenticator...)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "state_dir", Path(self.state_dir).expanduser().resolve())
         try:
             ipaddress.ip_address(self.ip)
         except ValueError:
-            raise ValueError(f"--ip {self.ip!r} is not an IP address (127.0.0.1 for this machine only, "
-                             "0.0.0.0 for every interface)") from None
+            raise ValueError(
+                f"--ip {self.ip!r} is not an IP address (127.0.0.1 for this machine only, 0.0.0.0 for every interface)"
+            ) from None
         ports = {"--port": self.port, "the hub's API port": self.hub_port, "the proxy's API port": self.proxy_api_port}
         for name, port in ports.items():
             if not 1 <= port <= 65535:
@@ -58,9 +59,11 @@ class HubSettings:
         if self.extra_config and not Path(self.extra_config).is_file():
             raise ValueError(f"--config {self.extra_config}: no such file")
         if not self.loopback and not self.passwords and not self.extra_config:
-            raise ValueError(f"--ip {self.ip} lets other machines reach the hub, where anyone could log in as any "
-                             "listed user: give --password-file, or a real authenticator with --config "
-                             "(quizzes/INSTRUCTORS.md)")
+            raise ValueError(
+                f"--ip {self.ip} lets other machines reach the hub, where anyone could log in as any "
+                "listed user: give --password-file, or a real authenticator with --config "
+                "(quizzes/INSTRUCTORS.md)"
+            )
 
     @property
     def loopback(self) -> bool:
@@ -124,14 +127,16 @@ def nbgrader_configs(settings: HubSettings) -> dict[str, str]:
         f"c.Exchange.root = {str(settings.exchange_dir)!r}\n"
         "# nbgrader takes the student id from the system login, and JUPYTERHUB_USER only for 'jovyan':\n"
         "# every server of this hub may run as one system user, so the hub's user name is the id.\n"
-        "c.CourseDirectory.student_id = os.environ['JUPYTERHUB_USER']\n")
+        "c.CourseDirectory.student_id = os.environ['JUPYTERHUB_USER']\n"
+    )
     instructor = (
         "# Written by `kvcourse hub`. The course's own settings are in its nbgrader_config.py (the server\n"
         "# runs in the course folder); this adds what a hub changes.\n"
         "c = get_config()  # noqa: F821\n"
         "# With SimpleLocalProcessSpawner every submission belongs to the one system user that runs the hub,\n"
         "# which nbgrader's collect would report as a cheating attempt for every student.\n"
-        "c.ExchangeCollect.check_owner = False\n")
+        "c.ExchangeCollect.check_owner = False\n"
+    )
     return {"student": student, "instructor": instructor}
 
 
@@ -165,8 +170,9 @@ def make_pre_spawn_hook(settings: HubSettings):
 def configure(c, settings: HubSettings) -> None:
     """Set JupyterHub's configuration object ``c`` for this class."""
     state = settings.state_dir
-    c.JupyterHub.bind_url = f"http://{settings.ip}:{settings.port}" if ":" not in settings.ip \
-        else f"http://[{settings.ip}]:{settings.port}"
+    c.JupyterHub.bind_url = (
+        f"http://{settings.ip}:{settings.port}" if ":" not in settings.ip else f"http://[{settings.ip}]:{settings.port}"
+    )
     c.JupyterHub.hub_ip = "127.0.0.1"
     c.JupyterHub.hub_port = settings.hub_port
     c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{settings.proxy_api_port}"
@@ -204,16 +210,16 @@ def configure(c, settings: HubSettings) -> None:
         c.JupyterHub.load_roles = [{"name": f"{SERVICE}-service", "scopes": SERVICE_SCOPES, "services": [SERVICE]}]
 
 
-CONFIG_FILE = '''\
+CONFIG_FILE = """\
 # Written by `kvcourse hub` at each start (the settings are in hub.json beside it; see kvcourse.hub.config).
 from kvcourse.hub.config import HubSettings, configure
 
 configure(c, HubSettings.load({path!r}))  # noqa: F821 - c is JupyterHub's config object
-'''
-EXTRA_CONFIG = '''
+"""
+EXTRA_CONFIG = """
 # The instructor's own settings (kvcourse hub --config), after the course's: they win.
 load_subconfig({path!r})  # noqa: F821
-'''
+"""
 
 
 def write_config(settings: HubSettings) -> Path:

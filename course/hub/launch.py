@@ -34,9 +34,11 @@ def find_proxy() -> str:
     found = shutil.which(PROXY)
     if found:
         return found
-    raise RuntimeError(f"kvcourse hub needs JupyterHub's proxy, {PROXY}, which comes from npm. Install Node.js "
-                       f"and npm (Debian: sudo apt-get install -y nodejs npm) and run `make proxy`, which puts "
-                       f"{PROXY} {PROXY_VERSION} into .venv; or `npm install -g {PROXY}@{PROXY_VERSION}`.")
+    raise RuntimeError(
+        f"kvcourse hub needs JupyterHub's proxy, {PROXY}, which comes from npm. Install Node.js "
+        f"and npm (Debian: sudo apt-get install -y nodejs npm) and run `make proxy`, which puts "
+        f"{PROXY} {PROXY_VERSION} into .venv; or `npm install -g {PROXY}@{PROXY_VERSION}`."
+    )
 
 
 def free_port(ip: str = "127.0.0.1") -> int:
@@ -74,8 +76,10 @@ def prepare(settings: HubSettings, lessons: list[str]) -> list[str]:
         written = init_course(settings.course_dir, lessons, course_id=COURSE_ID, exchange=str(settings.exchange_dir))
         done.append(f"course created in {settings.course_dir}: {len(written)} assignments ({', '.join(written)})")
     elif repr(str(settings.exchange_dir)) not in config.read_text(encoding="utf-8"):
-        raise ValueError(f"{config} names another exchange than this hub's ({settings.exchange_dir}): "
-                         "this folder's course was not made by `kvcourse hub`; give another --dir")
+        raise ValueError(
+            f"{config} names another exchange than this hub's ({settings.exchange_dir}): "
+            "this folder's course was not made by `kvcourse hub`; give another --dir"
+        )
     return done
 
 

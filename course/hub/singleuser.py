@@ -22,8 +22,11 @@ from kvcourse.syllabus import REPO_ROOT, get_lesson
 
 ROLES = ("student", "instructor")
 # What a student's lab under the hub leaves out of nbgrader: the instructor's tools.
-STUDENT_PLUGINS_OFF = ("@jupyter/nbgrader:formgrader", "@jupyter/nbgrader:create-assignment",
-                       "@jupyter/nbgrader:course-list")
+STUDENT_PLUGINS_OFF = (
+    "@jupyter/nbgrader:formgrader",
+    "@jupyter/nbgrader:create-assignment",
+    "@jupyter/nbgrader:course-list",
+)
 STUDENT_SERVER_EXTENSIONS_OFF = ("nbgrader.server_extensions.formgrader", "nbgrader.server_extensions.course_list")
 assert set(STUDENT_SERVER_EXTENSIONS_OFF) <= set(NBGRADER_SERVER_EXTENSIONS)
 
@@ -51,13 +54,23 @@ def server_command(role: str, course: Path, home: Path, extra: list[str]) -> tup
     if role == "student":
         copy_lessons(home)
         root = home
-        options = quiet_options(list(STUDENT_SERVER_EXTENSIONS_OFF),
-                                settings_dir(name="hub-student", plugins=[*QUIET_PLUGINS, *STUDENT_PLUGINS_OFF]))
+        options = quiet_options(
+            list(STUDENT_SERVER_EXTENSIONS_OFF),
+            settings_dir(name="hub-student", plugins=[*QUIET_PLUGINS, *STUDENT_PLUGINS_OFF]),
+        )
     else:
         root = find_course(course)  # nbgrader reads nbgrader_config.py from the folder the server runs in
         options = quiet_options([], settings_dir(instructor=True))
     as_root = ["--ServerApp.allow_root=True"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []
-    command = [sys.executable, "-m", "jupyterhub.singleuser", f"--ServerApp.root_dir={root}", *options, *as_root, *extra]
+    command = [
+        sys.executable,
+        "-m",
+        "jupyterhub.singleuser",
+        f"--ServerApp.root_dir={root}",
+        *options,
+        *as_root,
+        *extra,
+    ]
     return command, root
 
 

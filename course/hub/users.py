@@ -46,7 +46,7 @@ class Roster:
         return (*self.instructors, *self.students)
 
     def role(self, name: str) -> str:
-        """"instructor" or "student"; a name not in the class is an error."""
+        """ "instructor" or "student"; a name not in the class is an error."""
         if name in self.instructors:
             return "instructor"
         if name in self.students:
@@ -62,8 +62,10 @@ class Roster:
 def _bad_name(name: str) -> str:
     if name != name.lower() and NAME.fullmatch(name.lower()):
         return f"{name!r} has capital letters: write {name.lower()!r} (JupyterHub lower-cases names at login)"
-    return (f"{name!r} is not a valid user name: use lower-case letters, digits, '_', '.' and '-', "
-            "starting with a letter or '_', at most 32 characters")
+    return (
+        f"{name!r} is not a valid user name: use lower-case letters, digits, '_', '.' and '-', "
+        "starting with a letter or '_', at most 32 characters"
+    )
 
 
 def parse_users(text: str, source: str = "users file") -> Roster:
@@ -104,7 +106,9 @@ def load_users(path: Path | str) -> Roster:
     """Read and check a users file."""
     path = Path(path).expanduser()
     if not path.is_file():
-        raise ValueError(f"no users file at {path}: write one user a line, e.g. `teacher instructor` and `alice student`")
+        raise ValueError(
+            f"no users file at {path}: write one user a line, e.g. `teacher instructor` and `alice student`"
+        )
     return parse_users(path.read_text(encoding="utf-8"), source=str(path))
 
 
@@ -126,6 +130,8 @@ def read_passwords(path: Path | str) -> tuple[str, str]:
     if len(student) < 8:
         raise ValueError(f"{path}: the students' password (`student: ...`) needs at least 8 characters")
     if len(instructor) < 32 or instructor == student:
-        raise ValueError(f"{path}: the instructors' password (`instructor: ...`) needs at least 32 characters and "
-                         "must differ from the students' (JupyterHub's rule for an admin's shared password)")
+        raise ValueError(
+            f"{path}: the instructors' password (`instructor: ...`) needs at least 32 characters and "
+            "must differ from the students' (JupyterHub's rule for an admin's shared password)"
+        )
     return student, instructor

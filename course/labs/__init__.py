@@ -19,6 +19,22 @@ from .scheduler import SchedulerBase
 from .spec import LABS, LabSpec, draw_trace, lab_spec, public_traces
 from .traces import LabTrace
 
-__all__ = ["LABS", "BlockCopy", "EvictionCandidate", "Refuse", "SeqView", "BlockManagerBase", "EvictionBase",
-           "SchedulerBase", "LabSpec", "LabTrace", "TraceResult", "check", "draw_trace", "judge_runs", "lab_spec",
-           "public_traces", "record_runs"]
+__all__ = [
+    "LABS",
+    "BlockCopy",
+    "EvictionCandidate",
+    "Refuse",
+    "SeqView",
+    "BlockManagerBase",
+    "EvictionBase",
+    "SchedulerBase",
+    "LabSpec",
+    "LabTrace",
+    "TraceResult",
+    "check",
+    "draw_trace",
+    "judge_runs",
+    "lab_spec",
+    "public_traces",
+    "record_runs",
+]

@@ -124,8 +124,9 @@ class RecordingManager:
 
     def allocate(self, seq) -> None:
         _call(f"allocate(sequence {seq.seq_id})", self.inner.allocate, seq)
-        self.entries.append(["allocate", seq.seq_id, list(seq.block_table), seq.num_computed_tokens,
-                             self.num_free_blocks])
+        self.entries.append(
+            ["allocate", seq.seq_id, list(seq.block_table), seq.num_computed_tokens, self.num_free_blocks]
+        )
 
     def can_append(self, seq) -> bool:
         ok = bool(_call(f"can_append(sequence {seq.seq_id})", self.inner.can_append, seq))
@@ -137,15 +138,24 @@ class RecordingManager:
         try:
             pairs = [[int(c.src), int(c.dst)] for c in (copies or [])]
         except (TypeError, AttributeError, ValueError):
-            raise LabViolation(f"append_slots(sequence {seq.seq_id}) returned {str(copies)[:80]}, not a list of "
-                               "BlockCopy(src, dst)") from None
+            raise LabViolation(
+                f"append_slots(sequence {seq.seq_id}) returned {str(copies)[:80]}, not a list of BlockCopy(src, dst)"
+            ) from None
         self.entries.append(["append", seq.seq_id, list(seq.block_table), pairs, self.num_free_blocks])
         return [BlockCopy(src, dst) for src, dst in pairs]
 
     def fork(self, parent, child) -> None:
         _call(f"fork(sequence {parent.seq_id}, sequence {child.seq_id})", self.inner.fork, parent, child)
-        self.entries.append(["fork", parent.seq_id, child.seq_id, list(child.block_table), child.num_computed_tokens,
-                             self.num_free_blocks])
+        self.entries.append(
+            [
+                "fork",
+                parent.seq_id,
+                child.seq_id,
+                list(child.block_table),
+                child.num_computed_tokens,
+                self.num_free_blocks,
+            ]
+        )
 
     def free(self, seq) -> None:
         _call(f"free(sequence {seq.seq_id})", self.inner.free, seq)
@@ -162,14 +172,20 @@ def record(manager_class: Callable, trace: LabTrace) -> dict:
     """Serve ``trace`` on the learner's manager and write down every call (run where the learner's code runs)."""
     model, log = lab_model(), {"entries": [], "beams": [], "error": None}
     try:
-        engine = LLMEngine(model, lab_config(trace),
-                           block_manager=lambda nb, bs: RecordingManager(manager_class, nb, bs, log["entries"]))
+        engine = LLMEngine(
+            model,
+            lab_config(trace),
+            block_manager=lambda nb, bs: RecordingManager(manager_class, nb, bs, log["entries"]),
+        )
         serve(engine, trace)
         for run in trace.beams:
             entries: list = []
             log["beams"].append(entries)
-            lab_beam_search(run, trace.block_size,
-                            block_manager=lambda nb, bs, e=entries: RecordingManager(manager_class, nb, bs, e))
+            lab_beam_search(
+                run,
+                trace.block_size,
+                block_manager=lambda nb, bs, e=entries: RecordingManager(manager_class, nb, bs, e),
+            )
     except LabViolation as err:
         log["error"] = str(err)
     except Exception as err:  # noqa: BLE001 - whatever the learner's manager makes the engine raise
@@ -187,8 +203,11 @@ def _reference(trace: LabTrace) -> tuple[Served, list[list[list[int]]]]:
 
 def _figures(served: Served) -> dict[str, float]:
     used = [b for b in served.blocks_in_use if b >= 0]
-    return {"steps": served.num_steps, "mean blocks in use": round(sum(used) / max(1, len(used)), 2),
-            "peak blocks in use": max(used, default=0)}
+    return {
+        "steps": served.num_steps,
+        "mean blocks in use": round(sum(used) / max(1, len(used)), 2),
+        "peak blocks in use": max(used, default=0),
+    }
 
 
 def judge(trace: LabTrace, log: object) -> TraceResult:
@@ -204,8 +223,11 @@ def judge(trace: LabTrace, log: object) -> TraceResult:
     try:
         log = check_log(log)
         beam_logs = log.get("beams")
-        if not isinstance(beam_logs, list) or len(beam_logs) > len(trace.beams) \
-                or (len(beam_logs) < len(trace.beams) and not error):
+        if (
+            not isinstance(beam_logs, list)
+            or len(beam_logs) > len(trace.beams)
+            or (len(beam_logs) < len(trace.beams) and not error)
+        ):
             raise ReplayMismatch("the run's log has not one beam search per beam run")
         replay = ReplayManager(log["entries"], trace.num_blocks, trace.block_size)
         mine = serve(LLMEngine(model, lab_config(trace), block_manager=lambda nb, bs: replay), trace)
@@ -235,17 +257,28 @@ def judge(trace: LabTrace, log: object) -> TraceResult:
         if status != "finished" and served.statuses[i] == "finished":
             return fail(f"request {i} was not served: {status}", "not served", metrics)
         if got != want:
-            return fail(f"request {i}'s tokens differ from those on the engine's own manager: a block's K/V was "
-                        "overwritten or lost", "tokens", metrics)
+            return fail(
+                f"request {i}'s tokens differ from those on the engine's own manager: a block's K/V was "
+                "overwritten or lost",
+                "tokens",
+                metrics,
+            )
     for i, (want, got) in enumerate(zip(beams, my_beams, strict=True)):
         if got != want:
             return fail(f"beam search {i} found other beams than on the engine's own manager", "tokens", metrics)
     return TraceResult(trace.name, trace.public, 1.0, "", metrics, reference)
 
 
-_RULES = (("copy on write", "copy on write"), ("leaks", "leak"), ("still held", "leak"), ("never shared",
-          "block in two tables"), ("said yes", "said yes without room"), ("raised", "raised"), ("fork(", "fork"),
-          ("counts", "free count"))
+_RULES = (
+    ("copy on write", "copy on write"),
+    ("leaks", "leak"),
+    ("still held", "leak"),
+    ("never shared", "block in two tables"),
+    ("said yes", "said yes without room"),
+    ("raised", "raised"),
+    ("fork(", "fork"),
+    ("counts", "free count"),
+)
 
 
 def _rule(reason: str) -> str:

@@ -37,10 +37,14 @@ class ReplayManager:
         if reported == free and isinstance(reported, int):
             return
         if isinstance(reported, int) and 0 <= reported < free:
-            raise LabViolation(f"after {after} your manager counts {reported} free blocks, but {free} are free: "
-                               f"it leaks {free - reported}")
-        raise LabViolation(f"after {after} your manager counts {reported} free blocks, but only {free} are free: "
-                           "it counts blocks that a sequence holds")
+            raise LabViolation(
+                f"after {after} your manager counts {reported} free blocks, but {free} are free: "
+                f"it leaks {free - reported}"
+            )
+        raise LabViolation(
+            f"after {after} your manager counts {reported} free blocks, but only {free} are free: "
+            "it counts blocks that a sequence holds"
+        )
 
     def _fresh(self, blocks: list[int], where: str) -> None:
         holders, seen = self._holders(), set()
@@ -50,8 +54,10 @@ class ReplayManager:
             if b in seen:
                 raise LabViolation(f"{where} put block {b} twice into one block table")
             if b in holders:
-                raise LabViolation(f"{where} handed out block {b}, which sequence {holders[b]} still holds: two "
-                                   "tables would own a block that was never shared")
+                raise LabViolation(
+                    f"{where} handed out block {b}, which sequence {holders[b]} still holds: two "
+                    "tables would own a block that was never shared"
+                )
             seen.add(b)
 
     def _needed_to_append(self, seq) -> int:
@@ -65,8 +71,10 @@ class ReplayManager:
         if not isinstance(ok, bool):
             raise ReplayMismatch("a recorded answer of can_allocate is not a bool")
         if ok and seq.num_blocks > self.num_free_blocks:
-            raise LabViolation(f"can_allocate(sequence {seq.seq_id}) said yes to {seq.num_blocks} blocks with "
-                               f"{self.num_free_blocks} free")
+            raise LabViolation(
+                f"can_allocate(sequence {seq.seq_id}) said yes to {seq.num_blocks} blocks with "
+                f"{self.num_free_blocks} free"
+            )
         return ok
 
     def allocate(self, seq) -> None:
@@ -74,8 +82,10 @@ class ReplayManager:
         table, computed, reported = self.cursor.next("allocate", seq.seq_id)
         table = int_list(table, f"the block table after {where}")
         if len(table) != seq.num_blocks:
-            raise LabViolation(f"{where} gave {len(table)} blocks for {seq.num_tokens} tokens: it needs "
-                               f"{seq.num_blocks} blocks of {self.block_size}")
+            raise LabViolation(
+                f"{where} gave {len(table)} blocks for {seq.num_tokens} tokens: it needs "
+                f"{seq.num_blocks} blocks of {self.block_size}"
+            )
         if computed != 0:
             raise LabViolation(f"{where} set num_computed_tokens to {computed}: a new sequence has computed nothing")
         self._fresh(table, where)
@@ -89,8 +99,10 @@ class ReplayManager:
             raise ReplayMismatch("a recorded answer of can_append is not a bool")
         needed = self._needed_to_append(seq)
         if ok and needed > self.num_free_blocks:
-            raise LabViolation(f"can_append(sequence {seq.seq_id}) said yes, but its step needs {needed} blocks "
-                               f"(new and copies) with {self.num_free_blocks} free")
+            raise LabViolation(
+                f"can_append(sequence {seq.seq_id}) said yes, but its step needs {needed} blocks "
+                f"(new and copies) with {self.num_free_blocks} free"
+            )
         return ok
 
     def append_slots(self, seq) -> list[BlockCopy]:
@@ -102,8 +114,10 @@ class ReplayManager:
         old = self.tables.get(seq.seq_id, [])
         first = seq.num_computed_tokens // self.block_size
         if len(table) != seq.num_blocks:
-            raise LabViolation(f"after {where} the sequence has {len(table)} blocks for {seq.num_tokens} tokens: "
-                               f"it needs {seq.num_blocks}")
+            raise LabViolation(
+                f"after {where} the sequence has {len(table)} blocks for {seq.num_tokens} tokens: "
+                f"it needs {seq.num_blocks}"
+            )
         if table[:first] != old[:first]:
             raise LabViolation(f"{where} changed blocks that hold computed tokens: their K/V would be lost")
         others = {b: sid for sid, t in self.tables.items() if sid != seq.seq_id for b in t}
@@ -111,9 +125,11 @@ class ReplayManager:
         for i in range(first, len(table)):
             if i < len(old) and table[i] == old[i]:
                 if old[i] in others:
-                    raise LabViolation(f"sequence {seq.seq_id} writes its next tokens into block {old[i]}, which "
-                                       f"sequence {others[old[i]]} also holds: copy on write missed (the write "
-                                       "would change the other sequence's tokens)")
+                    raise LabViolation(
+                        f"sequence {seq.seq_id} writes its next tokens into block {old[i]}, which "
+                        f"sequence {others[old[i]]} also holds: copy on write missed (the write "
+                        "would change the other sequence's tokens)"
+                    )
                 continue
             fresh.append(table[i])
             if i < len(old):
@@ -122,8 +138,10 @@ class ReplayManager:
         if sorted(map(list, pairs)) != sorted(changed):
             missing = [p for p in changed if p not in pairs]
             if missing:
-                raise LabViolation(f"{where} replaced block {missing[0][0]} by {missing[0][1]} without returning the "
-                                   "copy: the tokens already in it would be lost")
+                raise LabViolation(
+                    f"{where} replaced block {missing[0][0]} by {missing[0][1]} without returning the "
+                    "copy: the tokens already in it would be lost"
+                )
             raise LabViolation(f"{where} returned copies {pairs} for the blocks it replaced, {changed}")
         self.tables[seq.seq_id] = list(table)
         seq.block_table = list(table)
@@ -134,11 +152,15 @@ class ReplayManager:
         where = f"fork(sequence {parent.seq_id}, sequence {child.seq_id})"
         table, computed, reported = self.cursor.next("fork", parent.seq_id, child.seq_id)
         if table != self.tables.get(parent.seq_id, []):
-            raise LabViolation(f"{where} gave the child blocks {str(table)[:60]}, not the parent's "
-                               f"{self.tables.get(parent.seq_id, [])}: forked sequences share every block")
+            raise LabViolation(
+                f"{where} gave the child blocks {str(table)[:60]}, not the parent's "
+                f"{self.tables.get(parent.seq_id, [])}: forked sequences share every block"
+            )
         if computed != parent.num_computed_tokens:
-            raise LabViolation(f"{where} left the child at {computed} computed tokens; the parent has computed "
-                               f"{parent.num_computed_tokens}, and so has the child, whose blocks are the parent's")
+            raise LabViolation(
+                f"{where} left the child at {computed} computed tokens; the parent has computed "
+                f"{parent.num_computed_tokens}, and so has the child, whose blocks are the parent's"
+            )
         self.tables[child.seq_id] = list(table)
         child.block_table = list(table)
         child.num_computed_tokens = parent.num_computed_tokens
@@ -148,8 +170,10 @@ class ReplayManager:
         where = f"free(sequence {seq.seq_id})"
         computed, reported = self.cursor.next("free", seq.seq_id)
         if computed != 0:
-            raise LabViolation(f"{where} left num_computed_tokens at {computed}: a preempted sequence recomputes "
-                               "from the start, so it must be 0")
+            raise LabViolation(
+                f"{where} left num_computed_tokens at {computed}: a preempted sequence recomputes "
+                "from the start, so it must be 0"
+            )
         self.tables.pop(seq.seq_id, None)
         seq.block_table, seq.num_computed_tokens, seq.num_cached_tokens = [], 0, 0
         self._reported(reported, where)

@@ -20,10 +20,10 @@ class TraceResult:
     name: str
     public: bool
     score: float
-    reason: str = ""                                    # empty when full marks
+    reason: str = ""  # empty when full marks
     metrics: dict[str, float] = field(default_factory=dict)
     reference: dict[str, float] = field(default_factory=dict)
-    kind: str = ""                                      # the rule or figure that cost points (the report counts them)
+    kind: str = ""  # the rule or figure that cost points (the report counts them)
 
     @property
     def passed(self) -> bool:
@@ -55,15 +55,23 @@ class Cursor:
 
     def next(self, op: str, *ids: int) -> list:
         if self.index >= len(self.entries):
-            raise ReplayMismatch(f"the engine asks for {op} {list(ids)}, but the recorded run ends here "
-                                 f"(after {len(self.entries)} entries)")
+            raise ReplayMismatch(
+                f"the engine asks for {op} {list(ids)}, but the recorded run ends here "
+                f"(after {len(self.entries)} entries)"
+            )
         entry = self.entries[self.index]
         self.index += 1
-        if not isinstance(entry, list) or len(entry) < 1 + len(ids) or entry[0] != op \
-                or list(entry[1:1 + len(ids)]) != list(ids):
-            raise ReplayMismatch(f"entry {self.index - 1} of the recorded run is {str(entry)[:80]}, but the engine "
-                                 f"asks for {op} {list(ids)}: the run was not the engine's")
-        return entry[1 + len(ids):]
+        if (
+            not isinstance(entry, list)
+            or len(entry) < 1 + len(ids)
+            or entry[0] != op
+            or list(entry[1 : 1 + len(ids)]) != list(ids)
+        ):
+            raise ReplayMismatch(
+                f"entry {self.index - 1} of the recorded run is {str(entry)[:80]}, but the engine "
+                f"asks for {op} {list(ids)}: the run was not the engine's"
+            )
+        return entry[1 + len(ids) :]
 
 
 def int_list(value: object, what: str) -> list[int]:

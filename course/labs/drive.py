@@ -24,8 +24,8 @@ class Served:
     request_ids: list[int | None]
     arrivals: list[int | None]
     finishes: list[int | None]
-    answers: list[list[list[int]]]       # per request, its samples' tokens
-    statuses: list[str]                  # "finished", "refused: <reason>", "lost"
+    answers: list[list[list[int]]]  # per request, its samples' tokens
+    statuses: list[str]  # "finished", "refused: <reason>", "lost"
     num_cached_tokens: list[int]
     num_prompt_tokens: list[int]
     num_steps: int = 0
@@ -33,7 +33,9 @@ class Served:
 
     @property
     def num_answer_tokens(self) -> int:
-        return sum(len(s) for samples, st in zip(self.answers, self.statuses, strict=True) if st == "finished" for s in samples)
+        return sum(
+            len(s) for samples, st in zip(self.answers, self.statuses, strict=True) if st == "finished" for s in samples
+        )
 
 
 def max_steps_for(trace: LabTrace) -> int:
@@ -44,15 +46,27 @@ def max_steps_for(trace: LabTrace) -> int:
 
 
 def _params(request) -> SamplingParams:
-    return SamplingParams(temperature=request.temperature, seed=request.seed, max_new_tokens=request.max_new_tokens,
-                          stop_on_eos=False, n=request.n)
+    return SamplingParams(
+        temperature=request.temperature,
+        seed=request.seed,
+        max_new_tokens=request.max_new_tokens,
+        stop_on_eos=False,
+        n=request.n,
+    )
 
 
 def serve(engine: LLMEngine, trace: LabTrace, max_steps: int | None = None) -> Served:
     """Drive ``engine`` through ``trace`` (the policy's own errors propagate: the caller names them)."""
     count = len(trace.requests)
-    served = Served([None] * count, [None] * count, [None] * count, [[] for _ in range(count)],
-                    ["lost"] * count, [0] * count, [0] * count)
+    served = Served(
+        [None] * count,
+        [None] * count,
+        [None] * count,
+        [[] for _ in range(count)],
+        ["lost"] * count,
+        [0] * count,
+        [0] * count,
+    )
     limit = max_steps if max_steps is not None else max_steps_for(trace)
     pending = list(range(count))
     while True:

@@ -50,8 +50,9 @@ class RecordingEviction:
         except Exception as err:  # noqa: BLE001 - the learner's code: its error is the verdict
             raise LabViolation(f"choose raised {type(err).__name__}: {str(err)[:200]}") from None
         ids = [c.block_id for c in candidates]
-        self.entries.append(["choose", ids, choice if isinstance(choice, int) and not isinstance(choice, bool)
-                             else repr(choice)[:60]])
+        self.entries.append(
+            ["choose", ids, choice if isinstance(choice, int) and not isinstance(choice, bool) else repr(choice)[:60]]
+        )
         return choice
 
 
@@ -92,8 +93,11 @@ def hit_rate(served: Served) -> float:
 
 
 def _figures(served: Served) -> dict[str, float]:
-    return {"hit rate": round(hit_rate(served), 4), "cached tokens": sum(served.num_cached_tokens),
-            "prompt tokens": sum(served.num_prompt_tokens)}
+    return {
+        "hit rate": round(hit_rate(served), 4),
+        "cached tokens": sum(served.num_cached_tokens),
+        "prompt tokens": sum(served.num_prompt_tokens),
+    }
 
 
 @lru_cache(maxsize=64)  # a class's public traces are judged once per student: serve LRU once
@@ -121,12 +125,23 @@ def judge(trace: LabTrace, log: object) -> TraceResult:
         return fail(error, "raised") if error else fail(f"the recorded run cannot be replayed: {err}", "replay")
     if error:
         return fail(error, "raised")
-    lost = [i for i, (s, ref) in enumerate(zip(mine.statuses, lru.statuses, strict=True)) if s != "finished" and ref == "finished"]
+    lost = [
+        i
+        for i, (s, ref) in enumerate(zip(mine.statuses, lru.statuses, strict=True))
+        if s != "finished" and ref == "finished"
+    ]
     if lost:
         return fail(f"request {lost[0]} was not served: {mine.statuses[lost[0]]}", "not served")
     metrics = _figures(mine)
     mine_rate, lru_rate = metrics["hit rate"], reference["hit rate"]
     if lru_rate <= 0 or mine_rate >= lru_rate - TOLERANCE:
         return TraceResult(trace.name, trace.public, 1.0, "", metrics, reference)
-    return TraceResult(trace.name, trace.public, round(mine_rate / lru_rate, 4),
-                       f"hit rate {mine_rate:.1%} against LRU's {lru_rate:.1%}", metrics, reference, "hit rate")
+    return TraceResult(
+        trace.name,
+        trace.public,
+        round(mine_rate / lru_rate, 4),
+        f"hit rate {mine_rate:.1%} against LRU's {lru_rate:.1%}",
+        metrics,
+        reference,
+        "hit rate",
+    )

@@ -41,8 +41,9 @@ def implemented(answer: Any) -> bool:
     """Whether a lab answer (a class, or an instance of one) has every method written: none of the stubs its
     base classes declare is left as the base's, or as a body that only raises NotImplementedError."""
     cls = answer if isinstance(answer, type) else type(answer)
-    stubs = {name for base in cls.__mro__[1:] for name, member in vars(base).items()
-             if _only_raises_not_implemented(member)}
+    stubs = {
+        name for base in cls.__mro__[1:] for name, member in vars(base).items() if _only_raises_not_implemented(member)
+    }
     return not any(_only_raises_not_implemented(inspect.getattr_static(cls, name)) for name in stubs)
 
 
@@ -55,8 +56,10 @@ def policy_or_reference(lab: str, answer: Any) -> Any:
     if implemented(answer):
         print(f"Running your {name}.")
         return answer
-    print(f"Your {name} still has methods to write, so this runs the reference solution; run the cell "
-          "again once yours is written.")
+    print(
+        f"Your {name} still has methods to write, so this runs the reference solution; run the cell "
+        "again once yours is written."
+    )
     return reference(lab)
 
 
@@ -71,8 +74,10 @@ def passing_run(lab: str) -> list[TraceResult]:
 
     with capture_output() as printed:
         results = check(lab, reference(lab))
-    panels = [f'<pre style="white-space:pre-wrap">{html.escape(printed.stdout.strip())}</pre>',
-              f'<pre style="white-space:pre-wrap"><code>{html.escape(solution_source(lab).strip())}</code></pre>']
+    panels = [
+        f'<pre style="white-space:pre-wrap">{html.escape(printed.stdout.strip())}</pre>',
+        f'<pre style="white-space:pre-wrap"><code>{html.escape(solution_source(lab).strip())}</code></pre>',
+    ]
     box = widgets.Accordion(children=[widgets.HTML(panel) for panel in panels], selected_index=None)
     box.set_title(0, "Show what a passing run prints")
     box.set_title(1, "Show the reference solution (try your own first)")

@@ -41,8 +41,10 @@ def judge_runs(lab: str, traces: list[LabTrace], logs: object) -> list[TraceResu
     """Each recorded run replayed and scored, outside the learner's code (the grader's side)."""
     spec = lab_spec(lab)
     if not isinstance(logs, list) or len(logs) != len(traces):
-        return [TraceResult(t.name, t.public, 0.0, "the run handed back no log for this trace", kind="replay")
-                for t in traces]
+        return [
+            TraceResult(t.name, t.public, 0.0, "the run handed back no log for this trace", kind="replay")
+            for t in traces
+        ]
     return [spec.judge(trace, log) for trace, log in zip(traces, logs, strict=True)]
 
 
@@ -51,14 +53,18 @@ def summary(results: list[TraceResult]) -> str:
     lines = []
     for r in results:
         mark = "pass" if r.passed else f"{r.score:.0%}"
-        figures = ", ".join(f"{k} {v:g} (engine's own: {r.reference.get(k, float('nan')):g})"
-                            for k, v in r.metrics.items() if k in r.reference)
+        figures = ", ".join(
+            f"{k} {v:g} (engine's own: {r.reference.get(k, float('nan')):g})"
+            for k, v in r.metrics.items()
+            if k in r.reference
+        )
         lines.append(f"  [{mark}] {r.name}: " + (r.reason or "every rule kept") + (f". {figures}" if figures else ""))
     return "\n".join(lines)
 
 
-def check(lab: str, answer: object, traces: list[LabTrace] | None = None,
-          show: Callable[[str], None] = print) -> list[TraceResult]:
+def check(
+    lab: str, answer: object, traces: list[LabTrace] | None = None, show: Callable[[str], None] = print
+) -> list[TraceResult]:
     """Serve the public traces on your policy and print what the grader would say of each."""
     spec = lab_spec(lab)
     traces = traces if traces is not None else spec.public_traces()
@@ -66,6 +72,8 @@ def check(lab: str, answer: object, traces: list[LabTrace] | None = None,
         show(f"{trace.name}: {trace.describe()}")
     results = judge_runs(lab, traces, record_runs(lab, answer, [t.to_plain() for t in traces]))
     passed = sum(r.passed for r in results)
-    show(f"{spec.title}: {passed} of {len(results)} public traces pass, "
-         f"score {sum(r.score for r in results) / max(1, len(results)):.0%}\n" + summary(results))
+    show(
+        f"{spec.title}: {passed} of {len(results)} public traces pass, "
+        f"score {sum(r.score for r in results) / max(1, len(results)):.0%}\n" + summary(results)
+    )
     return results

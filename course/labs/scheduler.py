@@ -105,8 +105,9 @@ def record(policy, trace: LabTrace) -> dict:
     """Serve ``trace`` with the learner's scheduling policy and write down every choice."""
     log = {"entries": [], "error": None}
     try:
-        serve(LLMEngine(lab_model(), lab_config(trace), scheduling_policy=RecordingPolicy(policy, log["entries"])),
-              trace)
+        serve(
+            LLMEngine(lab_model(), lab_config(trace), scheduling_policy=RecordingPolicy(policy, log["entries"])), trace
+        )
     except (LabViolation, SchedulingPolicyError) as err:
         log["error"] = str(err)
     except Exception as err:  # noqa: BLE001
@@ -115,11 +116,16 @@ def record(policy, trace: LabTrace) -> dict:
 
 
 def _figures(served: Served, limit: int) -> dict[str, float]:
-    waits = [(finish if finish is not None else limit) - (arrival or 0)
-             for finish, arrival in zip(served.finishes, served.arrivals, strict=True)]
-    return {"tokens per step": round(served.num_answer_tokens / max(1, served.num_steps), 4),
-            "p95 steps to finish": percentile(waits, 95), "steps": served.num_steps,
-            "refused": sum(s.startswith("refused") for s in served.statuses)}
+    waits = [
+        (finish if finish is not None else limit) - (arrival or 0)
+        for finish, arrival in zip(served.finishes, served.arrivals, strict=True)
+    ]
+    return {
+        "tokens per step": round(served.num_answer_tokens / max(1, served.num_steps), 4),
+        "p95 steps to finish": percentile(waits, 95),
+        "steps": served.num_steps,
+        "refused": sum(s.startswith("refused") for s in served.statuses),
+    }
 
 
 @lru_cache(maxsize=64)  # a class's public traces are judged once per student: serve FCFS once
@@ -153,8 +159,12 @@ def judge(trace: LabTrace, log: object) -> TraceResult:
         if status == "lost":
             return fail(f"request {i} was lost: not finished after {limit} steps", "lost", metrics)
         if STUCK in status:
-            return fail(f"request {i} was left waiting while the pool stood idle (the engine refused it: "
-                        f"{status.removeprefix('refused: ')})", "lost", metrics)
+            return fail(
+                f"request {i} was left waiting while the pool stood idle (the engine refused it: "
+                f"{status.removeprefix('refused: ')})",
+                "lost",
+                metrics,
+            )
     tps, ref_tps = metrics["tokens per step"], reference["tokens per step"]
     p95, ref_p95 = metrics["p95 steps to finish"], reference["p95 steps to finish"]
     throughput = 1.0 if tps >= ref_tps * (1 - TOLERANCE) else tps / ref_tps

@@ -32,14 +32,14 @@ class LabSpec:
     """A lab's definition, read by its notebook, its simulator (kvcourse.simulators.learner_policy), the
     grader (kvcourse.quizzes.grading) and the lab guard; nothing about a lab is kept in a second place."""
 
-    key: str                  # how checks, traces, the bank and the grader name the lab: "block_manager"
-    lesson: str               # its lesson, whose title and notebook course/syllabus.toml gives: "18"
-    work: str                 # what the learner writes, in words: "block manager"
+    key: str  # how checks, traces, the bank and the grader name the lab: "block_manager"
+    lesson: str  # its lesson, whose title and notebook course/syllabus.toml gives: "18"
+    work: str  # what the learner writes, in words: "block manager"
     # the interface the learner implements
-    base: type                # the class an answer subclasses (its methods raise until written)
+    base: type  # the class an answer subclasses (its methods raise until written)
     methods: tuple[str, ...]  # what the engine calls of it: the base's stubs a learner writes
-    class_name: str           # the class a lab's answer cell defines (the bank's lab question, the reference)
-    takes_class: bool         # the engine is handed the class itself (it makes one per pool), not an instance
+    class_name: str  # the class a lab's answer cell defines (the bank's lab question, the reference)
+    takes_class: bool  # the engine is handed the class itself (it makes one per pool), not an instance
     # the traces: the public ones drawn from public_seeds, then num_hidden_traces per student (the course secret)
     family: Callable[[random.Random, str, bool], LabTrace]
     public_seeds: tuple[int, ...]
@@ -48,7 +48,7 @@ class LabSpec:
     record: Callable[[Any, LabTrace], dict]
     judge: Callable[[LabTrace, object], TraceResult]
     engine_own: tuple[str, ...]  # the engine's own implementation, by name: an answer using it scores 0
-    reference: str            # the reference solution's module, on the instructor's side: read as text, never imported
+    reference: str  # the reference solution's module, on the instructor's side: read as text, never imported
 
     def __post_init__(self) -> None:
         where = f"lab {self.key!r}"
@@ -56,8 +56,9 @@ class LabSpec:
             raise ValueError(f"{where}: the key must be a Python name and the lesson two digits, got {self.lesson!r}")
         missing = [name for name in self.methods if not hasattr(self.base, name)]
         if not self.methods or missing:
-            raise ValueError(f"{where}: {self.base.__name__} must declare every method the engine calls; "
-                             f"missing {missing or 'all'}")
+            raise ValueError(
+                f"{where}: {self.base.__name__} must declare every method the engine calls; missing {missing or 'all'}"
+            )
         if not self.class_name.isidentifier() or self.class_name == self.base.__name__:
             raise ValueError(f"{where}: the answer's class needs a name of its own, got {self.class_name!r}")
         if not self.public_seeds or len(set(self.public_seeds)) != len(self.public_seeds):
@@ -65,8 +66,9 @@ class LabSpec:
         if self.num_hidden_traces < 1:
             raise ValueError(f"{where}: the grader needs at least one hidden trace, got {self.num_hidden_traces}")
         if not self.reference.startswith(INSTRUCTOR_SIDE + "."):
-            raise ValueError(f"{where}: the reference must live on the instructor's side ({INSTRUCTOR_SIDE}), "
-                             f"got {self.reference!r}")
+            raise ValueError(
+                f"{where}: the reference must live on the instructor's side ({INSTRUCTOR_SIDE}), got {self.reference!r}"
+            )
 
     @property
     def title(self) -> str:
@@ -109,27 +111,61 @@ class LabSpec:
         return answer
 
 
-LABS: dict[str, LabSpec] = {spec.key: spec for spec in (
-    LabSpec(key="block_manager", lesson="18", work="block manager",
+LABS: dict[str, LabSpec] = {
+    spec.key: spec
+    for spec in (
+        LabSpec(
+            key="block_manager",
+            lesson="18",
+            work="block manager",
             base=block_manager.BlockManagerBase,
             methods=("can_allocate", "allocate", "can_append", "append_slots", "fork", "free", "num_free_blocks"),
-            class_name="MyBlockManager", takes_class=True,
-            family=block_manager_trace, public_seeds=(11, 22, 33), num_hidden_traces=3,
-            record=block_manager.record, judge=block_manager.judge, engine_own=("KVCacheManager", "BlockPool"),
-            reference=f"{INSTRUCTOR_SIDE}.solution_block_manager"),
-    # Lab B's public seeds are picked to show what its hidden traces do: one trace where counting hits beats
-    # least recently used (seed 3) and two where it loses (11, 22); most recently used loses on all three.
-    LabSpec(key="eviction", lesson="19", work="eviction policy",
-            base=eviction.EvictionBase, methods=("choose",), class_name="MyEviction", takes_class=False,
-            family=eviction_trace, public_seeds=(3, 11, 22), num_hidden_traces=3,
-            record=eviction.record, judge=eviction.judge, engine_own=("LRUEviction",),
-            reference=f"{INSTRUCTOR_SIDE}.solution_eviction"),
-    LabSpec(key="scheduler", lesson="20", work="scheduler",
-            base=scheduler.SchedulerBase, methods=("choose_admission", "choose_victim"), class_name="MyScheduler",
-            takes_class=False, family=scheduler_trace, public_seeds=(11, 22, 33), num_hidden_traces=3,
-            record=scheduler.record, judge=scheduler.judge, engine_own=("FCFSPolicy", "Scheduler"),
-            reference=f"{INSTRUCTOR_SIDE}.solution_scheduler"),
-)}
+            class_name="MyBlockManager",
+            takes_class=True,
+            family=block_manager_trace,
+            public_seeds=(11, 22, 33),
+            num_hidden_traces=3,
+            record=block_manager.record,
+            judge=block_manager.judge,
+            engine_own=("KVCacheManager", "BlockPool"),
+            reference=f"{INSTRUCTOR_SIDE}.solution_block_manager",
+        ),
+        # Lab B's public seeds are picked to show what its hidden traces do: one trace where counting hits beats
+        # least recently used (seed 3) and two where it loses (11, 22); most recently used loses on all three.
+        LabSpec(
+            key="eviction",
+            lesson="19",
+            work="eviction policy",
+            base=eviction.EvictionBase,
+            methods=("choose",),
+            class_name="MyEviction",
+            takes_class=False,
+            family=eviction_trace,
+            public_seeds=(3, 11, 22),
+            num_hidden_traces=3,
+            record=eviction.record,
+            judge=eviction.judge,
+            engine_own=("LRUEviction",),
+            reference=f"{INSTRUCTOR_SIDE}.solution_eviction",
+        ),
+        LabSpec(
+            key="scheduler",
+            lesson="20",
+            work="scheduler",
+            base=scheduler.SchedulerBase,
+            methods=("choose_admission", "choose_victim"),
+            class_name="MyScheduler",
+            takes_class=False,
+            family=scheduler_trace,
+            public_seeds=(11, 22, 33),
+            num_hidden_traces=3,
+            record=scheduler.record,
+            judge=scheduler.judge,
+            engine_own=("FCFSPolicy", "Scheduler"),
+            reference=f"{INSTRUCTOR_SIDE}.solution_scheduler",
+        ),
+    )
+}
 
 
 def lab_spec(lab: str) -> LabSpec:

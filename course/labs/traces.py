@@ -74,18 +74,34 @@ class LabTrace:
         return ", ".join(parts)
 
     def to_plain(self) -> dict:
-        return {"name": self.name, "lab": self.lab, "num_blocks": self.num_blocks, "block_size": self.block_size,
-                "max_num_seqs": self.max_num_seqs, "public": self.public,
-                "requests": [[list(r.prompt), r.max_new_tokens, r.arrival, r.n, r.temperature, r.seed, r.follows]
-                             for r in self.requests],
-                "beams": [[list(b.prompt), b.beam_width, b.max_new_tokens] for b in self.beams]}
+        return {
+            "name": self.name,
+            "lab": self.lab,
+            "num_blocks": self.num_blocks,
+            "block_size": self.block_size,
+            "max_num_seqs": self.max_num_seqs,
+            "public": self.public,
+            "requests": [
+                [list(r.prompt), r.max_new_tokens, r.arrival, r.n, r.temperature, r.seed, r.follows]
+                for r in self.requests
+            ],
+            "beams": [[list(b.prompt), b.beam_width, b.max_new_tokens] for b in self.beams],
+        }
 
     @classmethod
     def from_plain(cls, data: dict) -> LabTrace:
         requests = tuple(LabRequest(tuple(p), m, a, n, t, s, f) for p, m, a, n, t, s, f in data["requests"])
         beams = tuple(BeamRun(tuple(p), w, m) for p, w, m in data["beams"])
-        return cls(data["name"], data["lab"], requests, data["num_blocks"], data["block_size"],
-                   data["max_num_seqs"], beams, data["public"])
+        return cls(
+            data["name"],
+            data["lab"],
+            requests,
+            data["num_blocks"],
+            data["block_size"],
+            data["max_num_seqs"],
+            beams,
+            data["public"],
+        )
 
 
 def _prompt(rng: random.Random, length: int) -> tuple[int, ...]:
@@ -97,11 +113,20 @@ def block_manager_trace(rng: random.Random, name: str, public: bool) -> LabTrace
     requests = []
     for _ in range(rng.randint(5, 8)):
         n = rng.choice([1, 1, 2, 3])
-        requests.append(LabRequest(_prompt(rng, rng.randint(3, 14)), rng.randint(4, 14), arrival=rng.randint(0, 6),
-                                   n=n, temperature=1.0 if n > 1 else 0.0, seed=rng.randrange(1000) if n > 1 else None))
+        requests.append(
+            LabRequest(
+                _prompt(rng, rng.randint(3, 14)),
+                rng.randint(4, 14),
+                arrival=rng.randint(0, 6),
+                n=n,
+                temperature=1.0 if n > 1 else 0.0,
+                seed=rng.randrange(1000) if n > 1 else None,
+            )
+        )
     requests.sort(key=lambda r: r.arrival)
-    beams = tuple(BeamRun(_prompt(rng, rng.randint(3, 9)), rng.randint(2, 3), rng.randint(4, 8))
-                  for _ in range(rng.randint(1, 2)))
+    beams = tuple(
+        BeamRun(_prompt(rng, rng.randint(3, 9)), rng.randint(2, 3), rng.randint(4, 8)) for _ in range(rng.randint(1, 2))
+    )
     return LabTrace(name, "block_manager", tuple(requests), rng.randint(14, 22), beams=beams, public=public)
 
 
@@ -142,6 +167,11 @@ def scheduler_trace(rng: random.Random, name: str, public: bool) -> LabTrace:
     for _ in range(rng.randint(10, 16)):
         step += rng.choice([0, 0, 1, 2, 4])
         long = rng.random() < 0.3
-        requests.append(LabRequest(_prompt(rng, rng.randint(8, 24) if long else rng.randint(2, 8)),
-                                   rng.randint(16, 40) if long else rng.randint(3, 10), step))
+        requests.append(
+            LabRequest(
+                _prompt(rng, rng.randint(8, 24) if long else rng.randint(2, 8)),
+                rng.randint(16, 40) if long else rng.randint(3, 10),
+                step,
+            )
+        )
     return LabTrace(name, "scheduler", tuple(requests), rng.randint(16, 24), max_num_seqs=6, public=public)

@@ -12,4 +12,18 @@ from kvcourse.plots.heatmap import token_grid
 from kvcourse.plots.histogram import log_histogram
 from kvcourse.plots.sweeps import plain_ticks, sweep_lines
 
-__all__ = ["allocators_side_by_side", "bars", "block_size_trade", "blocks_on_demand", "chain", "decorate", "lines", "log_histogram", "mark", "panels", "plain_ticks", "sweep_lines", "token_grid"]
+__all__ = [
+    "allocators_side_by_side",
+    "bars",
+    "block_size_trade",
+    "blocks_on_demand",
+    "chain",
+    "decorate",
+    "lines",
+    "log_histogram",
+    "mark",
+    "panels",
+    "plain_ticks",
+    "sweep_lines",
+    "token_grid",
+]

@@ -25,9 +25,19 @@ def panels(count: int = 1) -> list[Axes]:
     return list(axes[0])
 
 
-def lines(x: Sequence[float] | Mapping[str, Sequence[float]], series: Mapping[str, Sequence[float]], *,
-          title: str, xlabel: str, ylabel: str, logx: bool = False, logy: bool = False,
-          ax: Axes | None = None, styles: Mapping[str, str] | None = None, steps: Sequence[str] = ()) -> Axes:
+def lines(
+    x: Sequence[float] | Mapping[str, Sequence[float]],
+    series: Mapping[str, Sequence[float]],
+    *,
+    title: str,
+    xlabel: str,
+    ylabel: str,
+    logx: bool = False,
+    logy: bool = False,
+    ax: Axes | None = None,
+    styles: Mapping[str, str] | None = None,
+    steps: Sequence[str] = (),
+) -> Axes:
     """One line per series against x (or against x[name] where each series has its own x).
 
     Series named in ``steps`` are drawn as a staircase (each value held until the next x).
@@ -36,17 +46,33 @@ def lines(x: Sequence[float] | Mapping[str, Sequence[float]], series: Mapping[st
     styles = styles or {}
     for i, (name, ys) in enumerate(series.items()):
         xs = x[name] if isinstance(x, Mapping) else x
-        ax.plot(list(xs), list(ys), styles.get(name, "o-"), color=f"C{i}", label=name,
-                drawstyle="steps-post" if name in steps else "default")
+        ax.plot(
+            list(xs),
+            list(ys),
+            styles.get(name, "o-"),
+            color=f"C{i}",
+            label=name,
+            drawstyle="steps-post" if name in steps else "default",
+        )
     decorate(ax, title, xlabel, ylabel, logx, logy)
     if len(series) > 1:
         ax.legend()
     return ax
 
 
-def bars(labels: Sequence[str], values: Mapping[str, Sequence[float]] | Sequence[float], *, title: str,
-         ylabel: str, logy: bool = False, ax: Axes | None = None, stacked: bool = False, xlabel: str = "",
-         value_format: str | None = None, tick_every: int = 1) -> Axes:
+def bars(
+    labels: Sequence[str],
+    values: Mapping[str, Sequence[float]] | Sequence[float],
+    *,
+    title: str,
+    ylabel: str,
+    logy: bool = False,
+    ax: Axes | None = None,
+    stacked: bool = False,
+    xlabel: str = "",
+    value_format: str | None = None,
+    tick_every: int = 1,
+) -> Axes:
     """Bars per label: one series, or several series side by side (or stacked).
 
     ``value_format`` (e.g. ``"{:.2f} GB"``) writes each bar's value above it, with headroom for the text;
@@ -94,12 +120,21 @@ def chain(links: Sequence[tuple[str, str]], *, title: str, width: float = 9.0) -
     ax.set_xlim(0, 1)
     ax.set_ylim(len(links) - 0.5, -0.6)
     for i, (headline, detail) in enumerate(links):
-        ax.text(0.5, i - 0.12, headline, ha="center", va="center", fontsize=12, fontweight="bold",
-                bbox=dict(boxstyle="round,pad=0.4", facecolor=f"C{i % 10}", alpha=0.18, edgecolor=f"C{i % 10}"))
+        ax.text(
+            0.5,
+            i - 0.12,
+            headline,
+            ha="center",
+            va="center",
+            fontsize=12,
+            fontweight="bold",
+            bbox=dict(boxstyle="round,pad=0.4", facecolor=f"C{i % 10}", alpha=0.18, edgecolor=f"C{i % 10}"),
+        )
         ax.text(0.5, i + 0.2, detail, ha="center", va="center", fontsize=9, color="0.2")
         if i + 1 < len(links):
-            ax.annotate("", xy=(0.5, i + 0.68), xytext=(0.5, i + 0.36),
-                        arrowprops=dict(arrowstyle="-|>", color="0.4", lw=1.5))
+            ax.annotate(
+                "", xy=(0.5, i + 0.68), xytext=(0.5, i + 0.36), arrowprops=dict(arrowstyle="-|>", color="0.4", lw=1.5)
+            )
     ax.set_title(title, fontsize=12)
     fig.set_layout_engine("tight")
     return ax

@@ -17,10 +17,19 @@ __all__ = ["token_grid"]
 _SIZE = (6.5, 5.5)
 
 
-def token_grid(grid: np.ndarray, tokens: Sequence[str], *, title: str, colorbar: str,
-               xlabel: str = "key (token compared against)", ylabel: str = "query (token doing the comparing)",
-               cmap: str = "viridis", vmin: float | None = None, vmax: float | None = None,
-               hide_future: bool = False) -> Axes:
+def token_grid(
+    grid: np.ndarray,
+    tokens: Sequence[str],
+    *,
+    title: str,
+    colorbar: str,
+    xlabel: str = "key (token compared against)",
+    ylabel: str = "query (token doing the comparing)",
+    cmap: str = "viridis",
+    vmin: float | None = None,
+    vmax: float | None = None,
+    hide_future: bool = False,
+) -> Axes:
     """Draw a (tokens x tokens) grid with each token's text on both axes and a labelled colour bar.
 
     ``hide_future=True`` leaves the cells above the diagonal blank (the causal mask: a query never

@@ -12,8 +12,16 @@ from kvcourse.plots.charts import panels
 __all__ = ["log_histogram"]
 
 
-def log_histogram(samples: Mapping[str, Sequence[float]], *, top: float, title: str, xlabel: str,
-                  ylabel: str, bins: int = 40, ax: Axes | None = None) -> Axes:
+def log_histogram(
+    samples: Mapping[str, Sequence[float]],
+    *,
+    top: float,
+    title: str,
+    xlabel: str,
+    ylabel: str,
+    bins: int = 40,
+    ax: Axes | None = None,
+) -> Axes:
     """One half-transparent histogram per sample, in log-spaced bins from 1 to ``top``, on a log x axis."""
     ax = ax or panels(1)[0]
     edges = np.geomspace(1, top, bins + 1)

@@ -18,9 +18,21 @@ def plain_ticks(ax: Axes, fmt: str = "{:,.0f}") -> None:
     ax.xaxis.set_major_formatter(lambda value, _: fmt.format(value))
 
 
-def sweep_lines(table: pd.DataFrame, *, x: str, y: str, by: str, title: str, xlabel: str, ylabel: str,
-                labels: Mapping[str, str] | None = None, band: tuple[float, float] | None = None,
-                band_label: str = "", xfmt: str = "{:g}x", ax: Axes | None = None) -> Axes:
+def sweep_lines(
+    table: pd.DataFrame,
+    *,
+    x: str,
+    y: str,
+    by: str,
+    title: str,
+    xlabel: str,
+    ylabel: str,
+    labels: Mapping[str, str] | None = None,
+    band: tuple[float, float] | None = None,
+    band_label: str = "",
+    xfmt: str = "{:g}x",
+    ax: Axes | None = None,
+) -> Axes:
     """One line per value of column ``by`` (y against x, log-2 x axis), in the table's order of first appearance."""
     ax = ax or panels(1)[0]
     labels = labels or {}

@@ -78,8 +78,9 @@ def save_executed(nb: nbformat.NotebookNode, notebook: Path, key: str, cache: Pa
     return target
 
 
-def load_executed(notebook: Path, dtype: str = SITE_DTYPE, cache: Path = DEFAULT_CACHE,
-                  sources: str | None = None) -> nbformat.NotebookNode | None:
+def load_executed(
+    notebook: Path, dtype: str = SITE_DTYPE, cache: Path = DEFAULT_CACHE, sources: str | None = None
+) -> nbformat.NotebookNode | None:
     """The cached executed copy of ``notebook`` when it matches the notebook and sources now, else None."""
     path = _cache_file(cache, notebook, executed_key(notebook, dtype, sources))
     try:
@@ -108,19 +109,27 @@ async def _execute(lesson: Lesson, env: dict[str, str], log_file) -> nbformat.No
     from nbclient import NotebookClient
 
     nb = nbformat.read(lesson.notebook_path, as_version=4)
-    client = NotebookClient(nb, kernel_name="python3", timeout=CELL_TIMEOUT_S, allow_errors=False,
-                            resources={"metadata": {"path": str(lesson.notebook_path.parent)}})
+    client = NotebookClient(
+        nb,
+        kernel_name="python3",
+        timeout=CELL_TIMEOUT_S,
+        allow_errors=False,
+        resources={"metadata": {"path": str(lesson.notebook_path.parent)}},
+    )
     # The kernel's own start-up chatter goes to the build log, not the terminal.
     await client.async_execute(env=env, stderr=log_file)
     return nb
 
 
-async def _run(lessons: list[Lesson], reuse: Path | None, jobs: int, work: Path,
-               log: Callable[[str], None]) -> list[Page]:
+async def _run(
+    lessons: list[Lesson], reuse: Path | None, jobs: int, work: Path, log: Callable[[str], None]
+) -> list[Page]:
     sources = sources_digest()
     slots = asyncio.Semaphore(jobs)
     log_file = (work / "kernels.log").open("w")
-    env = headless(work / "progress", SITE_DTYPE, strict=False, threads=1)  # a false expect() prints, as a learner sees it
+    env = headless(
+        work / "progress", SITE_DTYPE, strict=False, threads=1
+    )  # a false expect() prints, as a learner sees it
 
     async def one(lesson: Lesson) -> Page:
         if lesson.number in cached:
@@ -138,14 +147,17 @@ async def _run(lessons: list[Lesson], reuse: Path | None, jobs: int, work: Path,
                 save_executed(nb, lesson.notebook_path, key, reuse)
             return Page(lesson, "executed", time.perf_counter() - start, nb)
 
-    found = {lsn.number: load_executed(lsn.notebook_path, cache=reuse, sources=sources) if reuse else None
-             for lsn in lessons}
+    found = {
+        lsn.number: load_executed(lsn.notebook_path, cache=reuse, sources=sources) if reuse else None for lsn in lessons
+    }
     cached = {number: nb for number, nb in found.items() if nb is not None}
     try:
         results = await asyncio.gather(*(one(lesson) for lesson in lessons), return_exceptions=True)
     finally:
         log_file.close()
-    failed = [_failure(lesson, err) for lesson, err in zip(lessons, results, strict=True) if isinstance(err, BaseException)]
+    failed = [
+        _failure(lesson, err) for lesson, err in zip(lessons, results, strict=True) if isinstance(err, BaseException)
+    ]
     if failed:
         raise RuntimeError("these lessons did not run to the end, so no site was written:\n" + "\n".join(failed))
     return results
@@ -157,8 +169,9 @@ def _failure(lesson: Lesson, err: BaseException) -> str:
     return f"  lesson {lesson.number} ({lesson.notebook}): {_ANSI.sub('', what).strip().splitlines()[0]}"
 
 
-def execute_lessons(lessons: Iterable[Lesson], reuse: Path | None = DEFAULT_CACHE, jobs: int = 2,
-                    log: Callable[[str], None] = print) -> list[Page]:
+def execute_lessons(
+    lessons: Iterable[Lesson], reuse: Path | None = DEFAULT_CACHE, jobs: int = 2, log: Callable[[str], None] = print
+) -> list[Page]:
     """Every lesson executed (or taken from the cache ``reuse``), ``jobs`` kernels at a time."""
     with tempfile.TemporaryDirectory(prefix="kvcourse-site-") as work:
         return asyncio.run(_run(list(lessons), reuse, max(1, jobs), Path(work), log))
@@ -167,8 +180,9 @@ def execute_lessons(lessons: Iterable[Lesson], reuse: Path | None = DEFAULT_CACH
 # ---------------------------------------------------------------- writing the site
 
 
-def build_site(out: Path, reuse: Path | None = DEFAULT_CACHE, jobs: int = 2,
-               log: Callable[[str], None] = print) -> list[Page]:
+def build_site(
+    out: Path, reuse: Path | None = DEFAULT_CACHE, jobs: int = 2, log: Callable[[str], None] = print
+) -> list[Page]:
     """Write the site to ``out``: index.html and one page per lesson whose notebook exists."""
     from kvcourse.site.pages import index_html, lesson_html, page_name
 

@@ -15,9 +15,11 @@ def _site_command(args) -> int:
     pages = build_site(Path(args.out), reuse, args.jobs)
     executed = [p.lesson.number for p in pages if p.source == "executed"]
     missing = [lsn.number for lsn in load_syllabus() if not lsn.notebook_path.exists()]
-    print(f"site: wrote {args.out}/index.html and {len(pages)} lesson pages in {time.perf_counter() - start:.0f} s "
-          f"({len(pages) - len(executed)} from the cache of executed notebooks, {len(executed)} executed)"
-          + (f"; no notebook yet for lesson(s) {', '.join(missing)}" if missing else ""))
+    print(
+        f"site: wrote {args.out}/index.html and {len(pages)} lesson pages in {time.perf_counter() - start:.0f} s "
+        f"({len(pages) - len(executed)} from the cache of executed notebooks, {len(executed)} executed)"
+        + (f"; no notebook yet for lesson(s) {', '.join(missing)}" if missing else "")
+    )
     return 0
 
 
@@ -25,9 +27,13 @@ def add_site(sub) -> None:
     """Register `kvcourse site` (what `make site` runs)."""
     p = sub.add_parser("site", help="execute every lesson and write the course as a static site (make site)")
     p.add_argument("--out", default="site", help="folder to write (default: site)")
-    p.add_argument("--reuse-executed", default=str(DEFAULT_CACHE), metavar="DIR",
-                   help="cache of executed notebooks: a lesson unchanged since it last ran is not run again "
-                        "(default: .cache/executed, which the test suite fills too)")
+    p.add_argument(
+        "--reuse-executed",
+        default=str(DEFAULT_CACHE),
+        metavar="DIR",
+        help="cache of executed notebooks: a lesson unchanged since it last ran is not run again "
+        "(default: .cache/executed, which the test suite fills too)",
+    )
     p.add_argument("--no-reuse", action="store_true", help="execute every lesson, ignoring the cache")
     p.add_argument("--jobs", type=int, default=2, help="lessons executed at a time (default: 2)")
     p.set_defaults(func=_site_command)

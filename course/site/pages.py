@@ -123,11 +123,13 @@ def _nav(neighbours: tuple[Lesson | None, Lesson | None], where: str = "top") ->
 
 def live_note(lesson: Lesson) -> str:
     """The note on every page: what this copy is, and how to run the lesson live."""
-    return (f'<div class="kv-note"><b>A static copy of lesson {lesson.number}.</b> It was run once with '
-            "nobody at the keyboard: no guesses were asked, the lesson took its quick path where it has one, "
-            "in float32. The figures are as the lesson drew them; the simulators' controls, "
-            "your own guesses and the quick check's feedback need the live lab. To run it: in the course "
-            f"folder, <code>make lab</code>, then open <code>{_e(lesson.notebook)}</code>.</div>")
+    return (
+        f'<div class="kv-note"><b>A static copy of lesson {lesson.number}.</b> It was run once with '
+        "nobody at the keyboard: no guesses were asked, the lesson took its quick path where it has one, "
+        "in float32. The figures are as the lesson drew them; the simulators' controls, "
+        "your own guesses and the quick check's feedback need the live lab. To run it: in the course "
+        f"folder, <code>make lab</code>, then open <code>{_e(lesson.notebook)}</code>.</div>"
+    )
 
 
 @cache
@@ -136,14 +138,18 @@ def _exporter():
     from jinja2 import DictLoader
     from nbconvert import HTMLExporter
 
-    return HTMLExporter(template_name="lab", extra_loaders=[DictLoader({_TEMPLATE_NAME: _TEMPLATE})],
-                        template_file=_TEMPLATE_NAME)
+    return HTMLExporter(
+        template_name="lab", extra_loaders=[DictLoader({_TEMPLATE_NAME: _TEMPLATE})], template_file=_TEMPLATE_NAME
+    )
 
 
 def lesson_html(lesson: Lesson, nb: nbformat.NotebookNode, neighbours: tuple[Lesson | None, Lesson | None]) -> str:
     """A lesson's page from its static notebook (render.make_static), with navigation and the live note."""
     nb.metadata["title"] = f"{lesson.number} · {lesson.title}"
-    resources = {"kvcourse_css": CSS, "kvcourse_header": _nav(neighbours) + live_note(lesson),
-                 "kvcourse_footer": _nav(neighbours, "bottom")}
+    resources = {
+        "kvcourse_css": CSS,
+        "kvcourse_header": _nav(neighbours) + live_note(lesson),
+        "kvcourse_footer": _nav(neighbours, "bottom"),
+    }
     body, _ = _exporter().from_notebook_node(nb, resources=resources)
     return body

@@ -27,8 +27,15 @@ WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 QUIZ_SEED = "static site"  # parameterised questions show the values this seed draws
 _QUICK_CHECK_CALL = re.compile(r"quick_check\(\s*['\"]?(\d{1,2})['\"]?\s*\)")
-_TEXT_INPUTS = {"TextModel", "IntTextModel", "FloatTextModel", "BoundedIntTextModel", "BoundedFloatTextModel",
-                "PasswordModel", "ComboboxModel"}
+_TEXT_INPUTS = {
+    "TextModel",
+    "IntTextModel",
+    "FloatTextModel",
+    "BoundedIntTextModel",
+    "BoundedFloatTextModel",
+    "PasswordModel",
+    "ComboboxModel",
+}
 _SLIDERS = {"IntSliderModel", "FloatSliderModel", "FloatLogSliderModel"}
 _SELECTIONS = {"DropdownModel", "SelectModel", "ToggleButtonsModel", "SelectionSliderModel"}
 
@@ -77,11 +84,15 @@ class WidgetRenderer:
                 value = int(value)  # a whole-number box keeps a float (30.0); show it as typed (30)
             return f"<label class='kv-control'>{label}<input value='{_e(value)}' disabled></label>"
         if name == "TextareaModel":
-            return f"<label class='kv-control'>{label}<textarea disabled>{_e(state.get('value', ''))}</textarea></label>"
+            return (
+                f"<label class='kv-control'>{label}<textarea disabled>{_e(state.get('value', ''))}</textarea></label>"
+            )
         if name in _SLIDERS:
-            return (f"<label class='kv-control'>{label}<input type='range' min='{_e(state.get('min', 0))}' "
-                    f"max='{_e(state.get('max', 100))}' value='{_e(state.get('value', 0))}' disabled> "
-                    f"{_e(state.get('value', ''))}</label>")
+            return (
+                f"<label class='kv-control'>{label}<input type='range' min='{_e(state.get('min', 0))}' "
+                f"max='{_e(state.get('max', 100))}' value='{_e(state.get('value', 0))}' disabled> "
+                f"{_e(state.get('value', ''))}</label>"
+            )
         if name == "CheckboxModel":
             checked = " checked" if state.get("value") else ""
             return f"<label class='kv-control'><input type='checkbox' disabled{checked}> {_e(state.get('description', ''))}</label>"
@@ -92,8 +103,10 @@ class WidgetRenderer:
             shown = labels[index] if isinstance(index, int) and 0 <= index < len(labels) else ""
             return f"<label class='kv-control'>{label}<select disabled><option>{_e(shown)}</option></select></label>"
         if name in ("FloatProgressModel", "IntProgressModel"):
-            return (f"<label class='kv-control'>{label}<progress value='{_e(state.get('value', 0))}' "
-                    f"max='{_e(state.get('max', 100))}'></progress></label>")
+            return (
+                f"<label class='kv-control'>{label}<progress value='{_e(state.get('value', 0))}' "
+                f"max='{_e(state.get('max', 100))}'></progress></label>"
+            )
         if name in ("AccordionModel", "TabModel", "StackModel"):
             return self._toggles(state)
         if name == "OutputModel":
@@ -113,8 +126,10 @@ class WidgetRenderer:
 
     def _radio(self, state: dict) -> str:
         index = state.get("index")
-        items = [f"<li><label><input type='radio' disabled{' checked' if i == index else ''}> {_e(text)}</label></li>"
-                 for i, text in enumerate(state.get("_options_labels", []))]
+        items = [
+            f"<li><label><input type='radio' disabled{' checked' if i == index else ''}> {_e(text)}</label></li>"
+            for i, text in enumerate(state.get("_options_labels", []))
+        ]
         return f"<ul class='kv-options'>{''.join(items)}</ul>"
 
     def _toggles(self, state: dict) -> str:
@@ -171,9 +186,11 @@ def quiz_html(lesson: str, notebook: str) -> str:
     quiz = load_quiz(lesson)
     total = len(quiz.questions)
     questions = "".join(question_html(q, i + 1, total) for i, q in enumerate(quiz.questions))
-    return (f"<div class='kv-quiz'><h3>Quick check: lesson {_e(quiz.lesson)}, {_e(quiz.title)}</h3>"
-            f"<p class='kv-hint'>To answer and get feedback on every option, run <code>make lab</code> and "
-            f"open <code>{_e(notebook)}</code>. The answers are not on this page.</p>{questions}</div>")
+    return (
+        f"<div class='kv-quiz'><h3>Quick check: lesson {_e(quiz.lesson)}, {_e(quiz.title)}</h3>"
+        f"<p class='kv-hint'>To answer and get feedback on every option, run <code>make lab</code> and "
+        f"open <code>{_e(notebook)}</code>. The answers are not on this page.</p>{questions}</div>"
+    )
 
 
 # ---------------------------------------------------------------- formulas
@@ -186,8 +203,10 @@ _MATH = re.compile(r"\$\$(.+?)\$\$|(?<![\\$])\$(?![\s$])([^$\n]+?)(?<![\s\\])\$(
 
 _GROUP = r"\{((?:[^{}]|\{[^{}]*\})*)\}"  # {...}, with braces one level deep inside
 # What mathtext lacks, said with what it has: a brace's label set under (over) the term instead.
-_REWRITES = [(re.compile(r"\\underbrace" + _GROUP + r"_" + _GROUP), r"\\underset{\2}{\1}"),
-             (re.compile(r"\\overbrace" + _GROUP + r"\^" + _GROUP), r"\\overset{\2}{\1}")]
+_REWRITES = [
+    (re.compile(r"\\underbrace" + _GROUP + r"_" + _GROUP), r"\\underset{\2}{\1}"),
+    (re.compile(r"\\overbrace" + _GROUP + r"\^" + _GROUP), r"\\overset{\2}{\1}"),
+]
 
 
 def _math_image(tex: str, display: bool) -> str | None:
@@ -200,8 +219,9 @@ def _math_image(tex: str, display: bool) -> str | None:
         drawable = pattern.sub(replacement, drawable)
     buffer = io.BytesIO()
     try:
-        mathtext.math_to_image(f"${drawable}$", buffer, prop=FontProperties(size=15 if display else 13),
-                               dpi=72, format="svg")
+        mathtext.math_to_image(
+            f"${drawable}$", buffer, prop=FontProperties(size=15 if display else 13), dpi=72, format="svg"
+        )
     except ValueError:
         return None
     data = base64.b64encode(buffer.getvalue()).decode("ascii")
@@ -211,6 +231,7 @@ def _math_image(tex: str, display: bool) -> str | None:
 
 def typeset_math(markdown: str) -> str:
     """Markdown with its TeX formulas drawn as images, so a page needs no MathJax (and no network)."""
+
     def draw(match: re.Match) -> str:
         display = match.group(1) is not None
         return _math_image(match.group(1) if display else match.group(2), display) or match.group(0)
@@ -256,8 +277,9 @@ _SCROLLING = re.compile(r"<(pre|div|table)(\s[^>]*overflow(?:-x|-y)?\s*:\s*(?:au
 
 def focusable_scrolling(markup: str) -> str:
     """HTML whose scrolling boxes (a wide table, a long line) take keyboard focus, so they scroll without a mouse."""
-    return _SCROLLING.sub(lambda m: m.group(0) if "tabindex" in m.group(2) else
-                          f'<{m.group(1)} tabindex="0"{m.group(2)}>', markup)
+    return _SCROLLING.sub(
+        lambda m: m.group(0) if "tabindex" in m.group(2) else f'<{m.group(1)} tabindex="0"{m.group(2)}>', markup
+    )
 
 
 def _joined(value: Any) -> str:
@@ -295,7 +317,9 @@ def make_static(nb: nbformat.NotebookNode, notebook: str) -> nbformat.NotebookNo
                 output["data"]["text/html"] = focusable_scrolling(_joined(output["data"]["text/html"]))
             if "image/png" in output.get("data", {}):
                 figures += 1
-                output.setdefault("metadata", {}).setdefault("image/png", {})["alt"] = figure_alt(before, figures, section)
+                output.setdefault("metadata", {}).setdefault("image/png", {})["alt"] = figure_alt(
+                    before, figures, section
+                )
             view = output.get("data", {}).get(WIDGET_VIEW)
             if view is None:
                 continue

@@ -15,15 +15,29 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-_CONFIG = ("DEFAULT_LENGTHS", "DEFAULT_PROMPT", "ENGINE_MODES", "HF_BACKENDS", "HF_CACHE", "HF_NO_CACHE", "Backend",
-           "Runner", "SweepConfig", "engine_backend")
+_CONFIG = (
+    "DEFAULT_LENGTHS",
+    "DEFAULT_PROMPT",
+    "ENGINE_MODES",
+    "HF_BACKENDS",
+    "HF_CACHE",
+    "HF_NO_CACHE",
+    "Backend",
+    "Runner",
+    "SweepConfig",
+    "engine_backend",
+)
 _SWEEP = ("Mismatch", "SweepResult", "Timing", "encode_prompt", "environment_header", "first_difference", "run_sweep")
 _PREDICT = ("GenerationWork", "PassCostModel", "calibrate", "generation_work", "predict_sweep")
 _REPORT = ("format_header", "format_table", "plot_sweep", "save_plot", "show_sweep", "write_json")
 _VERDICTS = ("bend_verdict", "check_answers", "check_sweep_tokens", "cost_per_extra_token", "direction")
-_MODULE_OF = {**dict.fromkeys(_CONFIG, "config"), **dict.fromkeys(_SWEEP, "sweep"),
-              **dict.fromkeys(_PREDICT, "predict"), **dict.fromkeys(_REPORT, "report"),
-              **dict.fromkeys(_VERDICTS, "verdicts")}
+_MODULE_OF = {
+    **dict.fromkeys(_CONFIG, "config"),
+    **dict.fromkeys(_SWEEP, "sweep"),
+    **dict.fromkeys(_PREDICT, "predict"),
+    **dict.fromkeys(_REPORT, "report"),
+    **dict.fromkeys(_VERDICTS, "verdicts"),
+}
 
 __all__ = sorted(_MODULE_OF)
 

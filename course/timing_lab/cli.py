@@ -17,23 +17,40 @@ EXIT_INTERRUPTED = 130
 def add_timing_lab(sub: argparse._SubParsersAction) -> None:
     """Register `kvcourse timing-lab` (what `make timing-lab` runs)."""
     p = sub.add_parser(
-        "timing-lab", help="time generate() with and without the KV cache over output lengths (lesson 17)",
+        "timing-lab",
+        help="time generate() with and without the KV cache over output lengths (lesson 17)",
         description="Time Hugging Face generate(use_cache=True) against use_cache=False on one prompt for "
-                    "a sweep of output lengths, check both give the same tokens, print a table and "
-                    "optionally save the raw figures (--json) and a plot (--plot). Ctrl-C stops early "
-                    "and still reports the lengths that finished.")
-    p.add_argument("--model", default="smollm2-135m",
-                   help="course model alias, Hugging Face id or local folder (default: smollm2-135m, offline)")
-    p.add_argument("--lengths", nargs="+", default=None, metavar="N",
-                   help="output lengths in new tokens, spaces or commas (default: 16 32 64 128 256)")
+        "a sweep of output lengths, check both give the same tokens, print a table and "
+        "optionally save the raw figures (--json) and a plot (--plot). Ctrl-C stops early "
+        "and still reports the lengths that finished.",
+    )
+    p.add_argument(
+        "--model",
+        default="smollm2-135m",
+        help="course model alias, Hugging Face id or local folder (default: smollm2-135m, offline)",
+    )
+    p.add_argument(
+        "--lengths",
+        nargs="+",
+        default=None,
+        metavar="N",
+        help="output lengths in new tokens, spaces or commas (default: 16 32 64 128 256)",
+    )
     p.add_argument("--repeats", default="3", metavar="R", help="timed runs per length and side (default 3)")
     p.add_argument("--warmup", default="1", metavar="W", help="untimed warm-up runs per side (default 1)")
     p.add_argument("--prompt", default=None, help="prompt text (default 'Once upon a time in a distant land')")
-    p.add_argument("--engine", action="store_true",
-                   help="also time the course's own engine (kvcourse.kernels.generate) in every cache mode")
+    p.add_argument(
+        "--engine",
+        action="store_true",
+        help="also time the course's own engine (kvcourse.kernels.generate) in every cache mode",
+    )
     p.add_argument("--threads", default=None, metavar="T", help="CPU threads for PyTorch (default: PyTorch's)")
-    p.add_argument("--dtype", default=None, metavar="|".join(DTYPES),
-                   help="weights dtype (default: $KVCOURSE_DTYPE, else float32 on a CPU, bfloat16 on CUDA)")
+    p.add_argument(
+        "--dtype",
+        default=None,
+        metavar="|".join(DTYPES),
+        help="weights dtype (default: $KVCOURSE_DTYPE, else float32 on a CPU, bfloat16 on CUDA)",
+    )
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1 ... (default auto: CUDA if present)")
     p.add_argument("--json", default=None, metavar="PATH", help="write every repeat plus header metadata here")
     p.add_argument("--plot", default=None, metavar="PATH", help="save a PNG of time and speedup vs length")
@@ -56,8 +73,12 @@ def run_timing_lab(args: argparse.Namespace) -> int:
     )
 
     lengths = DEFAULT_LENGTHS if args.lengths is None else parse_lengths(args.lengths)
-    config = SweepConfig(lengths, _whole("--repeats", args.repeats), _whole("--warmup", args.warmup),
-                         DEFAULT_PROMPT if args.prompt is None else args.prompt)
+    config = SweepConfig(
+        lengths,
+        _whole("--repeats", args.repeats),
+        _whole("--warmup", args.warmup),
+        DEFAULT_PROMPT if args.prompt is None else args.prompt,
+    )
     threads = None if args.threads is None else _whole("--threads", args.threads)
     if threads is not None and threads < 1:
         raise ValueError(f"--threads must be at least 1, got {threads}")
@@ -65,8 +86,9 @@ def run_timing_lab(args: argparse.Namespace) -> int:
         raise ValueError(f"--dtype must be one of {', '.join(DTYPES)}, got {args.dtype!r}")
     dtype = args.dtype or dtype_name(resolve_dtype(None, args.device))  # KVCOURSE_DTYPE or the device's default
     if dtype not in DTYPES:
-        raise ValueError(f"{DTYPE_ENV}={dtype}: the timing lab runs in {' or '.join(DTYPES)}; "
-                         f"pass --dtype or change {DTYPE_ENV}")
+        raise ValueError(
+            f"{DTYPE_ENV}={dtype}: the timing lab runs in {' or '.join(DTYPES)}; pass --dtype or change {DTYPE_ENV}"
+        )
     for flag, path in (("--json", args.json), ("--plot", args.plot)):
         if path is not None:
             check_output_path(flag, path)
@@ -78,8 +100,16 @@ def run_timing_lab(args: argparse.Namespace) -> int:
 
     print(f"loading {args.model} ({dtype}, device {args.device}) ...", file=sys.stderr)
     model, tokenizer = load_model(args.model, dtype=dtype, device=args.device)
-    result = run_sweep(model, tokenizer, config.lengths, config.num_repeats, num_warmup=config.num_warmup,
-                       prompt=config.prompt, engine_modes=config.engine_modes, progress=not args.no_progress)
+    result = run_sweep(
+        model,
+        tokenizer,
+        config.lengths,
+        config.num_repeats,
+        num_warmup=config.num_warmup,
+        prompt=config.prompt,
+        engine_modes=config.engine_modes,
+        progress=not args.no_progress,
+    )
 
     print(format_header(result))
     if result.interrupted:
@@ -97,12 +127,18 @@ def run_timing_lab(args: argparse.Namespace) -> int:
 
 def format_mismatches(result) -> str:
     """A loud explanation of every run whose tokens differ from the cached run's."""
-    lines = ["", "!" * 78, "TOKENS DIFFER: these runs did not generate the same tokens as use_cache=True,",
-             "so their times are not a fair comparison:"]
+    lines = [
+        "",
+        "!" * 78,
+        "TOKENS DIFFER: these runs did not generate the same tokens as use_cache=True,",
+        "so their times are not a fair comparison:",
+    ]
     lines += [f"  - {m.describe()}" for m in result.mismatches]
     if result.header["dtype"] != "float32":
-        lines.append(f"In {result.header['dtype']}, cached and uncached arithmetic round differently and a "
-                     "near-tie can flip; try --dtype float32.")
+        lines.append(
+            f"In {result.header['dtype']}, cached and uncached arithmetic round differently and a "
+            "near-tie can flip; try --dtype float32."
+        )
     lines.append("!" * 78)
     return "\n".join(lines)
 
@@ -157,5 +193,6 @@ def check_plot_format(path: str) -> None:
     suffix = Path(path).suffix.lower().lstrip(".")
     formats = FigureCanvasBase.get_supported_filetypes()
     if suffix not in formats:
-        raise ValueError(f"--plot: {path!r} needs a picture extension such as .png "
-                         f"(supported: {', '.join(sorted(formats))})")
+        raise ValueError(
+            f"--plot: {path!r} needs a picture extension such as .png (supported: {', '.join(sorted(formats))})"
+        )

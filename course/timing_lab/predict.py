@@ -65,8 +65,9 @@ class PassCostModel:
         if len(flops) != len(seconds) or len(set(flops)) < 2:
             raise ValueError("fit needs passes of at least two different sizes, one time each")
         mean_f, mean_s = statistics.fmean(flops), statistics.fmean(seconds)
-        slope = (sum((f - mean_f) * (s - mean_s) for f, s in zip(flops, seconds, strict=True))
-                 / sum((f - mean_f) ** 2 for f in flops))
+        slope = sum((f - mean_f) * (s - mean_s) for f, s in zip(flops, seconds, strict=True)) / sum(
+            (f - mean_f) ** 2 for f in flops
+        )
         slope = max(slope, 0.0)
         return cls(max(mean_s - slope * mean_f, 0.0), slope)
 
@@ -97,8 +98,11 @@ def calibrate(model, num_tokens: tuple[int, ...] = (1, 64), num_repeats: int = 5
     return PassCostModel.fit(flops, seconds)
 
 
-def predict_sweep(cost_model: PassCostModel, config: ModelConfig, prompt_len: int,
-                  lengths: list[int]) -> dict[str, list[float]]:
+def predict_sweep(
+    cost_model: PassCostModel, config: ModelConfig, prompt_len: int, lengths: list[int]
+) -> dict[str, list[float]]:
     """Predicted seconds for generate() with and without the cache at each length."""
-    return {name: [cost_model.predict(generation_work(config, prompt_len, n, use_cache)) for n in lengths]
-            for name, use_cache in ((HF_CACHE, True), (HF_NO_CACHE, False))}
+    return {
+        name: [cost_model.predict(generation_work(config, prompt_len, n, use_cache)) for n in lengths]
+        for name, use_cache in ((HF_CACHE, True), (HF_NO_CACHE, False))
+    }

@@ -15,11 +15,13 @@ def format_header(result: SweepResult) -> str:
     h = result.header
     n = h["num_parameters"]
     params = f"{n / 1e6:.1f}M params" if n >= 1e6 else f"{n:,} params"
-    return (f"model {h['model']} ({h['model_class']}, {params}) | device {h['device']} "
-            f"({h['device_name']}) | {h['dtype']} | {h['threads']} threads\n"
-            f"torch {h['torch']} | transformers {h['transformers']} | kvcourse {h['kvcourse']} | "
-            f"prompt {h['prompt']!r} ({h['prompt_tokens']} tokens) | {_plural(h['repeats'], 'repeat')} "
-            f"after {_plural(h['warmup'], 'warm-up')}")
+    return (
+        f"model {h['model']} ({h['model_class']}, {params}) | device {h['device']} "
+        f"({h['device_name']}) | {h['dtype']} | {h['threads']} threads\n"
+        f"torch {h['torch']} | transformers {h['transformers']} | kvcourse {h['kvcourse']} | "
+        f"prompt {h['prompt']!r} ({h['prompt_tokens']} tokens) | {_plural(h['repeats'], 'repeat')} "
+        f"after {_plural(h['warmup'], 'warm-up')}"
+    )
 
 
 def _plural(count: int, noun: str) -> str:
@@ -44,8 +46,14 @@ def format_table(result: SweepResult) -> str:
     rows = []
     for n in result.completed_lengths:
         t = result.timings[n]
-        row = [str(n), _seconds(t[HF_CACHE]), _seconds(t[HF_NO_CACHE]), f"{result.speedup(n):.2f}x",
-               f"{t[HF_CACHE].tokens_per_second:.1f}", f"{t[HF_NO_CACHE].tokens_per_second:.1f}"]
+        row = [
+            str(n),
+            _seconds(t[HF_CACHE]),
+            _seconds(t[HF_NO_CACHE]),
+            f"{result.speedup(n):.2f}x",
+            f"{t[HF_CACHE].tokens_per_second:.1f}",
+            f"{t[HF_NO_CACHE].tokens_per_second:.1f}",
+        ]
         row += [_seconds(t[b.name]) for b in engines]
         if pair:
             row.append(f"{result.speedup(n, *pair):.2f}x")
@@ -53,11 +61,12 @@ def format_table(result: SweepResult) -> str:
     if not rows:
         return "(no length finished every repeat: nothing to tabulate)"
     widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(columns)]
-    lines = [" | ".join(c.rjust(w) for c, w in zip(columns, widths, strict=True)),
-             "-+-".join("-" * w for w in widths)]
+    lines = [" | ".join(c.rjust(w) for c, w in zip(columns, widths, strict=True)), "-+-".join("-" * w for w in widths)]
     lines += [" | ".join(v.rjust(w) for v, w in zip(r, widths, strict=True)) for r in rows]
-    lines.append(f"times: median over {_plural(result.config.num_repeats, 'repeat')}, ± half the range (max - min); "
-                 "speedup = time without cache / time with cache (Hugging Face generate)")
+    lines.append(
+        f"times: median over {_plural(result.config.num_repeats, 'repeat')}, ± half the range (max - min); "
+        "speedup = time without cache / time with cache (Hugging Face generate)"
+    )
     if pair:
         lines.append(f"engine speedup = {pair[0]} time / {pair[1]} time (kvcourse.kernels.generate)")
     return "\n".join(lines)
@@ -103,11 +112,18 @@ def plot_sweep(result: SweepResult, predictions: dict[str, list[float]] | None =
         ts = [result.timings[n][b.name] for n in lengths]
         medians = [t.median for t in ts]
         errors = [[t.median - min(t.seconds) for t in ts], [max(t.seconds) - t.median for t in ts]]
-        ax_time.errorbar(lengths, medians, yerr=errors, color=color, marker=marker, linestyle=line,
-                         capsize=3, label=b.label)
+        ax_time.errorbar(
+            lengths, medians, yerr=errors, color=color, marker=marker, linestyle=line, capsize=3, label=b.label
+        )
         if predictions and b.name in predictions:
-            ax_time.plot(lengths, predictions[b.name], color=color, linestyle=":", linewidth=2,
-                         label=f"predicted: {b.label.split(',')[-1].strip()}")
+            ax_time.plot(
+                lengths,
+                predictions[b.name],
+                color=color,
+                linestyle=":",
+                linewidth=2,
+                label=f"predicted: {b.label.split(',')[-1].strip()}",
+            )
     ax_time.set_ylabel("time per generate() call (seconds)")
     longest = lengths[-1]
     slowest = result.timings[longest][HF_NO_CACHE].median if HF_NO_CACHE in result.timings[longest] else None
@@ -126,8 +142,10 @@ def plot_sweep(result: SweepResult, predictions: dict[str, list[float]] | None =
     _plot_speedup(ax_speed, result, lengths)
     h = result.header
     note = " (interrupted: completed lengths only)" if result.interrupted else ""
-    fig.suptitle(f"KV cache on vs off: {h['model']}, {h['device']}, {h['dtype']}, {h['threads']} threads, "
-                 f"prompt {h['prompt_tokens']} tokens, median of {h['repeats']}{note}")
+    fig.suptitle(
+        f"KV cache on vs off: {h['model']}, {h['device']}, {h['dtype']}, {h['threads']} threads, "
+        f"prompt {h['prompt_tokens']} tokens, median of {h['repeats']}{note}"
+    )
     return fig
 
 
@@ -138,13 +156,20 @@ def _plot_speedup(ax, result: SweepResult, lengths: list[int]) -> None:
         ax.annotate(f"{s:.1f}x", (n, s), textcoords="offset points", xytext=(0, 7), ha="center", fontsize=9)
     pair = engine_speedup_pair(result)
     if pair:
-        ax.plot(lengths, [result.speedup(n, *pair) for n in lengths], color="tab:green", marker="^",
-                linestyle="--", label=f"course engine: none / {pair[1].removeprefix('engine-')}")
+        ax.plot(
+            lengths,
+            [result.speedup(n, *pair) for n in lengths],
+            color="tab:green",
+            marker="^",
+            linestyle="--",
+            label=f"course engine: none / {pair[1].removeprefix('engine-')}",
+        )
     ax.axhline(1.0, color="gray", linestyle=":", label="1x = the cache gains nothing")
     ax.set_ylabel("speedup (time without cache / time with cache)")
     trend = "grows" if speedups[-1] > 1.1 * speedups[0] else "does not clearly grow"  # a 10 % rise, not noise
-    ax.set_title(f"the cache's speedup {trend}: {speedups[0]:.1f}x at {lengths[0]} tokens, "
-                 f"{speedups[-1]:.1f}x at {lengths[-1]}")
+    ax.set_title(
+        f"the cache's speedup {trend}: {speedups[0]:.1f}x at {lengths[0]} tokens, {speedups[-1]:.1f}x at {lengths[-1]}"
+    )
     _log2_lengths(ax, lengths)
     ax.set_ylim(bottom=0, top=max([*speedups, 1.0]) * 1.2)
     ax.grid(alpha=0.3)

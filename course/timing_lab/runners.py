@@ -32,11 +32,16 @@ def hf_runner(model, prompt_ids: torch.Tensor, use_cache: bool, pad_token_id: in
     def run(num_new_tokens: int) -> list[int]:
         # eos_token_id=[] (not None, which generate refills from the model's defaults) turns off
         # stopping at end-of-sequence without touching the logits: both sides run every step.
-        gen = GenerationConfig(max_new_tokens=num_new_tokens, do_sample=False, use_cache=use_cache,
-                               eos_token_id=[], pad_token_id=pad_token_id)
+        gen = GenerationConfig(
+            max_new_tokens=num_new_tokens,
+            do_sample=False,
+            use_cache=use_cache,
+            eos_token_id=[],
+            pad_token_id=pad_token_id,
+        )
         with torch.inference_mode():
             out = model.generate(prompt_ids, attention_mask=attention_mask, generation_config=gen)
-        return out[0, prompt_ids.shape[1]:].tolist()
+        return out[0, prompt_ids.shape[1] :].tolist()
 
     return run
 
@@ -55,12 +60,12 @@ def engine_runner(model, prompt_ids: torch.Tensor, cache: str) -> Runner:
     return run
 
 
-def make_runners(model, tokenizer, prompt_ids: torch.Tensor, config: SweepConfig,
-                 engine_model=None) -> dict[str, Runner]:
+def make_runners(
+    model, tokenizer, prompt_ids: torch.Tensor, config: SweepConfig, engine_model=None
+) -> dict[str, Runner]:
     """One runner per backend in ``config``; the engine gets ``engine_model`` (default: converted once)."""
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    runners = {HF_CACHE: hf_runner(model, prompt_ids, True, pad),
-               HF_NO_CACHE: hf_runner(model, prompt_ids, False, pad)}
+    runners = {HF_CACHE: hf_runner(model, prompt_ids, True, pad), HF_NO_CACHE: hf_runner(model, prompt_ids, False, pad)}
     if config.engine_modes:
         if engine_model is None:
             engine_model = to_engine_model(model)

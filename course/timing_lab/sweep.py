@@ -62,8 +62,10 @@ class Mismatch:
     got: int | None
 
     def describe(self) -> str:
-        return (f"{self.backend} at length {self.num_new_tokens}: first difference at new token "
-                f"#{self.position} (expected id {self.expected}, got {self.got})")
+        return (
+            f"{self.backend} at length {self.num_new_tokens}: first difference at new token "
+            f"#{self.position} (expected id {self.expected}, got {self.got})"
+        )
 
 
 @dataclass
@@ -86,8 +88,7 @@ class SweepResult:
         """Lengths where every backend finished every repeat."""
         done = []
         for n, by_backend in self.timings.items():
-            if all(len(by_backend.get(b.name, Timing(n)).seconds) == self.config.num_repeats
-                   for b in self.backends):
+            if all(len(by_backend.get(b.name, Timing(n)).seconds) == self.config.num_repeats for b in self.backends):
                 done.append(n)
         return sorted(done)
 
@@ -110,16 +111,27 @@ class SweepResult:
                 t = self.timings[n].get(b.name)
                 if t is None or not t.seconds:
                     continue
-                rows.append({"num_new_tokens": n, "backend": b.name, "label": b.label,
-                             "seconds": t.seconds, "median_s": t.median, "spread_s": t.spread,
-                             "tokens_per_s": t.tokens_per_second,
-                             "complete": len(t.seconds) == self.config.num_repeats})
-        return {"header": self.header, "interrupted": self.interrupted,
-                "tokens_match": self.tokens_match,
-                "mismatches": [vars(m) for m in self.mismatches],
-                "completed_lengths": self.completed_lengths,
-                "reference_tokens": {str(n): ids for n, ids in sorted(self.reference_tokens.items())},
-                "runs": rows}
+                rows.append(
+                    {
+                        "num_new_tokens": n,
+                        "backend": b.name,
+                        "label": b.label,
+                        "seconds": t.seconds,
+                        "median_s": t.median,
+                        "spread_s": t.spread,
+                        "tokens_per_s": t.tokens_per_second,
+                        "complete": len(t.seconds) == self.config.num_repeats,
+                    }
+                )
+        return {
+            "header": self.header,
+            "interrupted": self.interrupted,
+            "tokens_match": self.tokens_match,
+            "mismatches": [vars(m) for m in self.mismatches],
+            "completed_lengths": self.completed_lengths,
+            "reference_tokens": {str(n): ids for n, ids in sorted(self.reference_tokens.items())},
+            "runs": rows,
+        }
 
 
 def environment_header(model, config: SweepConfig, prompt_len: int) -> dict:
@@ -183,10 +195,19 @@ def encode_prompt(tokenizer, prompt: str, device: torch.device) -> torch.Tensor:
     return ids.to(device)
 
 
-def run_sweep(model, tokenizer, lengths: tuple[int, ...] | list[int] = DEFAULT_LENGTHS,
-              num_repeats: int = 3, *, num_warmup: int = 1, prompt: str = DEFAULT_PROMPT,
-              engine_modes: tuple[str, ...] | list[str] = (), engine_model=None,
-              runners: dict[str, Runner] | None = None, progress: bool = True) -> SweepResult:
+def run_sweep(
+    model,
+    tokenizer,
+    lengths: tuple[int, ...] | list[int] = DEFAULT_LENGTHS,
+    num_repeats: int = 3,
+    *,
+    num_warmup: int = 1,
+    prompt: str = DEFAULT_PROMPT,
+    engine_modes: tuple[str, ...] | list[str] = (),
+    engine_model=None,
+    runners: dict[str, Runner] | None = None,
+    progress: bool = True,
+) -> SweepResult:
     """Time every backend at every length, checking tokens; Ctrl-C returns what was measured (lesson 17).
 
     Repeats are interleaved (cache, no cache, cache, ...) so a slow patch on a shared machine
@@ -226,8 +247,7 @@ def _check_tokens(result: SweepResult, backend: str, n: int, tokens: list[int]) 
     if len(reference) != n:
         raise RuntimeError(f"{backend} generated {len(reference)} tokens instead of {n}: it stopped early")
     position = first_difference(reference, tokens)
-    if position is not None and not any(m.backend == backend and m.num_new_tokens == n
-                                        for m in result.mismatches):
+    if position is not None and not any(m.backend == backend and m.num_new_tokens == n for m in result.mismatches):
         expected = reference[position] if position < len(reference) else None
         got = tokens[position] if position < len(tokens) else None
         result.mismatches.append(Mismatch(backend, n, position, expected, got))
@@ -236,8 +256,10 @@ def _check_tokens(result: SweepResult, backend: str, n: int, tokens: list[int]) 
 def _check_context(model, total_tokens: int) -> None:
     limit = getattr(model.config, "max_position_embeddings", None)
     if limit is not None and total_tokens > limit:
-        raise ValueError(f"prompt plus the longest output is {total_tokens} tokens, but this model "
-                         f"handles at most {limit}; use shorter lengths")
+        raise ValueError(
+            f"prompt plus the longest output is {total_tokens} tokens, but this model "
+            f"handles at most {limit}; use shorter lengths"
+        )
 
 
 def _progress_bar(config: SweepConfig, enabled: bool):

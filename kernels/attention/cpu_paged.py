@@ -47,14 +47,20 @@ from kvcourse.kernels.model import timing
 from kvcourse.kernels.model.cpu_fast import FastPath
 
 NEG_BIG = np.float32(-3.0e38)  # the running max before any key: finite, so fast-math may assume no infinities
-DTYPES = (torch.float32,)      # what numba computes in; bf16 pools take the gather reference
+DTYPES = (torch.float32,)  # what numba computes in; bf16 pools take the gather reference
 SLOWER_HERE = "not faster than the gather on this machine"  # a measured choice, not a missing part: no warning
 
 
 # Annotations for the checker only: numba compiles the code object, typed by the arrays it is given.
-def _kernel(q: npt.NDArray[np.float32], k_cache: npt.NDArray[np.float32],  # pragma: no cover - compiled by numba
-            v_cache: npt.NDArray[np.float32], block_tables: npt.NDArray[np.int64],
-            context_lens: npt.NDArray[np.int64], out: npt.NDArray[np.float32], scale: np.float32) -> None:
+def _kernel(
+    q: npt.NDArray[np.float32],
+    k_cache: npt.NDArray[np.float32],  # pragma: no cover - compiled by numba
+    v_cache: npt.NDArray[np.float32],
+    block_tables: npt.NDArray[np.int64],
+    context_lens: npt.NDArray[np.int64],
+    out: npt.NDArray[np.float32],
+    scale: np.float32,
+) -> None:
     batch, num_heads, head_dim = q.shape
     block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
     group = num_heads // num_kv_heads
@@ -123,12 +129,17 @@ def _compiled() -> Callable[..., None]:
     if not os.environ.get("NUMBA_THREADING_LAYER"):
         numba.config.THREADING_LAYER = "workqueue"
     kernel = types.FunctionType(_kernel.__code__, {**globals(), "prange": numba.prange}, "_kernel")
-    return numba.njit(kernel, parallel=True, nogil=True, cache=True,
-                      fastmath={"reassoc", "contract", "nsz", "arcp"})
+    return numba.njit(kernel, parallel=True, nogil=True, cache=True, fastmath={"reassoc", "contract", "nsz", "arcp"})
 
 
-def cpu_paged_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
-                     context_lens: torch.Tensor, scale: float) -> torch.Tensor:
+def cpu_paged_decode(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    context_lens: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
     """q (B, num_heads, D) over one layer's pool (num_blocks, block_size, kv_heads, D) -> (B, num_heads, D).
 
     Float32 CPU tensors; the pool is read where it lies (a view of it, no copy). Its programs run on as
@@ -142,8 +153,15 @@ def cpu_paged_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     kernel = _compiled()
     with _LAUNCH:
         numba.set_num_threads(max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS)))
-        kernel(q.contiguous().numpy(), k_cache.numpy(), v_cache.numpy(), block_tables.numpy(), context_lens.numpy(),
-               out.numpy(), np.float32(scale))
+        kernel(
+            q.contiguous().numpy(),
+            k_cache.numpy(),
+            v_cache.numpy(),
+            block_tables.numpy(),
+            context_lens.numpy(),
+            out.numpy(),
+            np.float32(scale),
+        )
     return out
 
 
@@ -160,8 +178,10 @@ def in_place_decode(dtype: torch.dtype) -> tuple[bool, str]:
         return False, f"{SLOWER_HERE}, so decode gathers the blocks first: {why}"
     import numba
 
-    return True, (f"numba kernel walking the block table on its {numba.threading_layer()} threads, equal to the "
-                  f"gather reference, {why}")
+    return True, (
+        f"numba kernel walking the block table on its {numba.threading_layer()} threads, equal to the "
+        f"gather reference, {why}"
+    )
 
 
 @functools.cache
@@ -179,10 +199,10 @@ def in_place_runs(dtype: torch.dtype) -> tuple[bool, str]:
     tables = torch.tensor([[5, 1, 3], [0, 6, 0]])
     lens = torch.tensor([10, 5])
     try:
-        got = cpu_paged_decode(q, pool_k, pool_v, tables, lens, 8 ** -0.5)
+        got = cpu_paged_decode(q, pool_k, pool_v, tables, lens, 8**-0.5)
     except Exception as err:  # numba failing to compile on this machine: say so, use the reference
         return False, f"numba could not compile the kernel here ({type(err).__name__}: {str(err).splitlines()[0]})"
-    if not torch.allclose(got, paged_decode_attention(q, pool_k, pool_v, tables, lens, 8 ** -0.5), atol=1e-5):
+    if not torch.allclose(got, paged_decode_attention(q, pool_k, pool_v, tables, lens, 8**-0.5), atol=1e-5):
         return False, "the compiled kernel disagreed with the gather reference on this CPU"
     return True, "compiled and equal to the gather reference on a small case"
 
@@ -199,7 +219,7 @@ def _time_against_gather() -> dict[str, float]:
     order = torch.randperm(sum(num_blocks), generator=gen)  # blocks scattered over the pool, as a busy engine has them
     tables = torch.zeros(16, max(num_blocks), dtype=torch.long)
     for seq, start in enumerate(np.cumsum([0, *num_blocks[:-1]])):
-        tables[seq, : num_blocks[seq]] = order[start: start + num_blocks[seq]]
+        tables[seq, : num_blocks[seq]] = order[start : start + num_blocks[seq]]
     pool_k, pool_v = (torch.randn(sum(num_blocks), 16, 3, 64, generator=gen) for _ in range(2))
     q = torch.randn(16, 9, 64, generator=gen)
     x, w = torch.randn(16, 576, generator=gen), torch.randn(1536, 576, generator=gen)  # an MLP product's shape
@@ -209,8 +229,10 @@ def _time_against_gather() -> dict[str, float]:
         torch.nn.functional.linear(x, w)
         attend(q, pool_k, pool_v, tables, lens, 0.125)
 
-    calls = {"gather": functools.partial(after_a_product, paged_decode_attention),
-             "in place": functools.partial(after_a_product, cpu_paged_decode)}
+    calls = {
+        "gather": functools.partial(after_a_product, paged_decode_attention),
+        "in place": functools.partial(after_a_product, cpu_paged_decode),
+    }
     with torch.inference_mode():
         return timing.time_calls(calls)
 

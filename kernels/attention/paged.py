@@ -14,8 +14,9 @@ import torch
 from kvcourse.kernels.checks import ceil_div
 
 
-def write_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-             slot_mapping: torch.Tensor) -> None:
+def write_kv(
+    k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slot_mapping: torch.Tensor
+) -> None:
     """Store each new token's K/V at its slot (physical block * block_size + offset)."""
     num_kv_heads, head_dim = k_cache.shape[-2:]
     k_cache.view(-1, num_kv_heads, head_dim).index_copy_(0, slot_mapping, k)  # (slots, kv_heads, D)
@@ -40,19 +41,27 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: f
     qh, kh, vh = q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1)  # (heads, len, D)
     if num_queries == context_len:
         out = torch.nn.functional.scaled_dot_product_attention(
-            qh, kh, vh, is_causal=True, scale=scale, enable_gqa=num_heads != num_kv_heads)
+            qh, kh, vh, is_causal=True, scale=scale, enable_gqa=num_heads != num_kv_heads
+        )
     else:
         # the cached prefix is fully visible; the new tokens see each other causally
         mask = torch.ones(num_queries, context_len, dtype=torch.bool, device=q.device)
         mask = mask.tril(diagonal=context_len - num_queries)
         out = torch.nn.functional.scaled_dot_product_attention(
-            qh, kh, vh, attn_mask=mask, scale=scale, enable_gqa=num_heads != num_kv_heads)
+            qh, kh, vh, attn_mask=mask, scale=scale, enable_gqa=num_heads != num_kv_heads
+        )
     return out.transpose(0, 1)  # (n, num_heads, D)
 
 
-def paged_attention_reference(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                              block_tables: torch.Tensor, context_lens: list[int], query_lens: list[int],
-                              scale: float) -> torch.Tensor:
+def paged_attention_reference(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    context_lens: list[int],
+    query_lens: list[int],
+    scale: float,
+) -> torch.Tensor:
     """The definition: for each sequence, gather its K/V through its block table and attend.
 
     q: (total new tokens, num_heads, D), sequences concatenated; returns the same shape.
@@ -61,7 +70,7 @@ def paged_attention_reference(q: torch.Tensor, k_cache: torch.Tensor, v_cache: t
     for i, (context_len, query_len) in enumerate(zip(context_lens, query_lens, strict=True)):
         k = gather_kv(k_cache, block_tables[i], context_len)
         v = gather_kv(v_cache, block_tables[i], context_len)
-        outputs.append(causal_attention(q[start:start + query_len], k, v, scale))
+        outputs.append(causal_attention(q[start : start + query_len], k, v, scale))
         start += query_len
     return torch.cat(outputs)
 
@@ -77,9 +86,15 @@ def decode_mask(context_lens: torch.Tensor, num_keys: int, dtype: torch.dtype | 
     return torch.zeros(visible.shape, dtype=dtype, device=visible.device).masked_fill_(~visible, float("-inf"))
 
 
-def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                           block_tables: torch.Tensor, context_lens: torch.Tensor, scale: float,
-                           mask: torch.Tensor | None = None) -> torch.Tensor:
+def paged_decode_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    context_lens: torch.Tensor,
+    scale: float,
+    mask: torch.Tensor | None = None,
+) -> torch.Tensor:
     """One new token per sequence, all sequences at once: q (B, num_heads, D) -> (B, num_heads, D).
 
     Rows of ``block_tables`` are padded past each sequence's last block; the padding is masked

@@ -29,8 +29,9 @@ from kvcourse.kernels.checks import ceil_div
 DECODE_KERNELS = ("triton", "in place", "gather")
 
 
-def decode_kernel(device: torch.device, dtype: torch.dtype, use_triton: bool | None = None,
-                  in_place: bool = True) -> str:
+def decode_kernel(
+    device: torch.device, dtype: torch.dtype, use_triton: bool | None = None, in_place: bool = True
+) -> str:
     """Which kernel decode steps take: Triton on CUDA (or where ``use_triton``), the in-place CPU kernel where
     ``in_place`` (the model's fast paths are on) and numba runs it for ``dtype``, else the gather reference."""
     if use_triton or (use_triton is None and device.type == "cuda"):
@@ -69,8 +70,14 @@ class PagedMetadata:
     context_lens_list: tuple[int, ...]
 
     @classmethod
-    def build(cls, block_tables: list[list[int]], num_computed: list[int], query_lens: list[int],
-              block_size: int, device: str | torch.device = "cpu") -> PagedMetadata:
+    def build(
+        cls,
+        block_tables: list[list[int]],
+        num_computed: list[int],
+        query_lens: list[int],
+        block_size: int,
+        device: str | torch.device = "cpu",
+    ) -> PagedMetadata:
         """Metadata for sequences whose first ``num_computed`` tokens are cached and next ``query_lens`` are new."""
         if not (len(block_tables) == len(num_computed) == len(query_lens)) or not block_tables:
             raise ValueError("block_tables, num_computed and query_lens must be non-empty and equally long")
@@ -131,8 +138,9 @@ class PagedAttentionBackend:
             self._decode_inputs[seqs] = (tables, context, mask)
         return self._decode_inputs[seqs]
 
-    def _decode(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                seqs: tuple[int, ...] | None, scale: float) -> torch.Tensor:
+    def _decode(
+        self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, seqs: tuple[int, ...] | None, scale: float
+    ) -> torch.Tensor:
         tables, context, mask = self._decode_batch(seqs)
         if self.kernel == "triton":
             from kvcourse.kernels.attention.triton_paged import triton_paged_decode
@@ -163,8 +171,9 @@ class PagedAttentionBackend:
                 out[rows] = causal_attention(q[rows], k[rows], v[rows], scale)
             else:  # a prefill chunk after cached tokens (prefix hit or chunked prefill)
                 table = meta.block_tables[i]
-                out[rows] = causal_attention(q[rows], gather_kv(k_cache, table, context),
-                                             gather_kv(v_cache, table, context), scale)
+                out[rows] = causal_attention(
+                    q[rows], gather_kv(k_cache, table, context), gather_kv(v_cache, table, context), scale
+                )
             start += new
         if decode_rows:
             rows_t = torch.tensor(decode_rows, device=q.device)

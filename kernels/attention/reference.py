@@ -40,8 +40,9 @@ def visible_keys_per_query(num_queries: int, num_keys: int, q_start: int, window
     return costs.score_cells_per_head(num_queries, q_start + num_queries, window)
 
 
-def causal_mask(num_queries: int, num_keys: int, q_start: int, window: int | None,
-                device: torch.device) -> torch.Tensor:
+def causal_mask(
+    num_queries: int, num_keys: int, q_start: int, window: int | None, device: torch.device
+) -> torch.Tensor:
     """Boolean (Tq, Tk) mask, True where query j may look at key i."""
     q_pos = torch.arange(num_queries, device=device)[:, None] + q_start  # (Tq, 1)
     k_pos = torch.arange(num_keys, device=device)[None, :]  # (1, Tk)
@@ -61,8 +62,14 @@ def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_start: int) -> i
     return q.shape[0] // k.shape[0]
 
 
-def naive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_start: int, window: int | None = None,
-                    stats: AttentionStats | None = None) -> torch.Tensor:
+def naive_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    q_start: int,
+    window: int | None = None,
+    stats: AttentionStats | None = None,
+) -> torch.Tensor:
     """Materialise the whole (H, Tq, Tk) score grid, mask it, softmax, weight V: the textbook version."""
     group = _check(q, k, v, q_start)
     k = k.repeat_interleave(group, dim=0)  # (H, Tk, D)
@@ -76,8 +83,14 @@ def naive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_start: 
     return (weights @ v.float()).to(q.dtype)
 
 
-def sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_start: int, window: int | None = None,
-                   stats: AttentionStats | None = None) -> torch.Tensor:
+def sdpa_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    q_start: int,
+    window: int | None = None,
+    stats: AttentionStats | None = None,
+) -> torch.Tensor:
     """torch's fused scaled_dot_product_attention (flash / memory-efficient kernels where available)."""
     _check(q, k, v, q_start)
     num_q, num_k = q.shape[1], k.shape[1]
@@ -88,15 +101,23 @@ def sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_start: i
             mask = causal_mask(num_q, num_k, q_start, None, q.device)
     else:
         mask = causal_mask(num_q, num_k, q_start, window, q.device)
-    out = F.scaled_dot_product_attention(q[None], k[None], v[None], attn_mask=mask, is_causal=is_causal,
-                                         enable_gqa=True)  # (1, H, Tq, D)
+    out = F.scaled_dot_product_attention(
+        q[None], k[None], v[None], attn_mask=mask, is_causal=is_causal, enable_gqa=True
+    )  # (1, H, Tq, D)
     if stats is not None:
         stats.record(visible_keys_per_query(num_q, num_k, q_start, window) * q.shape[0], 0)
     return out[0]
 
 
-def tiled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_start: int, window: int | None = None,
-                    stats: AttentionStats | None = None, block_size: int = 64) -> torch.Tensor:
+def tiled_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    q_start: int,
+    window: int | None = None,
+    stats: AttentionStats | None = None,
+    block_size: int = 64,
+) -> torch.Tensor:
     """Online softmax over blocks of keys: only a (H, Tq, block_size) tile ever exists (the flash idea).
 
     For each key block: scores for the tile, a running max m, a running denominator l and a
@@ -131,8 +152,14 @@ def tiled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_start: 
     return (acc / denom).to(q.dtype)
 
 
-def grouped_decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_start: int,
-                             window: int | None = None, stats: AttentionStats | None = None) -> torch.Tensor:
+def grouped_decode_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    q_start: int,
+    window: int | None = None,
+    stats: AttentionStats | None = None,
+) -> torch.Tensor:
     """Plain-matmul attention in float32 that never repeats K/V for grouped heads: fast for a decode step.
 
     Query heads are viewed as (num_kv_heads, group * Tq) rows so each KV head is read once.
@@ -153,13 +180,21 @@ def grouped_decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     weights = torch.softmax(scores, dim=-1)
     out = torch.bmm(weights, v).reshape(num_heads, num_q, head_dim)  # (H, Tq, D)
     if stats is not None:
-        stats.record(visible_keys_per_query(num_q, k.shape[1], q_start, window) * num_heads,
-                     scores.numel() * scores.element_size())
+        stats.record(
+            visible_keys_per_query(num_q, k.shape[1], q_start, window) * num_heads,
+            scores.numel() * scores.element_size(),
+        )
     return out if dtype == torch.float32 else out.to(dtype)
 
 
-def auto_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_start: int, window: int | None = None,
-                   stats: AttentionStats | None = None) -> torch.Tensor:
+def auto_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    q_start: int,
+    window: int | None = None,
+    stats: AttentionStats | None = None,
+) -> torch.Tensor:
     """The engine's default: SDPA for a prompt (many queries), grouped matmuls for one decode query."""
     fn = grouped_decode_attention if q.shape[1] == 1 else sdpa_attention
     return fn(q, k, v, q_start, window, stats)

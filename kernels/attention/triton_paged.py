@@ -19,15 +19,27 @@ import triton.language as tl
 # specialisation), so only the constexpr ones have one.
 @triton.jit
 def _paged_decode_kernel(  # type: ignore[no-untyped-def]  # see above
-    q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, context_lens_ptr, out_ptr,
+    q_ptr,
+    k_cache_ptr,
+    v_cache_ptr,
+    block_tables_ptr,
+    context_lens_ptr,
+    out_ptr,
     scale,
-    stride_q_seq, stride_q_head,
-    stride_c_block, stride_c_slot, stride_c_head,
+    stride_q_seq,
+    stride_q_head,
+    stride_c_block,
+    stride_c_slot,
+    stride_c_head,
     stride_table,
-    stride_o_seq, stride_o_head,
-    GROUP: tl.constexpr, GROUP_P: tl.constexpr,
-    HEAD_DIM: tl.constexpr, HEAD_DIM_P: tl.constexpr,
-    BLOCK_SIZE: tl.constexpr, TILE: tl.constexpr,
+    stride_o_seq,
+    stride_o_head,
+    GROUP: tl.constexpr,
+    GROUP_P: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    HEAD_DIM_P: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    TILE: tl.constexpr,
 ):
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -40,8 +52,11 @@ def _paged_decode_kernel(  # type: ignore[no-untyped-def]  # see above
     g_ok = g < GROUP
     d_ok = d < HEAD_DIM
     heads = kv_head * GROUP + g
-    q = tl.load(q_ptr + seq * stride_q_seq + heads[:, None] * stride_q_head + d[None, :],
-                mask=g_ok[:, None] & d_ok[None, :], other=0.0).to(tl.float32)  # (GROUP_P, HEAD_DIM_P)
+    q = tl.load(
+        q_ptr + seq * stride_q_seq + heads[:, None] * stride_q_head + d[None, :],
+        mask=g_ok[:, None] & d_ok[None, :],
+        other=0.0,
+    ).to(tl.float32)  # (GROUP_P, HEAD_DIM_P)
 
     running_max = tl.full([GROUP_P], float("-inf"), tl.float32)
     running_sum = tl.zeros([GROUP_P], tl.float32)
@@ -50,8 +65,7 @@ def _paged_decode_kernel(  # type: ignore[no-untyped-def]  # see above
         pos = start + t  # logical token positions of this tile
         t_ok = pos < context_len
         logical_block = pos // BLOCK_SIZE
-        block = tl.load(block_tables_ptr + seq * stride_table + logical_block,
-                        mask=logical_block < num_blocks, other=0)
+        block = tl.load(block_tables_ptr + seq * stride_table + logical_block, mask=logical_block < num_blocks, other=0)
         offsets = block * stride_c_block + (pos % BLOCK_SIZE) * stride_c_slot + kv_head * stride_c_head
         kv_mask = t_ok[:, None] & d_ok[None, :]
         k = tl.load(k_cache_ptr + offsets[:, None] + d[None, :], mask=kv_mask, other=0.0).to(tl.float32)
@@ -67,13 +81,23 @@ def _paged_decode_kernel(  # type: ignore[no-untyped-def]  # see above
         running_max = new_max
 
     out = acc / running_sum[:, None]
-    tl.store(out_ptr + seq * stride_o_seq + heads[:, None] * stride_o_head + d[None, :],
-             out.to(out_ptr.dtype.element_ty), mask=g_ok[:, None] & d_ok[None, :])
+    tl.store(
+        out_ptr + seq * stride_o_seq + heads[:, None] * stride_o_head + d[None, :],
+        out.to(out_ptr.dtype.element_ty),
+        mask=g_ok[:, None] & d_ok[None, :],
+    )
 
 
-def triton_paged_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                        block_tables: torch.Tensor, context_lens: torch.Tensor, scale: float,
-                        tile: int = 64, num_warps: int = 4) -> torch.Tensor:
+def triton_paged_decode(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    context_lens: torch.Tensor,
+    scale: float,
+    tile: int = 64,
+    num_warps: int = 4,
+) -> torch.Tensor:
     """q (B, num_heads, D) over one layer's pool (num_blocks, block_size, kv_heads, D) -> (B, num_heads, D)."""
     batch, num_heads, head_dim = q.shape
     block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
@@ -83,15 +107,27 @@ def triton_paged_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.T
     out = torch.empty_like(q)
     block_tables = block_tables.contiguous()
     _paged_decode_kernel[(batch, num_kv_heads)](
-        q, k_cache, v_cache, block_tables, context_lens, out,
+        q,
+        k_cache,
+        v_cache,
+        block_tables,
+        context_lens,
+        out,
         scale,
-        q.stride(0), q.stride(1),
-        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        q.stride(0),
+        q.stride(1),
+        k_cache.stride(0),
+        k_cache.stride(1),
+        k_cache.stride(2),
         block_tables.stride(0),
-        out.stride(0), out.stride(1),
-        GROUP=group, GROUP_P=triton.next_power_of_2(group),
-        HEAD_DIM=head_dim, HEAD_DIM_P=triton.next_power_of_2(head_dim),
-        BLOCK_SIZE=block_size, TILE=max(tile, triton.next_power_of_2(block_size)),
+        out.stride(0),
+        out.stride(1),
+        GROUP=group,
+        GROUP_P=triton.next_power_of_2(group),
+        HEAD_DIM=head_dim,
+        HEAD_DIM_P=triton.next_power_of_2(head_dim),
+        BLOCK_SIZE=block_size,
+        TILE=max(tile, triton.next_power_of_2(block_size)),
         num_warps=num_warps,
     )
     return out

@@ -79,7 +79,9 @@ class ReservationReplay(_Replay):
             external=free if fragmented else 0,
             stranded=free if head_need is not None and not fragmented else 0,
             idle=free if head_need is None else 0,
-            running=len(self.lengths), waiting=len(self.waiting))
+            running=len(self.lengths),
+            waiting=len(self.waiting),
+        )
         self.report.history.append(record)
         self._recorded = list(self.lengths.items())  # the map as recorded, before finished requests leave
         self._recorded_regions = dict(self.allocator.regions)
@@ -101,8 +103,11 @@ class ReservationReplay(_Replay):
             if region.start > cursor:
                 segments.append(Segment(cursor, region.start - cursor, self._free_category))
             cursor = region.start
-            for category, num in (("used", written), ("reserved_future", request.final_len - written),
-                                  ("internal", request.max_len - request.final_len)):
+            for category, num in (
+                ("used", written),
+                ("reserved_future", request.final_len - written),
+                ("internal", request.max_len - request.final_len),
+            ):
                 if num:
                     segments.append(Segment(cursor, num, category, rid))
                     cursor += num
@@ -129,20 +134,30 @@ class PagingReplay(_Replay):
 
     name = "paging"
 
-    def __init__(self, trace: list[TraceRequest], num_blocks: int, block_size: int = 16,
-                 scheduling_policy: SchedulingPolicy | None = None) -> None:
+    def __init__(
+        self,
+        trace: list[TraceRequest],
+        num_blocks: int,
+        block_size: int = 16,
+        scheduling_policy: SchedulingPolicy | None = None,
+    ) -> None:
         longest = max(r.final_len for r in trace) if trace else 0
         blocks_needed = ceil_div(longest, block_size)
         if blocks_needed > num_blocks:
-            raise ValueError(f"a request of {longest} tokens needs {blocks_needed} blocks of "
-                             f"{block_size}; the pool has {num_blocks}")
+            raise ValueError(
+                f"a request of {longest} tokens needs {blocks_needed} blocks of {block_size}; the pool has {num_blocks}"
+            )
         super().__init__(trace, num_blocks * block_size)
         self.block_size = block_size
         self.manager = KVCacheManager(num_blocks, block_size)
         # one step never computes more tokens than the pool holds, nor runs more sequences than blocks
-        self.scheduler = Scheduler(self.manager, max_num_seqs=num_blocks,
-                                   max_num_batched_tokens=num_blocks * block_size, max_model_len=longest,
-                                   policy=scheduling_policy)
+        self.scheduler = Scheduler(
+            self.manager,
+            max_num_seqs=num_blocks,
+            max_num_batched_tokens=num_blocks * block_size,
+            max_model_len=longest,
+            policy=scheduling_policy,
+        )
         self.num_recomputed_tokens = 0  # tokens whose K/V a preemption threw away
         self._num_refused = 0  # requests the scheduling policy turned away, over every step
         self.finish_steps: dict[int, int] = {}  # request -> engine steps done when it finished
@@ -170,8 +185,17 @@ class PagingReplay(_Replay):
         for rid in self._arrivals():
             req = self.trace[rid]
             params = SamplingParams(max_new_tokens=req.num_output_tokens, stop_on_eos=False)
-            self.scheduler.add(Sequence(rid, [DUMMY_TOKEN] * req.num_prompt_tokens, req.num_prompt_tokens,
-                                        self.block_size, params, request_id=rid, arrival=self.step_index))
+            self.scheduler.add(
+                Sequence(
+                    rid,
+                    [DUMMY_TOKEN] * req.num_prompt_tokens,
+                    req.num_prompt_tokens,
+                    self.block_size,
+                    params,
+                    request_id=rid,
+                    arrival=self.step_index,
+                )
+            )
 
     def step(self) -> StepRecord:
         self._arrive()
@@ -199,10 +223,16 @@ class PagingReplay(_Replay):
         used = sum(s.num_tokens for s in running)
         free = self.manager.num_free_blocks * self.block_size
         record = StepRecord(
-            step=self.step_index, used=used, reserved_future=0,
+            step=self.step_index,
+            used=used,
+            reserved_future=0,
             internal=self.manager.num_used_blocks * self.block_size - used,
-            external=0, stranded=free if waiting else 0, idle=0 if waiting else free,
-            running=len(running), waiting=waiting)
+            external=0,
+            stranded=free if waiting else 0,
+            idle=0 if waiting else free,
+            running=len(running),
+            waiting=waiting,
+        )
         self.report.history.append(record)
         self._recorded = [(s.seq_id, list(s.block_table), s.num_tokens) for s in running]
         self._free_category = "stranded" if waiting else "idle"

@@ -21,7 +21,6 @@ time (the simulators of lessons 09 and 11 draw it step by step); ``run`` plays i
 ``PagingReplay.memory_map()`` does the same block by block (lesson 11).
 """
 
-
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -121,10 +120,16 @@ class MemoryReport:
         return sum(self.running_per_step) / max(1, self.num_steps)
 
     def as_dict(self) -> dict:
-        return {"name": self.name, "num_slots": self.num_slots, "num_steps": self.num_steps,
-                "utilisation": self.utilisation, **{f"{c}_share": self.share(c) for c in CATEGORIES[1:-1]},
-                "mean_running": self.mean_running, "num_preemptions": self.num_preemptions,
-                "num_turned_away": len(self.turned_away)}
+        return {
+            "name": self.name,
+            "num_slots": self.num_slots,
+            "num_steps": self.num_steps,
+            "utilisation": self.utilisation,
+            **{f"{c}_share": self.share(c) for c in CATEGORIES[1:-1]},
+            "mean_running": self.mean_running,
+            "num_preemptions": self.num_preemptions,
+            "num_turned_away": len(self.turned_away),
+        }
 
 
 class _Replay:

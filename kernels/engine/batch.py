@@ -30,10 +30,10 @@ class ScheduledSeq:
 
     seq_id: int
     request_id: int | None
-    new_token_ids: tuple[int, ...]          # the tokens whose K/V this step computes, in order
-    start_position: int                     # the position of the first of them (tokens already computed)
+    new_token_ids: tuple[int, ...]  # the tokens whose K/V this step computes, in order
+    start_position: int  # the position of the first of them (tokens already computed)
     block_tables: tuple[tuple[int, ...], ...]  # block ids in logical order, one table per group of layers
-    num_logits: int                         # logits rows it needs: 1 where its last token is computed, else 0
+    num_logits: int  # logits rows it needs: 1 where its last token is computed, else 0
 
     @property
     def num_new_tokens(self) -> int:
@@ -49,11 +49,13 @@ class ScheduledSeq:
         """``seq``'s next ``num_tokens`` uncomputed tokens, with its table as it stands now."""
         start = seq.num_computed_tokens
         if not 0 < num_tokens <= seq.num_tokens - start:
-            raise ValueError(f"sequence {seq.seq_id} has {seq.num_tokens - start} uncomputed tokens; "
-                             f"cannot schedule {num_tokens}")
-        new = tuple(seq.token_ids[start:start + num_tokens])
-        return cls(seq.seq_id, seq.request_id, new, start, (tuple(seq.block_table),),
-                   int(start + num_tokens == seq.num_tokens))
+            raise ValueError(
+                f"sequence {seq.seq_id} has {seq.num_tokens - start} uncomputed tokens; cannot schedule {num_tokens}"
+            )
+        new = tuple(seq.token_ids[start : start + num_tokens])
+        return cls(
+            seq.seq_id, seq.request_id, new, start, (tuple(seq.block_table),), int(start + num_tokens == seq.num_tokens)
+        )
 
 
 @dataclass(frozen=True)
@@ -71,19 +73,28 @@ class ScheduledBatch:
 
     seqs: tuple[ScheduledSeq, ...]
     copies: tuple[BlockCopy, ...] = ()
-    preempted: tuple[int, ...] = ()              # seq ids preempted while the step was made
-    refused: tuple[Refusal, ...] = ()            # requests turned away, for the engine to end
+    preempted: tuple[int, ...] = ()  # seq ids preempted while the step was made
+    refused: tuple[Refusal, ...] = ()  # requests turned away, for the engine to end
 
     @classmethod
-    def of(cls, seqs: Iterable[Sequence], num_scheduled_tokens: Iterable[int],
-           copies: Iterable[BlockCopy] = (), preempted: Iterable[Sequence] = (),
-           refused: Iterable[tuple[Sequence, str]] = ()) -> ScheduledBatch:
+    def of(
+        cls,
+        seqs: Iterable[Sequence],
+        num_scheduled_tokens: Iterable[int],
+        copies: Iterable[BlockCopy] = (),
+        preempted: Iterable[Sequence] = (),
+        refused: Iterable[tuple[Sequence, str]] = (),
+    ) -> ScheduledBatch:
         """The record of live sequences as they stand now, each computing its count of new tokens."""
         seqs, counts = list(seqs), list(num_scheduled_tokens)
         if len(seqs) != len(counts):
             raise ValueError(f"{len(seqs)} sequences but {len(counts)} token counts")
-        return cls(tuple(ScheduledSeq.of(s, n) for s, n in zip(seqs, counts, strict=True)), tuple(copies),
-                   tuple(s.seq_id for s in preempted), tuple(Refusal(s.seq_id, s.request_id, why) for s, why in refused))
+        return cls(
+            tuple(ScheduledSeq.of(s, n) for s, n in zip(seqs, counts, strict=True)),
+            tuple(copies),
+            tuple(s.seq_id for s in preempted),
+            tuple(Refusal(s.seq_id, s.request_id, why) for s, why in refused),
+        )
 
     @property
     def num_scheduled_tokens(self) -> tuple[int, ...]:
@@ -113,7 +124,9 @@ def finish_pass(batch: ScheduledBatch, seqs: Iterable[Sequence], kv_cache_manage
     computed, and newly full blocks cached."""
     for seq, part in zip(seqs, batch.seqs, strict=True):
         if seq.seq_id != part.seq_id or seq.num_computed_tokens != part.start_position:
-            raise ValueError(f"sequence {seq.seq_id} is not the one this batch scheduled at that place "
-                             f"({part.seq_id}, from position {part.start_position})")
+            raise ValueError(
+                f"sequence {seq.seq_id} is not the one this batch scheduled at that place "
+                f"({part.seq_id}, from position {part.start_position})"
+            )
         seq.num_computed_tokens += part.num_new_tokens
         kv_cache_manager.cache_full_blocks(seq)

@@ -47,8 +47,9 @@ class BeamSearchResult:
         return 1 - self.peak_blocks_shared / self.peak_blocks_unshared
 
 
-def _forward(runner: ModelRunner, manager: BlockManager, seqs: list[Sequence],
-             copies: list[BlockCopy] | None = None) -> torch.Tensor:
+def _forward(
+    runner: ModelRunner, manager: BlockManager, seqs: list[Sequence], copies: list[BlockCopy] | None = None
+) -> torch.Tensor:
     """Compute every sequence's uncomputed tokens; logits (len(seqs), vocab) of each last token."""
     batch = ScheduledBatch.of(seqs, [s.num_uncomputed_tokens for s in seqs], copies or ())
     logits = runner.run(batch)
@@ -57,9 +58,15 @@ def _forward(runner: ModelRunner, manager: BlockManager, seqs: list[Sequence],
 
 
 @torch.inference_mode()
-def beam_search(model: Transformer, prompt_ids: list[int], beam_width: int, max_new_tokens: int,
-                block_size: int = 16, num_blocks: int | None = None,
-                block_manager: Callable[[int, int], BlockManager] | None = None) -> BeamSearchResult:
+def beam_search(
+    model: Transformer,
+    prompt_ids: list[int],
+    beam_width: int,
+    max_new_tokens: int,
+    block_size: int = 16,
+    num_blocks: int | None = None,
+    block_manager: Callable[[int, int], BlockManager] | None = None,
+) -> BeamSearchResult:
     """Beam search over a paged pool where beams share blocks (lesson 12); ``block_manager`` is the lab's
     seam (lesson 18): a class called as ``block_manager(num_blocks, block_size)`` in place of KVCacheManager."""
     check_positive_int("beam_width", beam_width)
@@ -98,8 +105,13 @@ def beam_search(model: Transformer, prompt_ids: list[int], beam_width: int, max_
             manager.free(parent)
         beams = survivors
         scores = torch.tensor([b.cumulative_logprob for b in beams], device=model.device)
-    result = BeamSearchResult([b.completion_token_ids for b in beams], scores.tolist(),
-                              peak_shared, max(peak_unshared, 1), getattr(manager, "events", EventLog()))
+    result = BeamSearchResult(
+        [b.completion_token_ids for b in beams],
+        scores.tolist(),
+        peak_shared,
+        max(peak_unshared, 1),
+        getattr(manager, "events", EventLog()),
+    )
     for beam in beams:
         manager.free(beam)
     if manager.num_free_blocks != manager.num_blocks:

@@ -44,8 +44,9 @@ class EngineConfig:
             raise ValueError("give num_blocks or memory_budget, not both")
         check_positive_int("num_blocks", self.num_blocks, optional=True)
         check_positive_int("max_model_len", self.max_model_len, optional=True)
-        if self.eos_token_id is not None and (isinstance(self.eos_token_id, bool)
-                                              or not isinstance(self.eos_token_id, int) or self.eos_token_id < 0):
+        if self.eos_token_id is not None and (
+            isinstance(self.eos_token_id, bool) or not isinstance(self.eos_token_id, int) or self.eos_token_id < 0
+        ):
             raise ValueError(f"eos_token_id must be a token id or None, got {self.eos_token_id!r}")
         check_num_threads(self.num_threads)
         check_fast_paths(self.fast_paths, optional=True)

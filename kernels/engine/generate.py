@@ -127,13 +127,15 @@ def _paged(req: CacheRequest) -> ModelRunningCache:
 
 # The cache modes, a fixed table: importing the course changes no global state. Another cache is a
 # CacheFactory passed as generate(cache=factory), never an entry added here.
-CACHE_MODES: Mapping[str, CacheFactory] = MappingProxyType({
-    "none": _no_cache,
-    "contiguous": _contiguous,
-    "int8": _int8,
-    "sliding": _sliding,
-    "paged": _paged,
-})
+CACHE_MODES: Mapping[str, CacheFactory] = MappingProxyType(
+    {
+        "none": _no_cache,
+        "contiguous": _contiguous,
+        "int8": _int8,
+        "sliding": _sliding,
+        "paged": _paged,
+    }
+)
 
 
 def as_transformer(model: Any, fast_paths: str | None = None) -> Transformer:
@@ -175,16 +177,26 @@ def _eos_ids(eos_token_id: int | list[int] | None, model: Transformer) -> set[in
 def _check_sampling(sampling: SamplingParams) -> None:
     """Refuse settings that generate would otherwise silently ignore."""
     if sampling.max_new_tokens is not None:
-        raise ValueError("generate takes max_new_tokens as its own argument; SamplingParams.max_new_tokens "
-                         "is LLMEngine's budget and would be ignored here")
+        raise ValueError(
+            "generate takes max_new_tokens as its own argument; SamplingParams.max_new_tokens "
+            "is LLMEngine's budget and would be ignored here"
+        )
     if sampling.n != 1:
         raise ValueError(f"generate makes one sample; for n = {sampling.n} samples use LLMEngine")
 
 
-def generate(model: Any, ids: Any, max_new_tokens: int, cache: str | CacheFactory = "contiguous",
-             sampling: SamplingParams | None = None, window: int | None = None,
-             eos_token_id: int | list[int] | None = None, attention: str = "auto",
-             num_threads: int | None = None, fast_paths: str | None = None) -> GenerationResult:
+def generate(
+    model: Any,
+    ids: Any,
+    max_new_tokens: int,
+    cache: str | CacheFactory = "contiguous",
+    sampling: SamplingParams | None = None,
+    window: int | None = None,
+    eos_token_id: int | list[int] | None = None,
+    attention: str = "auto",
+    num_threads: int | None = None,
+    fast_paths: str | None = None,
+) -> GenerationResult:
     """Generate up to max_new_tokens after the prompt `ids` (lessons 02, 05, 06, 16).
 
     cache: "none" reruns the whole sequence every step; "contiguous" keeps K/V; "int8" keeps
@@ -204,8 +216,10 @@ def generate(model: Any, ids: Any, max_new_tokens: int, cache: str | CacheFactor
     if len(prompt) > context:
         raise ValueError(f"the prompt has {len(prompt)} tokens, longer than the model's context of {context}")
     if len(prompt) + max_new_tokens > context:
-        raise ValueError(f"prompt ({len(prompt)}) + max_new_tokens ({max_new_tokens}) exceeds the model's "
-                         f"context of {context} positions; ask for at most {context - len(prompt)} new tokens")
+        raise ValueError(
+            f"prompt ({len(prompt)}) + max_new_tokens ({max_new_tokens}) exceeds the model's "
+            f"context of {context} positions; ask for at most {context - len(prompt)} new tokens"
+        )
     if not callable(cache) and cache not in CACHE_MODES:
         raise ValueError(f"unknown cache {cache!r}; choose one of {sorted(CACHE_MODES)}, or pass a CacheFactory")
     if window is not None and cache != "sliding" and not callable(cache):
@@ -221,8 +235,14 @@ def generate(model: Any, ids: Any, max_new_tokens: int, cache: str | CacheFactor
     return result
 
 
-def _forward(model: Transformer, backend: SequenceCache | ModelRunningCache, buffer: torch.Tensor,
-             positions: torch.Tensor, start: int, end: int) -> torch.Tensor:
+def _forward(
+    model: Transformer,
+    backend: SequenceCache | ModelRunningCache,
+    buffer: torch.Tensor,
+    positions: torch.Tensor,
+    start: int,
+    end: int,
+) -> torch.Tensor:
     """Logits (1, vocab) of token end - 1 after feeding tokens start .. end - 1."""
     if isinstance(backend, ModelRunningCache):
         return backend.forward(buffer[:end].tolist())
@@ -233,8 +253,15 @@ def _forward(model: Transformer, backend: SequenceCache | ModelRunningCache, buf
     return logits
 
 
-def _run(model: Transformer, backend: SequenceCache | ModelRunningCache, prompt: list[int], max_new_tokens: int,
-         sampling: SamplingParams, eos: set[int], window: int | None) -> GenerationResult:
+def _run(
+    model: Transformer,
+    backend: SequenceCache | ModelRunningCache,
+    prompt: list[int],
+    max_new_tokens: int,
+    sampling: SamplingParams,
+    eos: set[int],
+    window: int | None,
+) -> GenerationResult:
     device = model.device
     generator = make_generator(sampling, device)
     weight_bytes = model.weight_bytes_read_per_pass()
@@ -252,12 +279,19 @@ def _run(model: Transformer, backend: SequenceCache | ModelRunningCache, prompt:
             logits = _forward(model, backend, buffer, positions_all, start, length)
             token = int(sample(logits[0], sampling, generator))
             seconds = time.perf_counter() - tic
-            result.stats.append(StepStats(
-                step=step, phase=Phase.PREFILL if step == 0 else Phase.DECODE,
-                num_tokens_processed=length - start, context_len=length,
-                flops=costs.forward_flops(model.config, length - start, length, num_logits=1, window=window),
-                weight_bytes=weight_bytes, kv_cache_bytes=backend.kv_cache_bytes,
-                score_cells=backend.num_score_cells - cells_before, seconds=seconds))
+            result.stats.append(
+                StepStats(
+                    step=step,
+                    phase=Phase.PREFILL if step == 0 else Phase.DECODE,
+                    num_tokens_processed=length - start,
+                    context_len=length,
+                    flops=costs.forward_flops(model.config, length - start, length, num_logits=1, window=window),
+                    weight_bytes=weight_bytes,
+                    kv_cache_bytes=backend.kv_cache_bytes,
+                    score_cells=backend.num_score_cells - cells_before,
+                    seconds=seconds,
+                )
+            )
             result.tokens.append(token)
             buffer[length] = token
             length += 1

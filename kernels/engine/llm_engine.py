@@ -42,15 +42,22 @@ from kvcourse.kernels.model.transformer import Transformer
 class LLMEngine:
     """A small vLLM: paged KV pool, prefix caching, sharing, continuous batching (lessons 08-15)."""
 
-    def __init__(self, model: Transformer, config: EngineConfig | None = None, *,
-                 block_manager: Callable[[int, int], BlockManager] | None = None, eviction: EvictionPolicy | None = None,
-                 scheduling_policy: SchedulingPolicy | None = None) -> None:
+    def __init__(
+        self,
+        model: Transformer,
+        config: EngineConfig | None = None,
+        *,
+        block_manager: Callable[[int, int], BlockManager] | None = None,
+        eviction: EvictionPolicy | None = None,
+        scheduling_policy: SchedulingPolicy | None = None,
+    ) -> None:
         """The engine on ``model``. The three keywords are the labs' seams (lessons 18-20): ``block_manager``
         a class called as ``block_manager(num_blocks, block_size)`` in place of the KVCacheManager (a ``BlockManager``),
         ``eviction`` the prefix cache's eviction policy, ``scheduling_policy`` admission and preemption."""
         if block_manager is not None and eviction is not None:
-            raise ValueError("eviction is a policy of the engine's own KV-cache manager: give block_manager or "
-                             "eviction, not both")
+            raise ValueError(
+                "eviction is a policy of the engine's own KV-cache manager: give block_manager or eviction, not both"
+            )
         self.config = config if config is not None else EngineConfig()
         if self.config.fast_paths is not None:  # on a twin sharing the weights: the caller's model stays as given
             model = model.accelerated(self.config.fast_paths)
@@ -60,17 +67,28 @@ class LLMEngine:
         self.events = EventLog(self.config.max_events)
         self.kv_cache_manager: BlockManager
         if block_manager is None:
-            self.kv_cache_manager = KVCacheManager(self.num_blocks, self.config.block_size,
-                                                   self.config.enable_prefix_caching, self.events, eviction)
+            self.kv_cache_manager = KVCacheManager(
+                self.num_blocks, self.config.block_size, self.config.enable_prefix_caching, self.events, eviction
+            )
         else:
             self.kv_cache_manager = block_manager(self.num_blocks, self.config.block_size)
-        self.eos_token_ids = (frozenset({self.config.eos_token_id}) if self.config.eos_token_id is not None
-                              else frozenset(model.config.eos_token_ids))
-        self.scheduler = Scheduler(self.kv_cache_manager, self.config.max_num_seqs,
-                                   self.config.max_num_batched_tokens, self.max_model_len, self.eos_token_ids,
-                                   scheduling_policy, self.events)
-        self.model_runner = ModelRunner.for_model(model, self.num_blocks, self.config.block_size,
-                                                  self.config.use_triton)
+        self.eos_token_ids = (
+            frozenset({self.config.eos_token_id})
+            if self.config.eos_token_id is not None
+            else frozenset(model.config.eos_token_ids)
+        )
+        self.scheduler = Scheduler(
+            self.kv_cache_manager,
+            self.config.max_num_seqs,
+            self.config.max_num_batched_tokens,
+            self.max_model_len,
+            self.eos_token_ids,
+            scheduling_policy,
+            self.events,
+        )
+        self.model_runner = ModelRunner.for_model(
+            model, self.num_blocks, self.config.block_size, self.config.use_triton
+        )
         self.pool = self.model_runner.pool
         self.requests: dict[int, Request] = {}
         self._ids = itertools.count()
@@ -99,13 +117,17 @@ class LLMEngine:
             return f"n = {params.n} samples exceed max_num_seqs = {self.config.max_num_seqs} running sequences"
         longest = len(ids) + (params.max_new_tokens or 0)  # add_request has replaced a None by the default
         if longest > self.max_model_len:
-            return (f"prompt ({len(ids)}) + max_new_tokens ({params.max_new_tokens}) = {longest} tokens "
-                    f"exceeds the model's context of {self.max_model_len}")
+            return (
+                f"prompt ({len(ids)}) + max_new_tokens ({params.max_new_tokens}) = {longest} tokens "
+                f"exceeds the model's context of {self.max_model_len}"
+            )
         bs = self.config.block_size
         needed = ceil_div(longest, bs)
         if needed > self.num_blocks:
-            return (f"a sequence of {longest} tokens needs {needed} blocks of {bs}, but the whole KV pool "
-                    f"holds {self.num_blocks}: it could never fit, even alone")
+            return (
+                f"a sequence of {longest} tokens needs {needed} blocks of {bs}, but the whole KV pool "
+                f"holds {self.num_blocks}: it could never fit, even alone"
+            )
         return None
 
     def add_request(self, prompt_token_ids: list[int], params: SamplingParams | None = None) -> int:
@@ -125,8 +147,17 @@ class LLMEngine:
         else:
             # One random stream per sample, seeded seed + i: sample i repeats alone (lesson 12).
             generators = [make_generator(params_for_sample(params, i), self.model.device) for i in range(params.n)]
-            seq = Sequence(self.scheduler.next_seq_id(), list(ids), len(ids), self.config.block_size, params,
-                           req.request_id, generators[0], fork_generators=generators[1:], arrival=self.num_steps)
+            seq = Sequence(
+                self.scheduler.next_seq_id(),
+                list(ids),
+                len(ids),
+                self.config.block_size,
+                params,
+                req.request_id,
+                generators[0],
+                fork_generators=generators[1:],
+                arrival=self.num_steps,
+            )
             req.seqs.append(seq)
             self.scheduler.add(seq)
         return req.request_id
@@ -229,13 +260,18 @@ class LLMEngine:
 
     # ---- whole batches -----------------------------------------------------------------------
 
-    def generate(self, prompts: list[list[int]], params: SamplingParams | list[SamplingParams] | None = None,
-                 ) -> list[RequestOutput]:
+    def generate(
+        self,
+        prompts: list[list[int]],
+        params: SamplingParams | list[SamplingParams] | None = None,
+    ) -> list[RequestOutput]:
         """Serve every prompt to the end; results in prompt order, each finished or refused."""
         params_list = params if isinstance(params, list) else [params] * len(prompts)
         if len(params_list) != len(prompts):
-            raise ValueError(f"{len(prompts)} prompts but {len(params_list)} SamplingParams: give one per prompt, "
-                             "or a single SamplingParams for all")
+            raise ValueError(
+                f"{len(prompts)} prompts but {len(params_list)} SamplingParams: give one per prompt, "
+                "or a single SamplingParams for all"
+            )
         ids = [self.add_request(p, sp) for p, sp in zip(prompts, params_list, strict=True)]
         with thread_policy(self.config.num_threads):  # once for the loop: each step then finds it set
             while self.has_unfinished_requests:

@@ -31,18 +31,25 @@ class ModelRunner:
         self.decode_kernel = decode_kernel(pool.k.device, pool.k.dtype, use_triton, in_place=fast)
 
     @classmethod
-    def for_model(cls, model: Transformer, num_blocks: int, block_size: int,
-                  use_triton: bool | None = None) -> ModelRunner:
+    def for_model(
+        cls, model: Transformer, num_blocks: int, block_size: int, use_triton: bool | None = None
+    ) -> ModelRunner:
         """A runner with a fresh, zeroed pool of ``num_blocks`` blocks in the model's dtype and device."""
         mc = model.config
-        pool = KVPool.create(mc.num_layers, num_blocks, block_size, mc.num_kv_heads, mc.head_dim,
-                             dtype=model.dtype, device=model.device)
+        pool = KVPool.create(
+            mc.num_layers, num_blocks, block_size, mc.num_kv_heads, mc.head_dim, dtype=model.dtype, device=model.device
+        )
         return cls(model, pool, use_triton)
 
     def build_metadata(self, batch: ScheduledBatch) -> PagedMetadata:
         """Slots, positions, block tables and context lengths for the batch's scheduled tokens."""
-        return PagedMetadata.build([list(s.block_table) for s in batch.seqs], [s.start_position for s in batch.seqs],
-                                   list(batch.num_scheduled_tokens), self.pool.block_size, self.model.device)
+        return PagedMetadata.build(
+            [list(s.block_table) for s in batch.seqs],
+            [s.start_position for s in batch.seqs],
+            list(batch.num_scheduled_tokens),
+            self.pool.block_size,
+            self.model.device,
+        )
 
     @torch.inference_mode()
     def run(self, batch: ScheduledBatch) -> torch.Tensor:

@@ -23,8 +23,15 @@ DEFAULT_BLOCK_SIZE = 16
 class PagedSequenceCache:
     """A cache whose K/V live in fixed-size blocks found through a block table (lesson 10)."""
 
-    def __init__(self, model: Transformer, max_tokens: int, block_size: int = DEFAULT_BLOCK_SIZE,
-                 scatter: bool = False, seed: int = 0, use_triton: bool | None = None) -> None:
+    def __init__(
+        self,
+        model: Transformer,
+        max_tokens: int,
+        block_size: int = DEFAULT_BLOCK_SIZE,
+        scatter: bool = False,
+        seed: int = 0,
+        use_triton: bool | None = None,
+    ) -> None:
         check_positive_int("max_tokens", max_tokens)
         check_positive_int("block_size", block_size)
         num_blocks = ceil_div(max_tokens, block_size)
@@ -63,7 +70,7 @@ class PagedSequenceCache:
     def forward(self, token_ids: list[int]) -> torch.Tensor:
         """Compute the tokens after the cached ones; logits (1, vocab) of the last token."""
         seq = self.seq
-        if len(token_ids) <= seq.num_computed_tokens or token_ids[:seq.num_tokens] != seq.token_ids:
+        if len(token_ids) <= seq.num_computed_tokens or token_ids[: seq.num_tokens] != seq.token_ids:
             raise ValueError("feed the sequence so far, extended by at least one new token")
         seq.token_ids = list(token_ids)
         if not self.kv_cache_manager.can_append(seq):

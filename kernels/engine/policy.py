@@ -27,15 +27,15 @@ class SeqView:
 
     seq_id: int
     request_id: int | None
-    arrival: int               # the engine step at which its request was added
+    arrival: int  # the engine step at which its request was added
     num_prompt_tokens: int
-    num_tokens: int            # prompt and answer so far
-    num_computed_tokens: int   # tokens whose K/V are in the pool now
+    num_tokens: int  # prompt and answer so far
+    num_computed_tokens: int  # tokens whose K/V are in the pool now
     max_new_tokens: int
-    num_samples: int           # n: a request is admitted with room for all its samples
+    num_samples: int  # n: a request is admitted with room for all its samples
     num_blocks_held: int
-    num_blocks_needed: int     # waiting: free blocks admission takes; running: free blocks its next step takes
-    num_preemptions: int       # how often it has been preempted so far
+    num_blocks_needed: int  # waiting: free blocks admission takes; running: free blocks its next step takes
+    num_preemptions: int  # how often it has been preempted so far
     preempted_this_step: bool  # a sequence preempted in this step cannot be admitted again before the next
 
 

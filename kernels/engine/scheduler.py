@@ -55,9 +55,16 @@ class _Draft:
 class Scheduler:
     """FCFS continuous batching with recompute preemption (lessons 08 and 14)."""
 
-    def __init__(self, kv_cache_manager: BlockManager, max_num_seqs: int, max_num_batched_tokens: int,
-                 max_model_len: int, eos_token_ids: frozenset[int] = frozenset(),
-                 policy: SchedulingPolicy | None = None, events: EventLog | None = None) -> None:
+    def __init__(
+        self,
+        kv_cache_manager: BlockManager,
+        max_num_seqs: int,
+        max_num_batched_tokens: int,
+        max_model_len: int,
+        eos_token_ids: frozenset[int] = frozenset(),
+        policy: SchedulingPolicy | None = None,
+        events: EventLog | None = None,
+    ) -> None:
         self.kv_cache_manager = kv_cache_manager
         self.events = events if events is not None else getattr(kv_cache_manager, "events", None) or EventLog()
         self.policy = policy if policy is not None else FCFSPolicy()
@@ -119,8 +126,7 @@ class Scheduler:
         stop = self._schedule_waiting(draft, budget)
         if not draft.seqs and not draft.preempted and not self.running and self.waiting:
             self._refuse_stuck(stop)  # else no step would ever change anything: the engine would spin
-        batch = ScheduledBatch.of(draft.seqs, draft.num_scheduled_tokens, draft.copies, draft.preempted,
-                                  self.refused)
+        batch = ScheduledBatch.of(draft.seqs, draft.num_scheduled_tokens, draft.copies, draft.preempted, self.refused)
         self.refused, self._in_flight = [], (batch, draft.seqs)
         return batch
 
@@ -157,9 +163,20 @@ class Scheduler:
         count = getattr(manager, "num_blocks_to_allocate" if waiting else "num_blocks_to_append", None)
         # A manager without the count (a learner's, lab A) is read as one without sharing or prefix hits.
         needed = count(seq) if count is not None else seq.num_blocks - len(seq.block_table)
-        return SeqView(seq.seq_id, seq.request_id, seq.arrival, seq.num_prompt_tokens, seq.num_tokens,
-                       seq.num_computed_tokens, seq.params.max_new_tokens or 0, seq.params.n, len(seq.block_table),
-                       needed, seq.num_preemptions, any(seq is p for p in preempted))
+        return SeqView(
+            seq.seq_id,
+            seq.request_id,
+            seq.arrival,
+            seq.num_prompt_tokens,
+            seq.num_tokens,
+            seq.num_computed_tokens,
+            seq.params.max_new_tokens or 0,
+            seq.params.n,
+            len(seq.block_table),
+            needed,
+            seq.num_preemptions,
+            any(seq is p for p in preempted),
+        )
 
     def _victim(self, needy: Sequence, scheduled: list[Sequence]) -> Sequence:
         """The running sequence to preempt for ``needy``: one not given its tokens this step yet, or ``needy``."""
@@ -170,8 +187,10 @@ class Scheduler:
         for seq in candidates:
             if seq.seq_id == choice and not isinstance(choice, bool):
                 return seq
-        raise SchedulingPolicyError(f"choose_victim returned {choice!r}: not the seq_id of a running sequence "
-                                    f"still to run this step (candidates: {[s.seq_id for s in candidates]})")
+        raise SchedulingPolicyError(
+            f"choose_victim returned {choice!r}: not the seq_id of a running sequence "
+            f"still to run this step (candidates: {[s.seq_id for s in candidates]})"
+        )
 
     def _admission(self, preempted: list[Sequence]) -> int | None:
         """The policy's next admission as an index into ``waiting``, after carrying out its refusals."""
@@ -182,12 +201,16 @@ class Scheduler:
             choice = self.policy.choose_admission(views, self.kv_cache_manager.num_free_blocks)
             if isinstance(choice, Refuse):
                 if not isinstance(choice.reason, str) or not choice.reason.strip():
-                    raise SchedulingPolicyError(f"Refuse({choice.index!r}, {choice.reason!r}): a refusal needs a "
-                                                "reason, which the request's output shows")
+                    raise SchedulingPolicyError(
+                        f"Refuse({choice.index!r}, {choice.reason!r}): a refusal needs a "
+                        "reason, which the request's output shows"
+                    )
                 seq = self._waiting_at(choice.index)
                 if seq.num_completion_tokens:
-                    raise SchedulingPolicyError(f"Refuse({choice.index}): sequence {seq.seq_id} has begun its answer "
-                                                "(it was preempted); only a request not started can be refused")
+                    raise SchedulingPolicyError(
+                        f"Refuse({choice.index}): sequence {seq.seq_id} has begun its answer "
+                        "(it was preempted); only a request not started can be refused"
+                    )
                 self._refuse(seq, choice.reason.strip())
                 continue
             if choice is None:
@@ -198,8 +221,10 @@ class Scheduler:
 
     def _waiting_at(self, index: object) -> Sequence:
         if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(self.waiting):
-            raise SchedulingPolicyError(f"choose_admission returned {index!r}: not an index into the "
-                                        f"{len(self.waiting)} waiting sequences (or None, or Refuse)")
+            raise SchedulingPolicyError(
+                f"choose_admission returned {index!r}: not an index into the "
+                f"{len(self.waiting)} waiting sequences (or None, or Refuse)"
+            )
         return self.waiting[index]
 
     def _refuse(self, seq: Sequence, reason: str) -> None:
@@ -222,22 +247,32 @@ class Scheduler:
         while self.waiting and budget > 0:
             index = self._admission(batch.preempted)
             if index is None:
-                return None, (f"the scheduling policy admitted none of the {len(self.waiting)} waiting sequences "
-                              f"({self.kv_cache_manager.num_free_blocks} blocks free)")
+                return None, (
+                    f"the scheduling policy admitted none of the {len(self.waiting)} waiting sequences "
+                    f"({self.kv_cache_manager.num_free_blocks} blocks free)"
+                )
             seq = self.waiting[index]
             if self.num_reserved_seqs + 1 + seq.num_pending_forks > self.max_num_seqs:
-                return seq, (f"its {1 + seq.num_pending_forks} sequences and the {self.num_reserved_seqs} reserved "
-                             f"exceed max_num_seqs = {self.max_num_seqs}")
+                return seq, (
+                    f"its {1 + seq.num_pending_forks} sequences and the {self.num_reserved_seqs} reserved "
+                    f"exceed max_num_seqs = {self.max_num_seqs}"
+                )
             if seq in batch.preempted:
                 return seq, f"sequence {seq.seq_id} was preempted this step"
             if not self.kv_cache_manager.can_allocate(seq):
                 manager = self.kv_cache_manager  # the choice does not fit this step: admissions end here
-                return seq, short_of_blocks(seq.seq_id, self.view(seq).num_blocks_needed, manager.num_free_blocks,
-                                            manager.num_blocks, bool(self.running))
+                return seq, short_of_blocks(
+                    seq.seq_id,
+                    self.view(seq).num_blocks_needed,
+                    manager.num_free_blocks,
+                    manager.num_blocks,
+                    bool(self.running),
+                )
             del self.waiting[index]
             self.kv_cache_manager.allocate(seq)
-            self.events.record(EventKind.ADMIT, seq.seq_id,
-                               detail=f"{seq.num_cached_tokens} tokens from the prefix cache")
+            self.events.record(
+                EventKind.ADMIT, seq.seq_id, detail=f"{seq.num_cached_tokens} tokens from the prefix cache"
+            )
             self._run(seq)
             batch.add(seq, min(seq.num_uncomputed_tokens, budget))
             budget -= batch.num_scheduled_tokens[-1]
@@ -267,8 +302,10 @@ class Scheduler:
     def _fork(self, parent: Sequence, num_children: int) -> list[Sequence]:
         """Parallel sampling: after the prompt, children share the parent's blocks (lesson 12)."""
         if len(parent.fork_generators) != num_children:
-            raise ValueError(f"sequence {parent.seq_id} has {len(parent.fork_generators)} generators "
-                             f"for {num_children} samples to fork")
+            raise ValueError(
+                f"sequence {parent.seq_id} has {len(parent.fork_generators)} generators "
+                f"for {num_children} samples to fork"
+            )
         children = []
         for generator in parent.fork_generators:
             child = parent.fork(self.next_seq_id(), list(parent.token_ids), generator)

@@ -66,7 +66,7 @@ class Sequence:
 
     @property
     def completion_token_ids(self) -> list[int]:
-        return self.token_ids[self.num_prompt_tokens:]
+        return self.token_ids[self.num_prompt_tokens :]
 
     @property
     def num_blocks(self) -> int:
@@ -84,7 +84,7 @@ class Sequence:
 
     def block_tokens(self, index: int) -> list[int]:
         """The token ids held by logical block ``index``."""
-        return self.token_ids[index * self.block_size:(index + 1) * self.block_size]
+        return self.token_ids[index * self.block_size : (index + 1) * self.block_size]
 
     def slot(self, position: int) -> int:
         """The pool slot (physical block * block_size + offset) that holds token ``position``."""
@@ -93,5 +93,13 @@ class Sequence:
     def fork(self, seq_id: int, token_ids: list[int], generator: torch.Generator | None = None) -> Sequence:
         """A sibling with the same prompt, params and request, drawing from ``generator``; it gets
         blocks from the manager's fork."""
-        return Sequence(seq_id, token_ids, self.num_prompt_tokens, self.block_size, self.params,
-                        self.request_id, generator, arrival=self.arrival)
+        return Sequence(
+            seq_id,
+            token_ids,
+            self.num_prompt_tokens,
+            self.block_size,
+            self.params,
+            self.request_id,
+            generator,
+            arrival=self.arrival,
+        )

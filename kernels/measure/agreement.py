@@ -62,8 +62,12 @@ def all_logits(model: Transformer, ids: Sequence[int], cache: str = "none") -> t
         return model(tokens, positions, backend).float()
 
 
-def next_token_agreement(reference: Transformer | Sequence[torch.Tensor], changed: Transformer,
-                         texts: Sequence[Sequence[int]], cache: str = "none") -> Agreement:
+def next_token_agreement(
+    reference: Transformer | Sequence[torch.Tensor],
+    changed: Transformer,
+    texts: Sequence[Sequence[int]],
+    cache: str = "none",
+) -> Agreement:
     """At every position of every text: does ``changed`` (its K/V kept as ``cache`` says) rank first
     the token that ``reference`` ranks first? And the mean KL divergence between their predictions.
 

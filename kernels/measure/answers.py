@@ -30,10 +30,13 @@ def match_answers(first: Sequence[Sequence[int]], second: Sequence[Sequence[int]
     if len(first) != len(second):
         raise ValueError(f"{len(first)} answers against {len(second)}: compare the same prompts")
     same_tokens = sum(x == y for a, b in zip(first, second, strict=True) for x, y in zip(a, b, strict=False))
-    return AnswerMatch(same_answers=sum(list(a) == list(b) for a, b in zip(first, second, strict=True)),
-                       num_answers=len(first), same_tokens=same_tokens,
-                       num_tokens=sum(max(len(a), len(b)) for a, b in zip(first, second, strict=True)),
-                       first_difference=tuple(_differs_at(a, b) for a, b in zip(first, second, strict=True)))
+    return AnswerMatch(
+        same_answers=sum(list(a) == list(b) for a, b in zip(first, second, strict=True)),
+        num_answers=len(first),
+        same_tokens=same_tokens,
+        num_tokens=sum(max(len(a), len(b)) for a, b in zip(first, second, strict=True)),
+        first_difference=tuple(_differs_at(a, b) for a, b in zip(first, second, strict=True)),
+    )
 
 
 def _differs_at(a: Sequence[int], b: Sequence[int]) -> int:

@@ -16,17 +16,19 @@ from kvcourse.kernels import costs
 from kvcourse.kernels.model.config import ModelConfig
 
 
-def step_table(rounds: list[dict[int, float]], config: ModelConfig, context: int,
-               bytes_per_value: int) -> pd.DataFrame:
+def step_table(rounds: list[dict[int, float]], config: ModelConfig, context: int, bytes_per_value: int) -> pd.DataFrame:
     """One row per batch size: the cost model's bytes and FLOPs, the fastest and median step, tokens/s."""
     batches = sorted(rounds[0])
     rows = {}
     for b in batches:
         times = [r[b] for r in rounds]
-        rows[b] = {"MB read": costs.decode_step_bytes(config, b, context, bytes_per_value) / 1e6,
-                   "GFLOP": costs.decode_step_flops(config, b, context) / 1e9,
-                   "fastest ms": min(times) * 1e3, "median ms": statistics.median(times) * 1e3,
-                   "tokens/s": b / min(times)}
+        rows[b] = {
+            "MB read": costs.decode_step_bytes(config, b, context, bytes_per_value) / 1e6,
+            "GFLOP": costs.decode_step_flops(config, b, context) / 1e9,
+            "fastest ms": min(times) * 1e3,
+            "median ms": statistics.median(times) * 1e3,
+            "tokens/s": b / min(times),
+        }
     table = pd.DataFrame.from_dict(rows, orient="index").round(2)
     table.index.name = "batch"
     return table
@@ -53,6 +55,8 @@ def with_roofline(table: pd.DataFrame) -> pd.DataFrame:
 def cap_table(caps: dict[int, int], tokens_per_second: dict[int, float]) -> pd.DataFrame:
     """For each context length: the most sequences the pool holds, and the sweep's tokens/s at that batch."""
     measured = {c: f"{tokens_per_second[b]:.1f}" if b in tokens_per_second else "not timed" for c, b in caps.items()}
-    table = pd.DataFrame({"most sequences at once = tokens per step": caps, "tokens/s measured at that batch": measured})
+    table = pd.DataFrame(
+        {"most sequences at once = tokens per step": caps, "tokens/s measured at that batch": measured}
+    )
     table.index.name = "tokens each"
     return table

@@ -21,10 +21,16 @@ import torch
 
 def sweep_table(sweep: Mapping[int, Any]) -> pd.DataFrame:
     """One row per block size: % of busy memory without a token, % in empty tails, table entries, allocations."""
-    rows = [{"block size": size, "no token (%)": round(100 * p.waste, 1),
-             "empty tails (%)": round(100 * p.tail_waste, 1),
-             "entries per table": round(p.mean_table_len, 1), "allocations": p.num_allocations}
-            for size, p in sweep.items()]
+    rows = [
+        {
+            "block size": size,
+            "no token (%)": round(100 * p.waste, 1),
+            "empty tails (%)": round(100 * p.tail_waste, 1),
+            "entries per table": round(p.mean_table_len, 1),
+            "allocations": p.num_allocations,
+        }
+        for size, p in sweep.items()
+    ]
     return pd.DataFrame(rows).set_index("block size")
 
 
@@ -33,8 +39,14 @@ def timing_table(seconds: Mapping[int, Sequence[float]]) -> pd.DataFrame:
     rows = []
     for size, times in seconds.items():
         q1, median, q3 = statistics.quantiles([1e3 * t for t in times], n=4)
-        rows.append({"block size": size, "median (ms)": round(median, 3), "25th pct (ms)": round(q1, 3),
-                     "75th pct (ms)": round(q3, 3)})
+        rows.append(
+            {
+                "block size": size,
+                "median (ms)": round(median, 3),
+                "25th pct (ms)": round(q1, 3),
+                "75th pct (ms)": round(q3, 3),
+            }
+        )
     return pd.DataFrame(rows).set_index("block size")
 
 
@@ -67,8 +79,11 @@ def decode_kernels(dtype: torch.dtype) -> tuple[dict[str, Callable[..., torch.Te
     return kernels, why
 
 
-def time_kernels(kernels: Mapping[str, Callable[..., Any]], inputs: Mapping[int, tuple], rounds: int,
-                 ) -> dict[str, pd.DataFrame]:
+def time_kernels(
+    kernels: Mapping[str, Callable[..., Any]],
+    inputs: Mapping[int, tuple],
+    rounds: int,
+) -> dict[str, pd.DataFrame]:
     """kernel name -> ``timing_table`` of its CPU time per call on each block size's inputs.
 
     Rounds are interleaved (every kernel on every block size, then again), so a busy moment of the

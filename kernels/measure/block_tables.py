@@ -30,8 +30,15 @@ class BlockTableWatch:
         for request in engine.requests.values():
             seq = request.seqs[0]
             table = list(seq.block_table)
-            self.rows.append({"step": engine.num_steps, "request": request.request_id,
-                              "stored": seq.num_computed_tokens, "blocks": len(table), "table": table})
+            self.rows.append(
+                {
+                    "step": engine.num_steps,
+                    "request": request.request_id,
+                    "stored": seq.num_computed_tokens,
+                    "blocks": len(table),
+                    "table": table,
+                }
+            )
             if table:
                 self.last_blocks[request.request_id] = table
             if request.is_done and self.first_done is None:
@@ -52,9 +59,16 @@ class BlockTableWatch:
         for rid, request in engine.requests.items():
             last = holding[holding["request"] == rid].iloc[-1]
             out = request.output()
-            rows.append({"request": rid, "prompt tokens": len(request.prompt_token_ids),
-                         "answer tokens": len(out.tokens), "stopped by": out.finish_reasons[0],
-                         "last seen storing": int(last["stored"]), "in blocks": int(last["blocks"])})
+            rows.append(
+                {
+                    "request": rid,
+                    "prompt tokens": len(request.prompt_token_ids),
+                    "answer tokens": len(out.tokens),
+                    "stopped by": out.finish_reasons[0],
+                    "last seen storing": int(last["stored"]),
+                    "in blocks": int(last["blocks"]),
+                }
+            )
         return pd.DataFrame(rows).set_index("request")
 
     def next_holders(self, blocks: list[int], after_step: int) -> pd.DataFrame:

@@ -48,8 +48,15 @@ def turn_table(kept: Sequence[Turn], fresh: Sequence[Turn]) -> pd.DataFrame:
     """One row per turn: prompt tokens, then tokens computed and seconds to the first word, cache kept vs fresh start."""
     if len(kept) != len(fresh):
         raise ValueError(f"kept and fresh must cover the same turns, got {len(kept)} and {len(fresh)}")
-    rows = [{"turn": i, "prompt tokens": k.prompt_tokens,
-             "cache kept: computed": k.computed, "cache kept: s to first word": round(k.seconds_to_first_token, 2),
-             "fresh start: computed": f.computed, "fresh start: s to first word": round(f.seconds_to_first_token, 2)}
-            for i, (k, f) in enumerate(zip(kept, fresh, strict=True), start=1)]
+    rows = [
+        {
+            "turn": i,
+            "prompt tokens": k.prompt_tokens,
+            "cache kept: computed": k.computed,
+            "cache kept: s to first word": round(k.seconds_to_first_token, 2),
+            "fresh start: computed": f.computed,
+            "fresh start: s to first word": round(f.seconds_to_first_token, 2),
+        }
+        for i, (k, f) in enumerate(zip(kept, fresh, strict=True), start=1)
+    ]
     return pd.DataFrame(rows).set_index("turn")

@@ -50,8 +50,9 @@ class _Decoding:
         return seconds, self.cache.num_score_cells - cells, self.cache.kv_cache_bytes
 
 
-def decode_growth(model: Transformer, token_ids: Sequence[int], positions: Sequence[int],
-                  num_steps: int = 6) -> pd.DataFrame:
+def decode_growth(
+    model: Transformer, token_ids: Sequence[int], positions: Sequence[int], num_steps: int = 6
+) -> pd.DataFrame:
     """One row per position p (a p-token prompt, ``token_ids[:p]``), for the decode steps that follow it.
 
     ``kv_bytes_read``: the K and V of the p + 1 tokens the first decode step's attention goes over;
@@ -71,10 +72,17 @@ def decode_growth(model: Transformer, token_ids: Sequence[int], positions: Seque
     for i, p in enumerate(positions):
         seconds = pd.Series([round_[i][0] for round_ in steps])
         _, cells, kv_bytes = steps[0][i]  # the first decode step after the prompt: position p
-        rows.append({"position": p, "kv_bytes_read": kv_bytes, "attention_flops": 4 * config.head_dim * cells,
-                     "weight_bytes_read": model.weight_bytes_read_per_pass(),
-                     "step_flops": costs.forward_flops(config, 1, p + 1, num_logits=1),
-                     "ms_fastest": 1e3 * seconds.min(), "ms_median": 1e3 * seconds.median()})
+        rows.append(
+            {
+                "position": p,
+                "kv_bytes_read": kv_bytes,
+                "attention_flops": 4 * config.head_dim * cells,
+                "weight_bytes_read": model.weight_bytes_read_per_pass(),
+                "step_flops": costs.forward_flops(config, 1, p + 1, num_logits=1),
+                "ms_fastest": 1e3 * seconds.min(),
+                "ms_median": 1e3 * seconds.median(),
+            }
+        )
     return pd.DataFrame(rows).set_index("position")
 
 
@@ -86,14 +94,16 @@ def growth_ratios(table: pd.DataFrame) -> pd.DataFrame:
 
 def readable(table: pd.DataFrame) -> pd.DataFrame:
     """``decode_growth``'s table in MB, MFLOP and ms, for showing."""
-    return pd.DataFrame({
-        "K and V read (MB)": table["kv_bytes_read"] / 1e6,
-        "attention (MFLOP)": table["attention_flops"] / 1e6,
-        "weights read (MB)": table["weight_bytes_read"] / 1e6,
-        "whole step (MFLOP)": table["step_flops"] / 1e6,
-        "fastest step (ms)": table["ms_fastest"],
-        "median step (ms)": table["ms_median"],
-    }).round(1)
+    return pd.DataFrame(
+        {
+            "K and V read (MB)": table["kv_bytes_read"] / 1e6,
+            "attention (MFLOP)": table["attention_flops"] / 1e6,
+            "weights read (MB)": table["weight_bytes_read"] / 1e6,
+            "whole step (MFLOP)": table["step_flops"] / 1e6,
+            "fastest step (ms)": table["ms_fastest"],
+            "median step (ms)": table["ms_median"],
+        }
+    ).round(1)
 
 
 def time_verdict(table: pd.DataFrame) -> str:

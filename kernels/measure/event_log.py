@@ -52,12 +52,25 @@ def request_stories(engine: LLMEngine) -> list[RequestStory]:
         admitted, preempted = steps.get(EventKind.ADMIT, []), steps.get(EventKind.PREEMPT, [])
         prompt = len(request.prompt_token_ids)
         # Tokens written by each preemption: one per step since each admission, counted over all of them.
-        written = list(itertools.accumulate(p - a for a, p in zip(admitted, preempted, strict=False)))  # the last admission may run to the end
+        written = list(
+            itertools.accumulate(p - a for a, p in zip(admitted, preempted, strict=False))
+        )  # the last admission may run to the end
         recomputed = sum(prompt + w - 1 for w in written)
         finished = steps.get(EventKind.FINISH, [None])[-1]
         reason = "refused" if out.refusal else (out.finish_reasons[0] if out.finish_reasons else "")
-        stories.append(RequestStory(rid, prompt, tuple(admitted), tuple(preempted), finished, reason,
-                                    out.refusal, tuple(out.tokens), recomputed))
+        stories.append(
+            RequestStory(
+                rid,
+                prompt,
+                tuple(admitted),
+                tuple(preempted),
+                finished,
+                reason,
+                out.refusal,
+                tuple(out.tokens),
+                recomputed,
+            )
+        )
     return stories
 
 
@@ -68,8 +81,13 @@ def occupancy(engine: LLMEngine) -> tuple[list[int], list[int], list[int]]:
     """
     num_steps = engine.num_steps
     blocks, running, done = [0] * num_steps, [0] * num_steps, [0] * num_steps
-    moves = {EventKind.ALLOCATE: (blocks, 1), EventKind.FREE: (blocks, -1), EventKind.ADMIT: (running, 1),
-             EventKind.PREEMPT: (running, -1), EventKind.FINISH: (running, -1)}
+    moves = {
+        EventKind.ALLOCATE: (blocks, 1),
+        EventKind.FREE: (blocks, -1),
+        EventKind.ADMIT: (running, 1),
+        EventKind.PREEMPT: (running, -1),
+        EventKind.FINISH: (running, -1),
+    }
     for event in engine.events.events:
         if event.kind in moves:
             series, sign = moves[event.kind]

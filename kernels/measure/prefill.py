@@ -25,9 +25,13 @@ def prefill_table(rounds: list[dict[int, tuple[float, float]]], config: ModelCon
     for n in sorted(rounds[0]):
         prefill = min(r[n][0] for r in rounds)
         flops = costs.forward_flops(config, n, n, num_logits=1)
-        rows[n] = {"prefill s": prefill, "ms per prompt token": prefill / n * 1e3, "GFLOP": flops / 1e9,
-                   "attention share": f"{attention_flops(config, n) / flops:.0%}",
-                   "next token ms": min(r[n][1] for r in rounds) * 1e3}
+        rows[n] = {
+            "prefill s": prefill,
+            "ms per prompt token": prefill / n * 1e3,
+            "GFLOP": flops / 1e9,
+            "attention share": f"{attention_flops(config, n) / flops:.0%}",
+            "next token ms": min(r[n][1] for r in rounds) * 1e3,
+        }
     table = pd.DataFrame.from_dict(rows, orient="index").round(2)
     table.index.name = "prompt tokens"
     return table
@@ -37,5 +41,6 @@ def flops_split(config: ModelConfig, lengths: list[int]) -> pd.DataFrame:
     """The cost model's prefill GFLOP for each prompt length: attention, and everything else."""
     attention = {n: attention_flops(config, n) / 1e9 for n in lengths}
     rest = {n: costs.forward_flops(config, n, n, num_logits=1) / 1e9 - attention[n] for n in lengths}
-    return pd.DataFrame({"attention (grows with the square)": attention,
-                         "everything else (grows like the length)": rest})
+    return pd.DataFrame(
+        {"attention (grows with the square)": attention, "everything else (grows like the length)": rest}
+    )

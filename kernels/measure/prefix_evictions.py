@@ -34,8 +34,10 @@ def _holders(engine: LLMEngine) -> tuple[dict[int, int], list[tuple[int, int, in
 def evictions(engine: LLMEngine, names: Sequence[str]) -> pd.DataFrame:
     """One row per evicted block, in order: the visit (from 1) that took it, and whose cached prefix it held."""
     _, evicted = _holders(engine)
-    rows = [{"taken by visit": taker + 1, "block": block, "held the prefix of": names[held],
-             "cached by visit": held + 1} for taker, block, held in evicted]
+    rows = [
+        {"taken by visit": taker + 1, "block": block, "held the prefix of": names[held], "cached by visit": held + 1}
+        for taker, block, held in evicted
+    ]
     return pd.DataFrame(rows, columns=["taken by visit", "block", "held the prefix of", "cached by visit"])
 
 
@@ -44,10 +46,18 @@ def visit_table(names: Sequence[str], outputs: Sequence[Any], evicted: pd.DataFr
     rows = []
     for number, (name, out) in enumerate(zip(names, outputs, strict=True), start=1):
         taken = evicted[evicted["taken by visit"] == number]
-        what = [f"block {b} ({who}, visit {v})" for b, who, v in
-                zip(taken["block"], taken["held the prefix of"], taken["cached by visit"], strict=True)]
-        rows.append({"visit": number, "who": name, "tokens reused": out.num_cached_tokens,
-                     "evicted": ", ".join(what) or "nothing"})
+        what = [
+            f"block {b} ({who}, visit {v})"
+            for b, who, v in zip(taken["block"], taken["held the prefix of"], taken["cached by visit"], strict=True)
+        ]
+        rows.append(
+            {
+                "visit": number,
+                "who": name,
+                "tokens reused": out.num_cached_tokens,
+                "evicted": ", ".join(what) or "nothing",
+            }
+        )
     return pd.DataFrame(rows).set_index("visit")
 
 

@@ -72,8 +72,13 @@ class TraceServer:
     it; only the engine's steps are timed.
     """
 
-    def __init__(self, engine: LLMEngine, trace: list[TraceRequest], prompts: list[list[int]],
-                 start_steps: list[int] | None = None) -> None:
+    def __init__(
+        self,
+        engine: LLMEngine,
+        trace: list[TraceRequest],
+        prompts: list[list[int]],
+        start_steps: list[int] | None = None,
+    ) -> None:
         starts = start_steps if start_steps is not None else [r.arrival_step for r in trace]
         if len(starts) != len(trace) or len(prompts) != len(trace):
             raise ValueError("one prompt and one start step per request")
@@ -109,8 +114,9 @@ class TraceServer:
         return ServedTrace(list(self.batch_per_step), sum(len(r.tokens) for r in results), self.seconds)
 
 
-def serve_trace(engine: LLMEngine, trace: list[TraceRequest], prompts: list[list[int]],
-                start_steps: list[int] | None = None) -> ServedTrace:
+def serve_trace(
+    engine: LLMEngine, trace: list[TraceRequest], prompts: list[list[int]], start_steps: list[int] | None = None
+) -> ServedTrace:
     """Serve the whole trace on one engine (see TraceServer)."""
     server = TraceServer(engine, trace, prompts, start_steps)
     while not server.done:

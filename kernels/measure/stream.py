@@ -40,8 +40,9 @@ class PolicyRound:
         return self.paged.tokens_per_second / self.reserved.tokens_per_second
 
 
-def serve_both(model: Transformer, trace: list[TraceRequest], prompts: list[list[int]], pool_blocks: int,
-               block_size: int) -> PolicyRound:
+def serve_both(
+    model: Transformer, trace: list[TraceRequest], prompts: list[list[int]], pool_blocks: int, block_size: int
+) -> PolicyRound:
     """One round on fresh engines: paging on ``pool_blocks`` blocks; reservation's admissions on the same slots.
 
     The engine cannot reserve, so lesson 09's reservation replay decides when each request starts,
@@ -51,8 +52,9 @@ def serve_both(model: Transformer, trace: list[TraceRequest], prompts: list[list
     roomy = sum(math.ceil(r.final_len / block_size) for r in trace)  # blocks for every request at once
     paged_engine = LLMEngine(model, EngineConfig(block_size=block_size, num_blocks=pool_blocks))
     reserving_engine = LLMEngine(model, EngineConfig(block_size=block_size, num_blocks=roomy))
-    paged, reserved = serve_interleaved([TraceServer(paged_engine, trace, prompts),
-                                         TraceServer(reserving_engine, trace, prompts, starts)])
+    paged, reserved = serve_interleaved(
+        [TraceServer(paged_engine, trace, prompts), TraceServer(reserving_engine, trace, prompts, starts)]
+    )
     return PolicyRound(paged, reserved)
 
 
@@ -62,20 +64,29 @@ def counts_table(served: PolicyRound, trace: list[TraceRequest], pool_blocks: in
     "pool holding tokens" is the replays' utilisation (lessons 09 and 11): the share of the pool's
     slot-steps under demand that held a real token.
     """
-    replays = {"reservation": ReservationReplay(trace, pool_blocks * block_size).run(),
-               "paging": PagingReplay(trace, pool_blocks, block_size).run()}
+    replays = {
+        "reservation": ReservationReplay(trace, pool_blocks * block_size).run(),
+        "paging": PagingReplay(trace, pool_blocks, block_size).run(),
+    }
     rows = {}
     for name, run in (("reservation", served.reserved), ("paging", served.paged)):
-        rows[name] = {"steps": run.num_steps, "tokens": run.num_tokens,
-                      "tokens per step": run.num_tokens / run.num_steps,  # = sequences per step, on average
-                      "most sequences in a step": run.max_batch,
-                      "pool holding tokens": f"{replays[name].utilisation:.0%}"}
+        rows[name] = {
+            "steps": run.num_steps,
+            "tokens": run.num_tokens,
+            "tokens per step": run.num_tokens / run.num_steps,  # = sequences per step, on average
+            "most sequences in a step": run.max_batch,
+            "pool holding tokens": f"{replays[name].utilisation:.0%}",
+        }
     return pd.DataFrame.from_dict(rows, orient="index").round(2)
 
 
 def rounds_table(rounds: list[PolicyRound]) -> pd.DataFrame:
     """One row per round: both policies' tokens per second and their ratio."""
-    return pd.DataFrame({"paging tokens/s": [r.paged.tokens_per_second for r in rounds],
-                         "reservation tokens/s": [r.reserved.tokens_per_second for r in rounds],
-                         "ratio": [r.ratio for r in rounds]},
-                        index=pd.RangeIndex(1, len(rounds) + 1, name="round")).round(2)
+    return pd.DataFrame(
+        {
+            "paging tokens/s": [r.paged.tokens_per_second for r in rounds],
+            "reservation tokens/s": [r.reserved.tokens_per_second for r in rounds],
+            "ratio": [r.ratio for r in rounds],
+        },
+        index=pd.RangeIndex(1, len(rounds) + 1, name="round"),
+    ).round(2)

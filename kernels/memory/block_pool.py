@@ -57,8 +57,7 @@ class BlockPoolInvariantError(AssertionError):
 class BlockPool:
     """Hands out physical blocks, counts their holders and remembers cached prefixes (lessons 11-13)."""
 
-    def __init__(self, num_blocks: int, events: EventLog | None = None,
-                 eviction: EvictionPolicy | None = None) -> None:
+    def __init__(self, num_blocks: int, events: EventLog | None = None, eviction: EvictionPolicy | None = None) -> None:
         check_positive_int("num_blocks", num_blocks)
         self.num_blocks = num_blocks
         self.events = events if events is not None else EventLog()
@@ -67,8 +66,8 @@ class BlockPool:
         self._free_queue: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))  # coldest first
         self._block_of_hash: dict[bytes, int] = {}
         self._cached: dict[int, CachedBlock] = {}
-        self._children: dict[bytes, int] = {}    # cached blocks per parent hash
-        self._clock = 0                          # ticks on every free and every prefix hit
+        self._children: dict[bytes, int] = {}  # cached blocks per parent hash
+        self._clock = 0  # ticks on every free and every prefix hit
         self._last_used = [0] * num_blocks
         self._hits = [0] * num_blocks
 
@@ -109,9 +108,18 @@ class BlockPool:
 
     def eviction_candidates(self) -> list[EvictionCandidate]:
         """Every free block that caches a prefix, in the queue's order (least recently freed first)."""
-        return [EvictionCandidate(b, self._last_used[b], entry.cached_at, self._hits[b], entry.depth,
-                                  self._children.get(entry.block_hash, 0) > 0)
-                for b in self._free_queue if (entry := self._cached.get(b)) is not None]
+        return [
+            EvictionCandidate(
+                b,
+                self._last_used[b],
+                entry.cached_at,
+                self._hits[b],
+                entry.depth,
+                self._children.get(entry.block_hash, 0) > 0,
+            )
+            for b in self._free_queue
+            if (entry := self._cached.get(b)) is not None
+        ]
 
     def _policy_choice(self, policy: EvictionPolicy) -> int:
         # By block id: the policy decides from what it is told of each block, not from the queue's order.
@@ -177,8 +185,9 @@ class BlockPool:
         self._last_used[block_id] = self._clock
         self._hits[block_id] += 1
 
-    def cache_block(self, block_id: int, h: bytes, token_ids: list[int], parent: bytes | None = None,
-                    depth: int = 0) -> bool:
+    def cache_block(
+        self, block_id: int, h: bytes, token_ids: list[int], parent: bytes | None = None, depth: int = 0
+    ) -> bool:
         """Register a full, computed, held block (``parent`` is the hash of the block before it, ``depth``
         its index in the prefix); False when an equal block is already cached."""
         if h in self._block_of_hash or block_id in self._cached:

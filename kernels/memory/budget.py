@@ -32,8 +32,7 @@ class MemoryBudget:
             )
 
     @classmethod
-    def for_model(cls, config: Any, total_bytes: int, bytes_per_value: int = 2,
-                  reserve_bytes: int = 0) -> MemoryBudget:
+    def for_model(cls, config: Any, total_bytes: int, bytes_per_value: int = 2, reserve_bytes: int = 0) -> MemoryBudget:
         """The weights' bytes come from the model's own parameter count."""
         return cls(total_bytes, costs.weight_bytes(config, bytes_per_value), reserve_bytes)
 

@@ -56,8 +56,7 @@ class EventLog:
             raise ValueError(f"max_events must be an integer >= 0, got {self.max_events!r}")
         self.events = deque(maxlen=self.max_events)
 
-    def record(self, kind: EventKind, seq_id: int | None = None, block_id: int | None = None,
-               detail: str = "") -> None:
+    def record(self, kind: EventKind, seq_id: int | None = None, block_id: int | None = None, detail: str = "") -> None:
         """Count one event and keep it, stamped with the current step (the oldest falls off when full)."""
         self._counts[kind.value] += 1
         if self.max_events:

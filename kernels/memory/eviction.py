@@ -32,10 +32,10 @@ class EvictionCandidate:
     """
 
     block_id: int
-    last_used: int            # the tick at which it was last freed or found (a prefix hit)
-    cached_at: int            # the tick at which it entered the prefix cache
-    num_hits: int             # prefix hits on it since it was cached
-    depth: int                # its place in its prefix: 0 for a prompt's first block
+    last_used: int  # the tick at which it was last freed or found (a prefix hit)
+    cached_at: int  # the tick at which it entered the prefix cache
+    num_hits: int  # prefix hits on it since it was cached
+    depth: int  # its place in its prefix: 0 for a prompt's first block
     has_cached_children: bool  # a block that extends this prefix is still cached
 
 
@@ -65,12 +65,16 @@ def rejection(choice: object, candidates: list[EvictionCandidate], ref_counts: l
     if choice in by_id:
         tail = next((c.block_id for c in candidates if not c.has_cached_children), None)
         if by_id[choice].has_cached_children and tail is not None:
-            return (f"block {choice} is the parent of a block still cached: evicting it breaks the hash chain "
-                    f"(the child could never be found again) while block {tail}, a tail, could go; evict from "
-                    "the tail of a prefix")
+            return (
+                f"block {choice} is the parent of a block still cached: evicting it breaks the hash chain "
+                f"(the child could never be found again) while block {tail}, a tail, could go; evict from "
+                "the tail of a prefix"
+            )
         return None
     if not 0 <= choice < len(ref_counts):
         return f"block {choice} does not exist: the pool holds blocks 0 to {len(ref_counts) - 1}"
     if ref_counts[choice] > 0:
-        return f"block {choice} is in use ({ref_counts[choice]} block table(s) hold it): only free blocks can be evicted"
+        return (
+            f"block {choice} is in use ({ref_counts[choice]} block table(s) hold it): only free blocks can be evicted"
+        )
     return f"block {choice} caches nothing: it is not among the {len(candidates)} candidates"

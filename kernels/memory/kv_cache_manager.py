@@ -20,8 +20,14 @@ class KVCacheManager:
     """Maps sequences to physical blocks, with sharing and prefix caching (lessons 10-13): the engine's
     ``BlockManager`` (block_manager.py)."""
 
-    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = False,
-                 events: EventLog | None = None, eviction: EvictionPolicy | None = None) -> None:
+    def __init__(
+        self,
+        num_blocks: int,
+        block_size: int,
+        enable_prefix_caching: bool = False,
+        events: EventLog | None = None,
+        eviction: EvictionPolicy | None = None,
+    ) -> None:
         check_positive_int("block_size", block_size)
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching

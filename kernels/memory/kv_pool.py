@@ -23,8 +23,16 @@ class KVPool:
     v: torch.Tensor
 
     @classmethod
-    def create(cls, num_layers: int, num_blocks: int, block_size: int, num_kv_heads: int, head_dim: int,
-               dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu") -> KVPool:
+    def create(
+        cls,
+        num_layers: int,
+        num_blocks: int,
+        block_size: int,
+        num_kv_heads: int,
+        head_dim: int,
+        dtype: torch.dtype = torch.float32,
+        device: str | torch.device = "cpu",
+    ) -> KVPool:
         shape = (num_layers, num_blocks, block_size, num_kv_heads, head_dim)
         return cls(torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
 

@@ -41,9 +41,7 @@ LAYOUTS_2026: dict[str, CacheLayout] = {
 }
 
 # The full-attention models of 2023 beside them, from config_table.py (no window applied).
-LAYOUTS_2023: dict[str, CacheLayout] = {
-    name: layout_of(config) for name, config in MODEL_CONFIGS.items()
-}
+LAYOUTS_2023: dict[str, CacheLayout] = {name: layout_of(config) for name, config in MODEL_CONFIGS.items()}
 
 
 def cache_table(context_len: int, names: list[str] | None = None) -> pd.DataFrame:
@@ -57,7 +55,14 @@ def cache_table(context_len: int, names: list[str] | None = None) -> pd.DataFram
         layout = layouts[name]
         at = layout.bytes_at(context_len)
         kinds = ", ".join(f"{g.num_layers} {g.kind}" + (f" ({g.window:,})" if g.window else "") for g in layout.groups)
-        rows.append({"model": name, "layers": kinds, "bytes per token": layout.per_token_bytes,
-                     "bounded (MB)": round(at.bounded / 1e6, 1), "state (MB)": round(at.state / 1e6, 1),
-                     f"one user at {context_len:,} tokens (GB)": round(at.total / 1e9, 2)})
+        rows.append(
+            {
+                "model": name,
+                "layers": kinds,
+                "bytes per token": layout.per_token_bytes,
+                "bounded (MB)": round(at.bounded / 1e6, 1),
+                "state (MB)": round(at.state / 1e6, 1),
+                f"one user at {context_len:,} tokens (GB)": round(at.total / 1e9, 2),
+            }
+        )
     return pd.DataFrame(rows).set_index("model")

@@ -45,8 +45,15 @@ class ModelConfig:
     eos_token_ids: tuple[int, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads",
-                     "num_kv_heads", "max_position_embeddings"):
+        for name in (
+            "vocab_size",
+            "hidden_size",
+            "intermediate_size",
+            "num_layers",
+            "num_heads",
+            "num_kv_heads",
+            "max_position_embeddings",
+        ):
             check_positive_int(name, getattr(self, name))
         _check_positive_float("rope_theta", self.rope_theta)
         _check_positive_float("rms_norm_eps", self.rms_norm_eps)
@@ -67,7 +74,8 @@ class ModelConfig:
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
         if not isinstance(self.eos_token_ids, tuple) or not all(
-                isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in self.eos_token_ids):
+            isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in self.eos_token_ids
+        ):
             raise ValueError(f"eos_token_ids must be a tuple of token ids, got {self.eos_token_ids!r}")
 
     @property
@@ -93,8 +101,10 @@ class ModelConfig:
         if act != "silu":
             raise ValueError(f"only the SwiGLU MLP (hidden_act='silu') is supported, got {act!r}")
         if getattr(hf_config, "use_sliding_window", False):
-            raise ValueError("this checkpoint uses sliding-window attention in some layers; "
-                             "from_hf supports full attention only (use generate(cache='sliding') to try a window)")
+            raise ValueError(
+                "this checkpoint uses sliding-window attention in some layers; "
+                "from_hf supports full attention only (use generate(cache='sliding') to try a window)"
+            )
         rope = getattr(hf_config, "rope_parameters", None) or {}
         rope_type = rope.get("rope_type", rope.get("type", "default"))
         if rope_type != "default":

@@ -28,7 +28,9 @@ def one_user_table(names: list[str], cards_gib: dict[str, float], block_size: in
     rows = {}
     for name in names:
         shape = MODEL_CONFIGS[name]
-        rows[name] = {"bytes/token": costs.kv_bytes_per_token(shape, 2),
-                      "config's positions": shape.max_position_embeddings,
-                      **{card: one_user_window(name, gib, block_size) for card, gib in cards_gib.items()}}
+        rows[name] = {
+            "bytes/token": costs.kv_bytes_per_token(shape, 2),
+            "config's positions": shape.max_position_embeddings,
+            **{card: one_user_window(name, gib, block_size) for card, gib in cards_gib.items()},
+        }
     return pd.DataFrame.from_dict(rows, orient="index")

@@ -75,17 +75,20 @@ class FastPath:
 def check_fast_paths(fast_paths: object, *, optional: bool = False) -> None:
     """Refuse anything but "auto" or "off" (or None where ``optional``: the model as it is given)."""
     if not (fast_paths in FAST_PATH_MODES or (optional and fast_paths is None)):
-        raise ValueError(f"fast_paths must be one of {FAST_PATH_MODES}{' or None' if optional else ''}, "
-                         f"got {fast_paths!r}")
+        raise ValueError(
+            f"fast_paths must be one of {FAST_PATH_MODES}{' or None' if optional else ''}, got {fast_paths!r}"
+        )
 
 
 def fast_paths_mode(fast_paths: str = "auto") -> str:
-    """"auto" or "off": the argument, where ``KVCOURSE_FAST_PATHS=0`` turns "auto" off."""
+    """ "auto" or "off": the argument, where ``KVCOURSE_FAST_PATHS=0`` turns "auto" off."""
     check_fast_paths(fast_paths)
     value = os.environ.get(FAST_PATHS_ENV, "").strip().lower()
     if value not in _ENV_ON + _ENV_OFF:
-        raise ValueError(f"{FAST_PATHS_ENV}={value!r} is not understood: set it to 0 (or off) to run the "
-                         "textbook forms, or to auto (or leave it unset) for the fast paths")
+        raise ValueError(
+            f"{FAST_PATHS_ENV}={value!r} is not understood: set it to 0 (or off) to run the "
+            "textbook forms, or to auto (or leave it unset) for the fast paths"
+        )
     return "off" if value in _ENV_OFF else fast_paths
 
 
@@ -125,30 +128,39 @@ def linear_choices(dtype: torch.dtype, shapes: list[tuple[int, int]]) -> dict[tu
     return {shape: [products.choose(dtype, *shape, cls) for cls in range(len(ROW_CLASSES))] for shape in shapes}
 
 
-def fast_path_report(dtype: torch.dtype, device: torch.device | str, fast_paths: str,
-                     shapes: ModelShapes) -> tuple[FastPath, ...]:
+def fast_path_report(
+    dtype: torch.dtype, device: torch.device | str, fast_paths: str, shapes: ModelShapes
+) -> tuple[FastPath, ...]:
     """Which fast paths a model of these shapes, dtype and device gets from ``accelerate(fast_paths)``, and why.
 
     On the CPU each is measured here against its textbook form (once per process), and on only where it won.
     """
     names = ("matrix products", "one-call RMSNorm", "RoPE in fewer kernels")
     if fast_paths_mode(fast_paths) == "off":
-        why = (f"{FAST_PATHS_ENV}={os.environ.get(FAST_PATHS_ENV, '').strip()}" if fast_paths == "auto"
-               else 'accelerate("off")') + ": the textbook forms of layers.py"
+        why = (
+            f"{FAST_PATHS_ENV}={os.environ.get(FAST_PATHS_ENV, '').strip()}"
+            if fast_paths == "auto"
+            else 'accelerate("off")'
+        ) + ": the textbook forms of layers.py"
         return tuple(FastPath(name, False, why) for name in names)
     if torch.device(device).type != "cpu":
-        return tuple(FastPath(name, False, f"on {torch.device(device).type} the model runs the textbook forms")
-                     for name in names)
+        return tuple(
+            FastPath(name, False, f"on {torch.device(device).type} the model runs the textbook forms") for name in names
+        )
     choices = linear_choices(dtype, list(shapes.linears))
     chosen = any(c.product != "textbook" for per_class in choices.values() for c in per_class)
     threads = torch.get_num_threads()
     norm, norm_why = _norm_form(dtype, shapes.hidden, threads)
-    ropes = {step: rope_form(dtype, shapes.head_dim, shapes.num_heads, step == "decode", threads)
-             for step in ("decode", "prompt")}
+    ropes = {
+        step: rope_form(dtype, shapes.head_dim, shapes.num_heads, step == "decode", threads)
+        for step in ("decode", "prompt")
+    }
     rope_why = "; ".join(f"{step}: {form}, {why}" for step, (form, why) in ropes.items())
-    return (FastPath(names[0], chosen, products.describe(choices)),
-            FastPath(names[1], norm != "textbook", f"torch's rms_norm, bit for bit Llama's: {norm_why}"),
-            FastPath(names[2], any(form != "textbook" for form, _ in ropes.values()), rope_why))
+    return (
+        FastPath(names[0], chosen, products.describe(choices)),
+        FastPath(names[1], norm != "textbook", f"torch's rms_norm, bit for bit Llama's: {norm_why}"),
+        FastPath(names[2], any(form != "textbook" for form, _ in ropes.values()), rope_why),
+    )
 
 
 class FastLinear(Linear):
@@ -215,13 +227,16 @@ class FusedRMSNorm(RMSNorm):
 
 @functools.cache
 def _norm_form(dtype: torch.dtype, hidden: int, threads: int) -> tuple[str, str]:
-    """"one call" or "textbook" for a decode row of ``hidden`` values in ``dtype``, and why: measured once."""
+    """ "one call" or "textbook" for a decode row of ``hidden`` values in ``dtype``, and why: measured once."""
     textbook = RMSNorm(hidden, 1e-5).to(dtype)
     fused = _twin(FusedRMSNorm, textbook)
     x = torch.randn(1, hidden).to(dtype)
     with torch.inference_mode():
-        return timing.pick(timing.time_calls({"textbook": functools.partial(textbook, x),
-                                              "one call": functools.partial(fused.one_call, x)}))
+        return timing.pick(
+            timing.time_calls(
+                {"textbook": functools.partial(textbook, x), "one call": functools.partial(fused.one_call, x)}
+            )
+        )
 
 
 _FAST = {Linear: FastLinear, RMSNorm: FusedRMSNorm, RotaryEmbedding: FastRotaryEmbedding}

@@ -38,7 +38,7 @@ class FastRotaryEmbedding(RotaryEmbedding):
         return self._cast[dtype, device]
 
     def form(self, num_tokens: int, dtype: torch.dtype) -> str:
-        """"textbook", "folded" or "matrix": what a pass of ``num_tokens`` tokens takes (measured once per dtype)."""
+        """ "textbook", "folded" or "matrix": what a pass of ``num_tokens`` tokens takes (measured once per dtype)."""
         decode = num_tokens <= self.matrix_rows
         return rope_form(dtype, self.cos_table.shape[-1], self.num_heads, decode, torch.get_num_threads())[0]
 

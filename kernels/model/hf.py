@@ -50,8 +50,7 @@ def _copy_layer(layer: DecoderLayer, state: dict[str, torch.Tensor], prefix: str
     attn = prefix + "self_attn."
     layer.input_layernorm.weight.copy_(state[prefix + "input_layernorm.weight"])
     layer.post_attention_layernorm.weight.copy_(state[prefix + "post_attention_layernorm.weight"])
-    layer.self_attn.qkv_proj.weight.copy_(
-        torch.cat([state[attn + f"{p}_proj.weight"] for p in "qkv"], dim=0))
+    layer.self_attn.qkv_proj.weight.copy_(torch.cat([state[attn + f"{p}_proj.weight"] for p in "qkv"], dim=0))
     if config.attention_bias:
         _bias(layer.self_attn.qkv_proj).copy_(torch.cat([state[attn + f"{p}_proj.bias"] for p in "qkv"], dim=0))
     layer.self_attn.o_proj.weight.copy_(state[attn + "o_proj.weight"])

@@ -19,16 +19,19 @@ def memory_table(configs: Mapping[str, ModelConfig], bytes_per_value: int = 2) -
     """One row per model, every number stored at ``bytes_per_value`` (weights and cache alike)."""
     rows = []
     for name, cfg in configs.items():
-        rows.append({
-            "model": name,
-            "query heads": cfg.num_heads,
-            "KV heads": cfg.num_kv_heads,
-            "KV bytes per token": costs.kv_bytes_per_token(cfg, bytes_per_value),
-            "weights (GB)": round(costs.weight_bytes(cfg, bytes_per_value) / 1e9, 1),
-            "one user's cache = weights at (tokens)": costs.kv_crossover_tokens(cfg, 1, bytes_per_value),
-            "max context (tokens)": cfg.max_position_embeddings,
-        })
+        rows.append(
+            {
+                "model": name,
+                "query heads": cfg.num_heads,
+                "KV heads": cfg.num_kv_heads,
+                "KV bytes per token": costs.kv_bytes_per_token(cfg, bytes_per_value),
+                "weights (GB)": round(costs.weight_bytes(cfg, bytes_per_value) / 1e9, 1),
+                "one user's cache = weights at (tokens)": costs.kv_crossover_tokens(cfg, 1, bytes_per_value),
+                "max context (tokens)": cfg.max_position_embeddings,
+            }
+        )
     table = pd.DataFrame(rows).set_index("model")
     table["crossover within the context"] = (
-        table["one user's cache = weights at (tokens)"] <= table["max context (tokens)"])
+        table["one user's cache = weights at (tokens)"] <= table["max context (tokens)"]
+    )
     return table

@@ -36,14 +36,17 @@ def _regroup(heads: torch.Tensor, num_kv_heads: int, method: str) -> torch.Tenso
     return groups.float().mean(dim=1).to(heads.dtype)  # averaged in float32, stored in the model's dtype
 
 
-def regroup_kv_projection(weight: torch.Tensor, num_heads: int, num_kv_heads: int, new_kv_heads: int,
-                          head_dim: int, method: str = "mean") -> torch.Tensor:
+def regroup_kv_projection(
+    weight: torch.Tensor, num_heads: int, num_kv_heads: int, new_kv_heads: int, head_dim: int, method: str = "mean"
+) -> torch.Tensor:
     """A fused [W_q; W_k; W_v] weight (or bias) with its K and V rows regrouped to new_kv_heads heads."""
     q_size, kv_size = num_heads * head_dim, num_kv_heads * head_dim
-    q, k, v = weight[:q_size], weight[q_size:q_size + kv_size], weight[q_size + kv_size:]
+    q, k, v = weight[:q_size], weight[q_size : q_size + kv_size], weight[q_size + kv_size :]
     rest = weight.shape[1:]  # (hidden,) for a weight, () for a bias
-    k, v = (_regroup(x.reshape(num_kv_heads, head_dim, *rest), new_kv_heads, method)
-            .reshape(new_kv_heads * head_dim, *rest) for x in (k, v))
+    k, v = (
+        _regroup(x.reshape(num_kv_heads, head_dim, *rest), new_kv_heads, method).reshape(new_kv_heads * head_dim, *rest)
+        for x in (k, v)
+    )
     return torch.cat([q, k, v])
 
 
@@ -60,15 +63,18 @@ def regroup_kv_heads(model: Transformer, num_kv_heads: int, method: str = "mean"
     check_positive_int("num_kv_heads", num_kv_heads)
     old = config.num_kv_heads
     if (old % num_kv_heads if num_kv_heads <= old else num_kv_heads % old) or config.num_heads % num_kv_heads:
-        raise ValueError(f"cannot regroup {old} KV heads into {num_kv_heads}: the new count must divide "
-                         f"{old} (pooling whole groups) or be a multiple of it (repeating), and divide the "
-                         f"{config.num_heads} query heads")
+        raise ValueError(
+            f"cannot regroup {old} KV heads into {num_kv_heads}: the new count must divide "
+            f"{old} (pooling whole groups) or be a multiple of it (repeating), and divide the "
+            f"{config.num_heads} query heads"
+        )
     new_config = dataclasses.replace(config, num_kv_heads=num_kv_heads)
     state = model.state_dict()
     for name in list(state):
         if name.endswith("qkv_proj.weight") or name.endswith("qkv_proj.bias"):
-            state[name] = regroup_kv_projection(state[name], config.num_heads, old, num_kv_heads,
-                                                config.head_dim, method)
+            state[name] = regroup_kv_projection(
+                state[name], config.num_heads, old, num_kv_heads, config.head_dim, method
+            )
     with torch.device("meta"):
         new = Transformer(new_config)
     new = new.to_empty(device=model.device).to(model.dtype)

@@ -103,8 +103,9 @@ def prepare(product: str, weight: torch.Tensor) -> torch.Tensor | None:
     return None
 
 
-def multiply(product: str, x: torch.Tensor, weight: torch.Tensor, prepared: torch.Tensor | None,
-             bias: torch.Tensor | None) -> torch.Tensor:
+def multiply(
+    product: str, x: torch.Tensor, weight: torch.Tensor, prepared: torch.Tensor | None, bias: torch.Tensor | None
+) -> torch.Tensor:
     """x (..., in) times W (out, in) transposed, plus the bias: (..., out), by ``product``."""
     if product == "textbook":
         return F.linear(x, weight, bias)
@@ -123,7 +124,7 @@ def _float32_tiles(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
     out = torch.empty(weight.shape[0], rows.shape[0])  # (out, R): a tile of W's rows fills a run of rows here
     tile = max(1, (1 << 19) // weight.shape[1])
     for start in range(0, weight.shape[0], tile):
-        torch.mm(weight[start:start + tile].float(), rows.t(), out=out[start:start + tile])
+        torch.mm(weight[start : start + tile].float(), rows.t(), out=out[start : start + tile])
     if bias is not None:
         out += bias.float()[:, None]
     return out.t().to(x.dtype).reshape(*x.shape[:-1], weight.shape[0])  # (..., out)
@@ -144,8 +145,10 @@ def forced_product() -> str | None:
     if value in ("", "auto"):
         return None
     if value not in PRODUCTS:
-        raise ValueError(f"{LINEAR_ENV}={value!r} is not understood: set it to one of {PRODUCTS}, or to auto "
-                         "(or leave it unset) to let each shape take the product measured fastest here")
+        raise ValueError(
+            f"{LINEAR_ENV}={value!r} is not understood: set it to one of {PRODUCTS}, or to auto "
+            "(or leave it unset) to let each shape take the product measured fastest here"
+        )
     return value
 
 
@@ -177,8 +180,9 @@ def _measured(dtype: torch.dtype, out_features: int, in_features: int, cls: int,
     return Choice(product, why.replace("the textbook form", "F.linear"), tuple(seconds.items()))
 
 
-def time_products(names: list[str], dtype: torch.dtype, out_features: int, in_features: int,
-                  rows: int) -> dict[str, float]:
+def time_products(
+    names: list[str], dtype: torch.dtype, out_features: int, in_features: int, rows: int
+) -> dict[str, float]:
     """Seconds per call of each product on a random (out, in) weight and ``rows`` rows (timing.time_calls)."""
     gen = torch.Generator().manual_seed(0)
     weight = torch.randn(out_features, in_features, generator=gen).to(dtype)
@@ -215,8 +219,10 @@ def relative_speed(dtype: torch.dtype, shape: tuple[int, int] = (1536, 576)) -> 
     """
     ratios = {}
     for cls, row in enumerate(ROW_CLASSES):
-        times = [time_products([choose(d, *shape, cls).product], d, *shape, row.probe_rows)
-                 for d in (dtype, torch.float32)]
-        ratios[f"{row.probe_rows} row{'s' if row.probe_rows > 1 else ''}"] = (
-            min(times[0].values()) / min(times[1].values()))
+        times = [
+            time_products([choose(d, *shape, cls).product], d, *shape, row.probe_rows) for d in (dtype, torch.float32)
+        ]
+        ratios[f"{row.probe_rows} row{'s' if row.probe_rows > 1 else ''}"] = min(times[0].values()) / min(
+            times[1].values()
+        )
     return ratios

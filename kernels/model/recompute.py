@@ -56,11 +56,14 @@ def drift_by_layer(recordings: Sequence[Recorded], first: int, dtype: torch.dtyp
         raise ValueError("need at least one recording")
     reference = recordings[0]
     change = np.max([_per_layer_change(reference, rec, first) for rec in recordings], axis=0)
-    largest = np.maximum(np.abs(reference.k[:, :, :first]).max(axis=(1, 2, 3)),
-                         np.abs(reference.v[:, :, :first]).max(axis=(1, 2, 3)))
+    largest = np.maximum(
+        np.abs(reference.k[:, :, :first]).max(axis=(1, 2, 3)), np.abs(reference.v[:, :, :first]).max(axis=(1, 2, 3))
+    )
     steps = change / (torch.finfo(dtype).eps * np.maximum(largest, np.finfo(np.float32).tiny))
-    return pd.DataFrame({"largest change": change, "largest value": largest, "rounding steps": steps},
-                        index=pd.RangeIndex(len(change), name="layer"))
+    return pd.DataFrame(
+        {"largest change": change, "largest value": largest, "rounding steps": steps},
+        index=pd.RangeIndex(len(change), name="layer"),
+    )
 
 
 def _thirds(steps: Sequence[float] | pd.Series[float]) -> tuple[float, float]:
@@ -92,7 +95,11 @@ def drift_summary(tables: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
     for name, table in tables.items():
         steps = table["rounding steps"]
         low, high = _thirds(steps)
-        rows[name] = {"largest change": table["largest change"].max(), "rounding steps, most": steps.max(),
-                      "mean steps, first third of layers": low, "mean steps, last third of layers": high,
-                      "the drift": trend(steps)}
+        rows[name] = {
+            "largest change": table["largest change"].max(),
+            "rounding steps, most": steps.max(),
+            "mean steps, first third of layers": low,
+            "mean steps, last third of layers": high,
+            "the drift": trend(steps),
+        }
     return pd.DataFrame.from_dict(rows, orient="index").rename_axis("dtype")

@@ -40,12 +40,13 @@ class Attention(nn.Module):
         """Attention of the normalised ``x`` (T, hidden) -> (T, hidden)."""
         num_tokens = x.shape[0]
         qkv = self.qkv_proj(x)  # (T, q_size + 2 * kv_size)
-        qk = qkv[:, : self.q_size + self.kv_size].view(num_tokens, self.num_heads + self.num_kv_heads,
-                                                       self.head_dim)  # (T, H + Hkv, D)
+        qk = qkv[:, : self.q_size + self.kv_size].view(
+            num_tokens, self.num_heads + self.num_kv_heads, self.head_dim
+        )  # (T, H + Hkv, D)
         qk = rope(qk)  # q and k rotated in one call: the same turn for every head at a position
         q = qk[:, : self.num_heads]  # (T, H, D)
-        k = qk[:, self.num_heads:]  # (T, Hkv, D)
-        v = qkv[:, self.q_size + self.kv_size:].view(num_tokens, self.num_kv_heads, self.head_dim)  # (T, Hkv, D)
+        k = qk[:, self.num_heads :]  # (T, Hkv, D)
+        v = qkv[:, self.q_size + self.kv_size :].view(num_tokens, self.num_kv_heads, self.head_dim)  # (T, Hkv, D)
         out = backend.attend(self.layer_idx, q, k, v)  # (T, H, D)
         return self.o_proj(out.reshape(num_tokens, self.q_size))  # (T, H * D) -> (T, hidden)
 
@@ -62,7 +63,7 @@ class MLP(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """SwiGLU of the normalised ``x`` (T, hidden) -> (T, hidden)."""
         gate_up = self.gate_up_proj(x)  # (T, 2 * intermediate)
-        gate, up = gate_up[:, : self.intermediate_size], gate_up[:, self.intermediate_size:]  # (T, intermediate) each
+        gate, up = gate_up[:, : self.intermediate_size], gate_up[:, self.intermediate_size :]  # (T, intermediate) each
         return self.down_proj(F.silu(gate) * up)  # (T, hidden)
 
 
@@ -117,12 +118,19 @@ class Transformer(nn.Module):
     def device(self) -> torch.device:
         return self.embed_tokens.weight.device
 
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, backend: AttentionBackend,
-                logits_index: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        backend: AttentionBackend,
+        logits_index: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """Logits (len(logits_index), vocab), or (T, vocab) when logits_index is None."""
         if input_ids.dim() != 1 or positions.shape != input_ids.shape:
-            raise ValueError(f"input_ids and positions must both be 1-D of equal length (a flat batch), "
-                             f"got {tuple(input_ids.shape)} and {tuple(positions.shape)}")
+            raise ValueError(
+                f"input_ids and positions must both be 1-D of equal length (a flat batch), "
+                f"got {tuple(input_ids.shape)} and {tuple(positions.shape)}"
+            )
         x = self.embed_tokens(input_ids)  # (T, hidden)
         rope = self.rotary.at(positions, x.dtype)  # built once, used by every layer
         for layer in self.layers:
@@ -186,6 +194,7 @@ def _module_twin(module: nn.Module, made: dict[int, nn.Module]) -> Any:
     made[id(module)] = twin
     twin._parameters = dict(module._parameters)
     twin._buffers = dict(module._buffers)
-    twin._modules = {name: None if child is None else _module_twin(child, made)
-                     for name, child in module._modules.items()}
+    twin._modules = {
+        name: None if child is None else _module_twin(child, made) for name, child in module._modules.items()
+    }
     return twin

@@ -41,7 +41,7 @@ from .recovery import NotGradable, match_cells, read_cells, shown_student_id, te
 from .sandbox import INSIDE, Limits, preflight, run_submission
 
 _STORE = threading.Lock()  # the gradebook and instructor/status/ are written by one submission at a time
-SPARE_MEMORY = 2 * GiB     # what --jobs leaves the machine beside the memory caps of the submissions at once
+SPARE_MEMORY = 2 * GiB  # what --jobs leaves the machine beside the memory caps of the submissions at once
 LAB_CELL_TIMEOUT_S = 180.0  # the least time limit of a lab's cells (its runs take about 2 s on a quiet core)
 
 
@@ -50,12 +50,12 @@ class Result:
     """One student's outcome, as printed, exported and kept in instructor/status/."""
 
     student: str
-    status: str                      # "graded" or "not graded"
+    status: str  # "graded" or "not graded"
     reason: str = ""
-    score: float = 0.0               # automatic points
-    max_score: float = 0.0           # all points, the hand-graded ones included
-    auto_max: float = 0.0            # the points decided automatically
-    manual_points: float = 0.0       # points waiting for a human (free responses)
+    score: float = 0.0  # automatic points
+    max_score: float = 0.0  # all points, the hand-graded ones included
+    auto_max: float = 0.0  # the points decided automatically
+    manual_points: float = 0.0  # points waiting for a human (free responses)
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
     verdicts: dict[str, str] = field(default_factory=dict)
@@ -68,8 +68,10 @@ class Result:
         if self.status != "graded":
             return f"could not grade {self.student}: {self.reason}"
         manual = f", {self.manual_points:g} to grade by hand" if self.manual_points else ""
-        return (f"graded {self.student}: {self.score:g} of {self.auto_max:g} automatic points"
-                f"{manual} ({self.seconds:.1f} s)")
+        return (
+            f"graded {self.student}: {self.score:g} of {self.auto_max:g} automatic points"
+            f"{manual} ({self.seconds:.1f} s)"
+        )
 
 
 MAX_KEPT_CHARS = 200  # an answer kept for the report: a letter, a number, "3.2 GB"; not an essay
@@ -106,8 +108,12 @@ def copy_companions(submitted: Path, graded: Path) -> None:
     """Copy the submission's plain files other than notebooks (timestamp, secret, data) beside the graded one."""
     for path in sorted(submitted.rglob("*")):
         relative = path.relative_to(submitted)
-        if (any(part in IGNORED for part in relative.parts) or path.suffix in (".ipynb", ".pyc")
-                or path.is_symlink() or not path.is_file()):  # rglob itself never enters a linked folder
+        if (
+            any(part in IGNORED for part in relative.parts)
+            or path.suffix in (".ipynb", ".pyc")
+            or path.is_symlink()
+            or not path.is_file()
+        ):  # rglob itself never enters a linked folder
             continue
         target = graded / relative
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -117,21 +123,29 @@ def copy_companions(submitted: Path, graded: Path) -> None:
 # -- one student, and the whole command ------------------------------------------------------------
 
 
-def grade_student(course: Course, assignment: str, student: str, limits: Limits, *, sandbox: bool = True,
-                  slot: int = 0) -> Result:
+def grade_student(
+    course: Course, assignment: str, student: str, limits: Limits, *, sandbox: bool = True, slot: int = 0
+) -> Result:
     """Grade one submission (see the module docstring); never raises for anything in the submission.
     `slot` tells the submissions graded at once apart (--jobs)."""
     start = time.monotonic()
     quiz = load_quiz(lesson_of(assignment))
     if any(q.kind is Kind.LAB for q in quiz.questions):  # a lab's cell serves six traces: a slow machine needs time
-        limits = replace(limits, cell_timeout_s=max(limits.cell_timeout_s, LAB_CELL_TIMEOUT_S),
-                         submission_timeout_s=max(limits.submission_timeout_s, LAB_CELL_TIMEOUT_S))
+        limits = replace(
+            limits,
+            cell_timeout_s=max(limits.cell_timeout_s, LAB_CELL_TIMEOUT_S),
+            submission_timeout_s=max(limits.submission_timeout_s, LAB_CELL_TIMEOUT_S),
+        )
     source = course.directory / "source" / assignment / f"{assignment}.ipynb"
     template = template_cells(source)
     folder = course.directory / "submitted" / student / assignment
     graded_dir = course.directory / "autograded" / student / assignment
-    result = Result(student, "graded", max_score=float(quiz.total_points),
-                    auto_max=float(sum(q.points for q in quiz.questions if q.auto_graded)))
+    result = Result(
+        student,
+        "graded",
+        max_score=float(quiz.total_points),
+        auto_max=float(sum(q.points for q in quiz.questions if q.auto_graded)),
+    )
     timestamp = read_timestamp(folder, result.notes)
     grade_cells = {f"test_{q.id}": q for q in quiz.questions if q.auto_graded}
     grade_cells |= {f"free_{q.id}": q for q in quiz.questions if not q.auto_graded}
@@ -154,8 +168,10 @@ def grade_student(course: Course, assignment: str, student: str, limits: Limits,
     result.notes += notes + sub.notes
     shown = shown_student_id(raw_cells)
     if shown is not None and shown != student and any(q.kind is Kind.PARAMETERISED for q in quiz.questions):
-        result.notes.append(f"check by hand: its values were drawn for student id {shown!r}, but it was "
-                            f"collected as {student!r} and is graded on {student!r}'s values")
+        result.notes.append(
+            f"check by hand: its values were drawn for student id {shown!r}, but it was "
+            f"collected as {student!r} and is graded on {student!r}'s values"
+        )
     with tempfile.TemporaryDirectory(prefix="kvgrade-") as scratch:
         copy = Path(scratch) / "copy"
         copy.mkdir()
@@ -176,8 +192,11 @@ def grade_student(course: Course, assignment: str, student: str, limits: Limits,
         result.notes.append(f"{limits.caps.memory_text()} reached: the run stopped there")
     outputs = {index: executed[i] for i, index in enumerate(origin) if index is not None}
     code = student_code(sub, template)  # a lab's answer is read for the engine's own implementation
-    decisions = {q.id: decide(q, records.get(q.id), course, student, code if q.kind is Kind.LAB else "")
-                 for q in quiz.questions if q.auto_graded}
+    decisions = {
+        q.id: decide(q, records.get(q.id), course, student, code if q.kind is Kind.LAB else "")
+        for q in quiz.questions
+        if q.auto_graded
+    }
     stub = next((c.source for c in template if c.role == "free"), "")
     for q in quiz.questions:
         if not q.auto_graded:
@@ -188,8 +207,9 @@ def grade_student(course: Course, assignment: str, student: str, limits: Limits,
     nbformat.write(graded, graded_dir / f"{assignment}.ipynb")
     copy_companions(folder, graded_dir)
     scores = {grade_id: decisions[q.id].points for grade_id, q in grade_cells.items()}
-    answered = {f"answer_{q}": q in sub.answers for q in names} | \
-               {f"free_{q.id}": decisions[q.id].points is None for q in quiz.questions if not q.auto_graded}
+    answered = {f"answer_{q}": q in sub.answers for q in names} | {
+        f"free_{q.id}": decisions[q.id].points is None for q in quiz.questions if not q.auto_graded
+    }
     result.score = sum(d.points or 0.0 for d in decisions.values())
     result.manual_points = sum(d.max_points for d in decisions.values() if d.points is None)
     result.verdicts = {qid: d.verdict for qid, d in decisions.items()}
@@ -222,13 +242,23 @@ def jobs_that_fit(jobs: int | None, limits: Limits, log=print) -> int:
         return wanted
     fit = max(1, (available - SPARE_MEMORY) // cap)
     if fit < wanted:
-        log(f"grading {fit} at a time, not {wanted}: {wanted} memory caps of {size_text(cap)} and "
-            f"{size_text(SPARE_MEMORY)} to spare need more than the {size_text(available)} available")
+        log(
+            f"grading {fit} at a time, not {wanted}: {wanted} memory caps of {size_text(cap)} and "
+            f"{size_text(SPARE_MEMORY)} to spare need more than the {size_text(available)} available"
+        )
     return min(wanted, fit)
 
 
-def autograde(course_dir: Path, assignment: str, students: list[str] | None = None, limits: Limits | None = None,
-              *, sandbox: bool = True, jobs: int | None = 1, log=print) -> list[Result]:
+def autograde(
+    course_dir: Path,
+    assignment: str,
+    students: list[str] | None = None,
+    limits: Limits | None = None,
+    *,
+    sandbox: bool = True,
+    jobs: int | None = 1,
+    log=print,
+) -> list[Result]:
     """Grade every submission of an assignment (or the named students'), `jobs` at a time (None: one per
     core); one line per student to `log`, in the order they finish, and the results in the students' order."""
     course = Course.load(course_dir)
@@ -249,8 +279,10 @@ def autograde(course_dir: Path, assignment: str, students: list[str] | None = No
     if students:
         unknown = [s for s in students if s not in everyone]
         if unknown:
-            raise ValueError(f"no submission of {assignment} from {', '.join(unknown)} under submitted/ "
-                             "(run `nbgrader collect` first?)")
+            raise ValueError(
+                f"no submission of {assignment} from {', '.join(unknown)} under submitted/ "
+                "(run `nbgrader collect` first?)"
+            )
     todo = students or everyone
     if not todo:
         log(f"no submissions of {assignment} under {course.directory / 'submitted'} (run `nbgrader collect` first?)")
@@ -281,8 +313,10 @@ def autograde(course_dir: Path, assignment: str, students: list[str] | None = No
     return results
 
 
-REFUSAL = ("nbgrader autograde is switched off for this course and changed nothing: grade with "
-           "`kvcourse grade autograde {assignment}` (sandboxed; see quizzes/INSTRUCTORS.md).")
+REFUSAL = (
+    "nbgrader autograde is switched off for this course and changed nothing: grade with "
+    "`kvcourse grade autograde {assignment}` (sandboxed; see quizzes/INSTRUCTORS.md)."
+)
 
 try:  # the refusal nbgrader_config.py installs; nbgrader is a dependency, but keep this module importable without
     from nbconvert.exporters import NotebookExporter
@@ -310,6 +344,7 @@ try:  # the refusal nbgrader_config.py installs; nbgrader is a dependency, but k
         def preprocess(self, nb, resources):
             raise NbGraderException(
                 "this course is graded by `kvcourse grade autograde ASSIGNMENT` (sandboxed; see "
-                "quizzes/INSTRUCTORS.md): its notebooks hold no tests for nbgrader's own autograde.")
+                "quizzes/INSTRUCTORS.md): its notebooks hold no tests for nbgrader's own autograde."
+            )
 except ImportError:  # pragma: no cover
     pass

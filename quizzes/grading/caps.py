@@ -31,25 +31,30 @@ class Caps:
     """The caps of one submission (each has a flag of `kvcourse grade autograde`)."""
 
     memory_bytes: int | None = 2 * GiB  # None: --no-memory-cap (a trial only)
-    processes: int = 128                # tasks at once, threads included (a kernel runs about 10)
-    cpus: float = 1.0                   # cores' worth of CPU time, shared by all its processes
-    disk_bytes: int = 512 * MiB         # its folder and /tmp together; memory-backed, so it counts in memory too
+    processes: int = 128  # tasks at once, threads included (a kernel runs about 10)
+    cpus: float = 1.0  # cores' worth of CPU time, shared by all its processes
+    disk_bytes: int = 512 * MiB  # its folder and /tmp together; memory-backed, so it counts in memory too
     via: str = "auto"
 
     def __post_init__(self) -> None:
         if self.memory_bytes is not None and not 256 * MiB <= self.memory_bytes <= 1024 * GiB:
-            raise ValueError(f"the memory cap must be between 256 MiB (a kernel needs about 100 MiB to start) "
-                             f"and 1 TiB, got {size_text(self.memory_bytes)}")
+            raise ValueError(
+                f"the memory cap must be between 256 MiB (a kernel needs about 100 MiB to start) "
+                f"and 1 TiB, got {size_text(self.memory_bytes)}"
+            )
         if not 16 <= self.processes <= 100_000:
-            raise ValueError(f"the process cap must be between 16 (a kernel and its threads) and 100000, "
-                             f"got {self.processes}")
+            raise ValueError(
+                f"the process cap must be between 16 (a kernel and its threads) and 100000, got {self.processes}"
+            )
         if not 0.1 <= self.cpus <= 1024:
             raise ValueError(f"the CPU cap must be between 0.1 and 1024 cores, got {self.cpus:g}")
         if not 16 * MiB <= self.disk_bytes <= 1024 * GiB:
             raise ValueError(f"the disk cap must be between 16 MiB and 1 TiB, got {size_text(self.disk_bytes)}")
         if self.memory_bytes is not None and self.disk_bytes >= self.memory_bytes:
-            raise ValueError(f"the disk cap ({size_text(self.disk_bytes)}) must be below the memory cap "
-                             f"({size_text(self.memory_bytes)}): the files a submission writes are held in memory")
+            raise ValueError(
+                f"the disk cap ({size_text(self.disk_bytes)}) must be below the memory cap "
+                f"({size_text(self.memory_bytes)}): the files a submission writes are held in memory"
+            )
         if self.via not in VIA:
             raise ValueError(f"caps are enforced via one of {', '.join(VIA)}, got {self.via!r}")
 

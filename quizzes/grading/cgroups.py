@@ -88,7 +88,7 @@ class Group:
 
     folders: list[Path]
     counters: dict[str, tuple[Path, str]] = field(default_factory=dict)  # cap -> (file, key)
-    kill_file: Path | None = None                                        # v2's cgroup.kill
+    kill_file: Path | None = None  # v2's cgroup.kill
 
     @property
     def procs_files(self) -> list[str]:
@@ -140,8 +140,11 @@ class CgroupV2:
     def group(self, memory: int | None, processes: int, cpus: float) -> Group:
         folder = self.parent / _name()
         folder.mkdir()
-        group = Group([folder], {"memory": (folder / "memory.events", "oom_kill"),
-                                 "processes": (folder / "pids.events", "max")}, folder / "cgroup.kill")
+        group = Group(
+            [folder],
+            {"memory": (folder / "memory.events", "oom_kill"), "processes": (folder / "pids.events", "max")},
+            folder / "cgroup.kill",
+        )
         try:
             if memory is not None:
                 _write(folder / "memory.max", str(memory))
@@ -216,8 +219,10 @@ def _v2(point: Path, root: str, path: str) -> tuple[CgroupV2 | None, str]:
     if not {"memory", "pids"} <= available:
         return None, f"cgroup v2: the memory and pids controllers are not available in {here}"
     if not os.access(here / "cgroup.subtree_control", os.W_OK) or not os.access(here / "cgroup.procs", os.W_OK):
-        return None, (f"cgroup v2: {here} is not delegated to you (run the grader inside "
-                      "`systemd-run --user --scope -p Delegate=yes`, or as root)")
+        return None, (
+            f"cgroup v2: {here} is not delegated to you (run the grader inside "
+            "`systemd-run --user --scope -p Delegate=yes`, or as root)"
+        )
     grader = here / f"kvgrade-grader-{os.getpid()}"
     try:
         grader.mkdir(exist_ok=True)
@@ -230,9 +235,11 @@ def _v2(point: Path, root: str, path: str) -> tuple[CgroupV2 | None, str]:
             grader.rmdir()
         except OSError:
             pass
-        return None, (f"cgroup v2: could not enable the memory controller below {here} ({err.strerror}; other "
-                      "processes share it: run the grader in a scope of its own, `systemd-run --user --scope "
-                      "-p Delegate=yes kvcourse grade autograde ...`)")
+        return None, (
+            f"cgroup v2: could not enable the memory controller below {here} ({err.strerror}; other "
+            "processes share it: run the grader in a scope of its own, `systemd-run --user --scope "
+            "-p Delegate=yes kvcourse grade autograde ...`)"
+        )
     return CgroupV2(here, delegated=True), ""
 
 

@@ -14,9 +14,9 @@ the points (autograde.py, decide.py).
 import json
 import signal
 
-RESULTS = "results.jsonl"   # set by the injected cell
-CALL_LIMIT_S = 5.0          # one call of the student's function
-LAB_LOG_LIMIT = 1_500_000   # characters of one lab's runs (the reference's are about 60,000)
+RESULTS = "results.jsonl"  # set by the injected cell
+CALL_LIMIT_S = 5.0  # one call of the student's function
+LAB_LOG_LIMIT = 1_500_000  # characters of one lab's runs (the reference's are about 60,000)
 _MISSING = object()
 
 
@@ -101,10 +101,17 @@ def record_lab(question, name, lab, traces):
     try:
         text = json.dumps({"q": question, "lab": logs}, allow_nan=False)
     except (TypeError, ValueError, RecursionError) as err:
-        text = json.dumps({"q": question, "lab": None, "error": f"the runs' logs are not plain JSON ({type(err).__name__})"})
+        text = json.dumps(
+            {"q": question, "lab": None, "error": f"the runs' logs are not plain JSON ({type(err).__name__})"}
+        )
     if len(text) > LAB_LOG_LIMIT:
-        text = json.dumps({"q": question, "lab": None,
-                           "error": f"the runs' logs hold {len(text):,} characters, more than {LAB_LOG_LIMIT:,}"})
+        text = json.dumps(
+            {
+                "q": question,
+                "lab": None,
+                "error": f"the runs' logs hold {len(text):,} characters, more than {LAB_LOG_LIMIT:,}",
+            }
+        )
     with open(RESULTS, "a", encoding="utf-8") as f:
         f.write(text + "\n")
 

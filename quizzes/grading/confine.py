@@ -20,8 +20,8 @@ from pathlib import Path
 from . import cgroups
 from .caps import Caps, size_text
 
-FILE_SIZE_LIMIT = 256 * 2**20   # bytes, per file written inside the sandbox
-_FOUND: dict[str, tuple] = {}   # via -> (backend, why): one probe per process
+FILE_SIZE_LIMIT = 256 * 2**20  # bytes, per file written inside the sandbox
+_FOUND: dict[str, tuple] = {}  # via -> (backend, why): one probe per process
 
 
 def _backend(via: str) -> tuple[cgroups.CgroupV1 | cgroups.CgroupV2 | None, str]:
@@ -47,11 +47,13 @@ def _user_tasks() -> int:
     return tasks
 
 
-_NPROC_PROBE = ("import os, resource, sys, threading\nlimit = int(sys.argv[1])\n"
-                "resource.setrlimit(resource.RLIMIT_NPROC, (limit, limit))\n"
-                "threads = [threading.Thread(target=lambda: None) for _ in range(8)]\n"
-                "[t.start() for t in threads]\n[t.join() for t in threads]\npid = os.fork()\n"
-                "os._exit(0) if pid == 0 else os.waitpid(pid, 0)\n")
+_NPROC_PROBE = (
+    "import os, resource, sys, threading\nlimit = int(sys.argv[1])\n"
+    "resource.setrlimit(resource.RLIMIT_NPROC, (limit, limit))\n"
+    "threads = [threading.Thread(target=lambda: None) for _ in range(8)]\n"
+    "[t.start() for t in threads]\n[t.join() for t in threads]\npid = os.fork()\n"
+    "os._exit(0) if pid == 0 else os.waitpid(pid, 0)\n"
+)
 _NPROC_OK: dict[int, bool] = {}
 
 
@@ -64,8 +66,11 @@ def _nproc_holds(extra: int) -> bool:
     """
     if extra not in _NPROC_OK:
         try:
-            probe = subprocess.run([sys.executable, "-I", "-S", "-c", _NPROC_PROBE, str(_user_tasks() + extra)],
-                                   capture_output=True, timeout=30)
+            probe = subprocess.run(
+                [sys.executable, "-I", "-S", "-c", _NPROC_PROBE, str(_user_tasks() + extra)],
+                capture_output=True,
+                timeout=30,
+            )
             _NPROC_OK[extra] = probe.returncode == 0
         except (OSError, subprocess.TimeoutExpired):
             _NPROC_OK[extra] = False
@@ -76,18 +81,22 @@ def _nproc_holds(extra: int) -> bool:
 class Enforcement:
     """How each cap is enforced on this machine ('' where it is not)."""
 
-    via: str          # "cgroup v2", "cgroup v1" or "rlimits"
+    via: str  # "cgroup v2", "cgroup v1" or "rlimits"
     memory: str
     processes: str
     cpu: str
     disk: str
-    why: str          # why there is no cgroup, when via is "rlimits"
+    why: str  # why there is no cgroup, when via is "rlimits"
     backend: cgroups.CgroupV1 | cgroups.CgroupV2 | None = None
 
     def lines(self) -> list[str]:
-        lines = [f"caps per submission, enforced by {self.via}" + (f" (no cgroup: {self.why})" if self.why else ""),
-                 f"  memory:    {self.memory or 'NOT CAPPED'}", f"  processes: {self.processes or 'NOT CAPPED'}",
-                 f"  CPU:       {self.cpu}", f"  disk:      {self.disk}"]
+        lines = [
+            f"caps per submission, enforced by {self.via}" + (f" (no cgroup: {self.why})" if self.why else ""),
+            f"  memory:    {self.memory or 'NOT CAPPED'}",
+            f"  processes: {self.processes or 'NOT CAPPED'}",
+            f"  CPU:       {self.cpu}",
+            f"  disk:      {self.disk}",
+        ]
         return lines
 
 
@@ -96,15 +105,21 @@ def enforcement(caps: Caps, *, sandbox: bool = True) -> Enforcement:
     backend, why = _backend(caps.via)
     cores = f"{caps.num_cores} core{'s' * (caps.num_cores > 1)}"
     per_file = f"each file at most {size_text(FILE_SIZE_LIMIT)}"
-    disk = (f"{size_text(caps.disk_bytes)} for its folder and /tmp together (in memory), {per_file}" if sandbox
-            else f"{per_file}; no total without the sandbox")
+    disk = (
+        f"{size_text(caps.disk_bytes)} for its folder and /tmp together (in memory), {per_file}"
+        if sandbox
+        else f"{per_file}; no total without the sandbox"
+    )
     memory = "" if caps.memory_bytes is None else size_text(caps.memory_bytes)
     if backend is not None:
         kind = backend.kind
         has_pids = isinstance(backend, cgroups.CgroupV2) or backend.pids is not None
         processes = f"{caps.processes} tasks at once, threads included ({kind} pids)" if has_pids else ""
-        cpu = (f"{caps.cpus:g} core's worth of CPU time, all its processes together ({kind} cpu quota)"
-               if backend.has_cpu else f"pinned to {cores} (CPU affinity; no cpu controller here, so it could widen it)")
+        cpu = (
+            f"{caps.cpus:g} core's worth of CPU time, all its processes together ({kind} cpu quota)"
+            if backend.has_cpu
+            else f"pinned to {cores} (CPU affinity; no cpu controller here, so it could widen it)"
+        )
         if memory:
             memory = f"{memory} for the whole submission, all its processes together ({kind})"
         return Enforcement(kind, memory, processes, cpu, disk, "", backend)
@@ -132,8 +147,11 @@ class Confinement:
         if self.group is None and how.processes:
             rlimits["RLIMIT_NPROC"] = _user_tasks() + caps.processes
         pin = self.group is None or not how.backend.has_cpu
-        self.spec = {"join": self.group.procs_files if self.group else [], "rlimits": rlimits,
-                     "cores": cores if pin and cores else []}
+        self.spec = {
+            "join": self.group.procs_files if self.group else [],
+            "rlimits": rlimits,
+            "cores": cores if pin and cores else [],
+        }
 
     def command(self, command: list[str]) -> list[str]:
         """`command`, started under the caps (enter_caps.py joins the cgroup and sets the limits, then execs it)."""
@@ -182,4 +200,3 @@ def memory_available() -> int | None:
     except (OSError, ValueError):
         pass
     return None
-

@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-INSTRUCTOR_DIR = "instructor"      # the course's secret lives here: never inside source/ or release/
+INSTRUCTOR_DIR = "instructor"  # the course's secret lives here: never inside source/ or release/
 COURSE_FILE = "course.json"
 NUM_HIDDEN_CASES = 3  # per code question, drawn per student, beside the bank's public cases
 
@@ -37,8 +37,10 @@ class Course:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as err:
             why = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
-            raise ValueError(f"{path.resolve()} cannot be read ({why}). Is {Path(directory).resolve()} a course written "
-                             "by `kvcourse grade init`? cd into the course folder or pass --course DIR") from None
+            raise ValueError(
+                f"{path.resolve()} cannot be read ({why}). Is {Path(directory).resolve()} a course written "
+                "by `kvcourse grade init`? cd into the course folder or pass --course DIR"
+            ) from None
         return cls(Path(directory).resolve(), data["course_id"], data["salt"], data["secret"], data["exchange"])
 
     def seed(self, student: str) -> str:

@@ -99,8 +99,10 @@ def expected_answer(question: Question, course: Course, student: str) -> Any:
         return list(zip(cases, reference_calls(question, cases), strict=True))
     if question.kind is Kind.LAB:
         lab = LABS[question.lab]
-        return (f"every trace passing: the lab's {lab.num_public_traces} public traces and {lab.num_hidden_traces} "
-                f"hidden ones (the reference: {lab.reference})")
+        return (
+            f"every trace passing: the lab's {lab.num_public_traces} public traces and {lab.num_hidden_traces} "
+            f"hidden ones (the reference: {lab.reference})"
+        )
     return question.model_answer
 
 
@@ -108,10 +110,10 @@ def expected_answer(question: Question, course: Course, student: str) -> Any:
 class Decision:
     """The points one question earns, and what the student is told (no right value, no hidden case)."""
 
-    points: float | None   # None: to be graded by hand
+    points: float | None  # None: to be graded by hand
     max_points: float
-    verdict: str           # one line: right, wrong, unreadable, no answer
-    feedback: str = ""     # the bank's explanation, where it gives nothing away
+    verdict: str  # one line: right, wrong, unreadable, no answer
+    feedback: str = ""  # the bank's explanation, where it gives nothing away
     details: dict | None = None  # plain data for the instructor's report: a lab's {"traces": [...]}
 
     @property
@@ -125,8 +127,11 @@ def decide(question: Question, record: dict | None, course: Course, student: str
     points = float(question.points)
     if question.kind is Kind.LAB and (shortcut := lab_shortcut(source)):
         what = LABS[question.lab].work
-        return Decision(0.0, points, f"Not graded on its runs: your code uses {shortcut}: write your own {what} "
-                                     f"(0 of {points:g} points).")
+        return Decision(
+            0.0,
+            points,
+            f"Not graded on its runs: your code uses {shortcut}: write your own {what} (0 of {points:g} points).",
+        )
     if record is None or "missing" in record:
         name = {Kind.CODE: question.function, Kind.LAB: question.class_name}.get(question.kind, f"answer_{question.id}")
         return Decision(0.0, points, f"No answer: {name} was not defined when the notebook ran.")
@@ -141,8 +146,11 @@ def decide(question: Question, record: dict | None, course: Course, student: str
     if question.kind is Kind.CHOICE:
         key = choice_key(question, value)
         if key is None:
-            return Decision(0.0, points, f"Unreadable answer: {shown(value)} names none of the options "
-                                         f"{list(question.option_keys)}.")
+            return Decision(
+                0.0,
+                points,
+                f"Unreadable answer: {shown(value)} names none of the options {list(question.option_keys)}.",
+            )
         if key == question.correct:
             return Decision(points, points, f"Right: ({key}).", question.explanations[key])
         return Decision(0.0, points, f"Not ({key}).", question.explanations[key])
@@ -158,8 +166,12 @@ def decide(question: Question, record: dict | None, course: Course, student: str
             explanation = render(question.explanation, {**values, "answer": expected})
         return Decision(points, points, f"Right: {format_quantity(number, question.unit)}.", explanation)
     mistake = named_mistake(question, number, course.seed(student))  # the widget's words for a planted slip
-    return Decision(0.0, points, f"Not within the tolerance of the right answer: you gave "
-                                 f"{format_quantity(number, question.unit)}." + (f" {mistake}" if mistake else ""))
+    return Decision(
+        0.0,
+        points,
+        f"Not within the tolerance of the right answer: you gave "
+        f"{format_quantity(number, question.unit)}." + (f" {mistake}" if mistake else ""),
+    )
 
 
 def _decide_code(question: Question, calls: Any, course: Course, student: str) -> Decision:
@@ -188,11 +200,13 @@ def _decide_code(question: Question, calls: Any, course: Course, student: str) -
 
 # -- labs ------------------------------------------------------------------------------------------
 
+
 def lab_traces(question: Question, course: Course, student: str) -> list[LabTrace]:
     """The traces a lab is graded on: its spec's public traces, then its hidden ones, drawn for this student
     from the course secret (nobody without the secret can predict them)."""
     return LABS[question.lab].graded_traces(
-        lambda i: course.draw(question.lesson, question.id, student, "trace", str(i)))
+        lambda i: course.draw(question.lesson, question.id, student, "trace", str(i))
+    )
 
 
 def _cut(text: str, limit: int = 300) -> str:
@@ -204,8 +218,9 @@ def _judged(lab: str, trace: LabTrace, log: Any) -> TraceResult:
     try:
         return judge_runs(lab, [trace], [log])[0]
     except Exception as err:  # noqa: BLE001 - a forged log: whatever it makes the replay raise
-        return TraceResult(trace.name, trace.public, 0.0, f"the recorded run cannot be replayed ({type(err).__name__})",
-                           kind="replay")
+        return TraceResult(
+            trace.name, trace.public, 0.0, f"the recorded run cannot be replayed ({type(err).__name__})", kind="replay"
+        )
 
 
 def _decide_lab(question: Question, record: dict, course: Course, student: str) -> Decision:
@@ -220,8 +235,12 @@ def _decide_lab(question: Question, record: dict, course: Course, student: str) 
     results = [_judged(question.lab, trace, log) for trace, log in zip(traces, logs, strict=True)]
     mean = sum(r.score for r in results) / len(results)
     got = points if all(r.passed for r in results) else math.floor(points * mean * 10 + 1e-9) / 10
-    details = {"traces": [{"name": r.name, "public": r.public, "score": r.score, "kind": r.kind,
-                           "reason": _cut(r.reason)} for r in results]}
+    details = {
+        "traces": [
+            {"name": r.name, "public": r.public, "score": r.score, "kind": r.kind, "reason": _cut(r.reason)}
+            for r in results
+        ]
+    }
     passed = sum(r.passed for r in results)
     public = sum(t.public for t in traces)
     counts = f"{public} public, {len(traces) - public} hidden"
@@ -230,8 +249,13 @@ def _decide_lab(question: Question, record: dict, course: Course, student: str) 
     first = next(r for r in results if not r.passed)
     label = first.name if first.public else "a hidden trace"
     why = _cut(first.reason).rstrip(".")
-    return Decision(got, points, f"{passed} of {len(results)} traces pass ({counts}), mean score {mean:.0%}: "
-                                 f"{got:g} of {points:g} points. First failure, {label}: {why}.", details=details)
+    return Decision(
+        got,
+        points,
+        f"{passed} of {len(results)} traces pass ({counts}), mean score {mean:.0%}: "
+        f"{got:g} of {points:g} points. First failure, {label}: {why}.",
+        details=details,
+    )
 
 
 def decide_free(question: Question, text: str | None, stub: str) -> Decision:

@@ -35,19 +35,23 @@ def check_assignment(course: Course, assignment: str) -> None:
     from nbgrader.api import Gradebook, MissingEntry
 
     if not (course.directory / "gradebook.db").is_file():
-        raise ValueError(f"{course.directory} has no gradebook.db yet: run `nbgrader generate_assignment "
-                         f"{assignment}` there first")
+        raise ValueError(
+            f"{course.directory} has no gradebook.db yet: run `nbgrader generate_assignment {assignment}` there first"
+        )
     with warnings.catch_warnings(), Gradebook(_db_url(course), course.course_id) as gb:
         warnings.simplefilter("ignore")
         try:
             gb.find_assignment(assignment)
         except MissingEntry:
-            raise ValueError(f"{assignment} is not in the gradebook: run `nbgrader generate_assignment "
-                             f"{assignment}` in {course.directory} first") from None
+            raise ValueError(
+                f"{assignment} is not in the gradebook: run `nbgrader generate_assignment "
+                f"{assignment}` in {course.directory} first"
+            ) from None
 
 
-def write_gradebook(course: Course, assignment: str, student: str, timestamp, scores: dict[str, float | None],
-                     answered: dict[str, bool]) -> None:
+def write_gradebook(
+    course: Course, assignment: str, student: str, timestamp, scores: dict[str, float | None], answered: dict[str, bool]
+) -> None:
     from nbgrader.api import Gradebook, MissingEntry
 
     with warnings.catch_warnings(), Gradebook(_db_url(course), course.course_id) as gb:
@@ -55,8 +59,10 @@ def write_gradebook(course: Course, assignment: str, student: str, timestamp, sc
         try:
             gb.find_assignment(assignment)
         except MissingEntry:
-            raise ValueError(f"{assignment} is not in the gradebook: run `nbgrader generate_assignment {assignment}` "
-                             f"in {course.directory} first") from None
+            raise ValueError(
+                f"{assignment} is not in the gradebook: run `nbgrader generate_assignment {assignment}` "
+                f"in {course.directory} first"
+            ) from None
         gb.update_or_create_student(student)
         if timestamp is not None:
             gb.update_or_create_submission(assignment, student, timestamp=timestamp)
@@ -114,7 +120,6 @@ def read_timestamp(folder: Path, notes: list[str]):
         return None
 
 
-
 def _exchange_folder(course: Course, *parts: str) -> Path:
     return Path(course.exchange) / course.course_id / Path(*parts)
 
@@ -169,8 +174,14 @@ def _row(course: Course, gb, assignment, student: str, status: dict[str, dict], 
     """One line of grades.csv: a status that tells 'not graded' from a 0, and the reason for it."""
     from nbgrader.api import MissingEntry
 
-    row = {"assignment": assignment.name, "student_id": student, "status": "", "score": "",
-           "max_score": assignment.max_score, "reason": ""}
+    row = {
+        "assignment": assignment.name,
+        "student_id": student,
+        "status": "",
+        "score": "",
+        "max_score": assignment.max_score,
+        "reason": "",
+    }
     autograde = f"kvcourse grade autograde {assignment.name}"
     try:
         submission = gb.find_submission(assignment.name, student)
@@ -180,8 +191,11 @@ def _row(course: Course, gb, assignment, student: str, status: dict[str, dict], 
     if submission is None and _collected(course, student, assignment.name):
         row.update(status="not graded", reason=f"collected, not autograded yet: run `{autograde}`")
     elif submission is None and student in waiting:
-        row.update(status="not graded", reason=f"submitted to the exchange, not collected yet: run "
-                                              f"`nbgrader collect {assignment.name}`, then `{autograde}`")
+        row.update(
+            status="not graded",
+            reason=f"submitted to the exchange, not collected yet: run "
+            f"`nbgrader collect {assignment.name}`, then `{autograde}`",
+        )
     elif submission is None:
         row.update(status="not submitted", reason="nothing collected under submitted/, nothing waiting in the exchange")
     elif known.get("status") == "not graded":
@@ -207,28 +221,34 @@ def export_grades(course_dir: Path, to: Path, log=print) -> list[dict]:
     course = Course.load(course_dir)
     rows = []
     submitted = course.directory / "submitted"
-    collected = {p.name for p in submitted.iterdir() if p.is_dir() and not p.is_symlink()} \
-        if submitted.is_dir() else set()
+    collected = (
+        {p.name for p in submitted.iterdir() if p.is_dir() and not p.is_symlink()} if submitted.is_dir() else set()
+    )
     left_out = []
     with warnings.catch_warnings(), Gradebook(_db_url(course), course.course_id) as gb:
         warnings.simplefilter("ignore")
         waiting = {a.name: exchange_submitters(course, a.name) for a in gb.assignments}
         students = sorted({s.id for s in gb.students} | collected | set().union(*waiting.values()))
         for assignment in gb.assignments:
-            if not (released(course, assignment.name) or assignment.num_submissions or waiting[assignment.name]
-                    or any(_collected(course, s, assignment.name) for s in students)):
+            if not (
+                released(course, assignment.name)
+                or assignment.num_submissions
+                or waiting[assignment.name]
+                or any(_collected(course, s, assignment.name) for s in students)
+            ):
                 left_out.append(assignment.name)
                 continue
             status = load_status(course, assignment.name)
-            rows += [_row(course, gb, assignment, student, status, waiting[assignment.name])
-                     for student in students]
+            rows += [_row(course, gb, assignment, student, status, waiting[assignment.name]) for student in students]
     with open(to, "w", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, fieldnames=["assignment", "student_id", "status", "score", "max_score", "reason"])
         writer.writeheader()
         writer.writerows(rows)
     if left_out:
-        log(f"left out, never released (not in the exchange {_exchange_folder(course, 'outbound')}, nothing "
-            f"submitted): {', '.join(left_out)}")
+        log(
+            f"left out, never released (not in the exchange {_exchange_folder(course, 'outbound')}, nothing "
+            f"submitted): {', '.join(left_out)}"
+        )
     return rows
 
 

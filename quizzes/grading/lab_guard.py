@@ -29,13 +29,19 @@ _AROUND = ("__import__", "importlib")
 # kvcourse.labs' modules that a learner uses: the package itself (check, the bases), the specs, the traces, the
 # notebook helpers. Every other one is the grader's own: the runs, the replays, the judges.
 _LEARNER_MODULES = ("spec", "traces", "notebook")
-_LAB_INTERNALS = tuple(sorted(module.name for module in pkgutil.iter_modules(kvcourse.labs.__path__)
-                              if module.name not in _LEARNER_MODULES))
-_MODULES = {"kvcourse.kernels.memory": "the engine's own memory code (kvcourse.kernels.memory)",
-            "kvcourse.kernels.engine": "the engine's own scheduling code (kvcourse.kernels.engine)",
-            **{f"kvcourse.labs.{name}": f"the grader's own code (kvcourse.labs.{name})" for name in _LAB_INTERNALS},
-            "kvcourse.quizzes": "the course's reference solutions (kvcourse.quizzes)",
-            "importlib": "importlib, a way round this check", "sys.modules": "sys.modules, a way round this check"}
+_LAB_INTERNALS = tuple(
+    sorted(
+        module.name for module in pkgutil.iter_modules(kvcourse.labs.__path__) if module.name not in _LEARNER_MODULES
+    )
+)
+_MODULES = {
+    "kvcourse.kernels.memory": "the engine's own memory code (kvcourse.kernels.memory)",
+    "kvcourse.kernels.engine": "the engine's own scheduling code (kvcourse.kernels.engine)",
+    **{f"kvcourse.labs.{name}": f"the grader's own code (kvcourse.labs.{name})" for name in _LAB_INTERNALS},
+    "kvcourse.quizzes": "the course's reference solutions (kvcourse.quizzes)",
+    "importlib": "importlib, a way round this check",
+    "sys.modules": "sys.modules, a way round this check",
+}
 CELL_BREAK = "\n# -- next cell --\n"  # how autograde joins a submission's code cells for lab_shortcut
 
 
@@ -71,16 +77,18 @@ def _shortcut_in(tree: ast.AST) -> str | None:
             found = next((why for alias in node.names if (why := _module(alias.name))), None)
         elif isinstance(node, ast.ImportFrom) and not node.level:
             module = node.module or ""
-            found = _module(module) or next((why for alias in node.names
-                                             if (why := _named(alias.name) or _module(f"{module}.{alias.name}"))), None)
+            found = _module(module) or next(
+                (why for alias in node.names if (why := _named(alias.name) or _module(f"{module}.{alias.name}"))), None
+            )
         elif isinstance(node, ast.Name):
             found = _named(node.id)
         elif isinstance(node, ast.Attribute):
             found = _named(node.attr) or _module(_dotted(node))
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and len(node.value) < 10_000:
             text = node.value.strip()  # getattr(module, "KVCacheManager"), import_module("kvcourse.labs.run")
-            found = _named(text) or next((why for prefix, why in _MODULES.items() if "." in prefix and prefix in text),
-                                         None)
+            found = _named(text) or next(
+                (why for prefix, why in _MODULES.items() if "." in prefix and prefix in text), None
+            )
         if found:
             return found
     return None
@@ -96,8 +104,9 @@ def lab_shortcut(source: str) -> str | None:
             tree = ast.parse(TransformerManager().transform_cell(cell))  # %magics and !commands as calls
         except (SyntaxError, ValueError, RecursionError, MemoryError):  # unparseable: read as plain words
             code = "\n".join(line.split("#", 1)[0] for line in cell.splitlines())
-            found = next((why for word in sorted(set(re.findall(r"[A-Za-z_]\w*", code))) if (why := _named(word))),
-                         None) or next((why for prefix, why in _MODULES.items() if prefix in code), None)
+            found = next(
+                (why for word in sorted(set(re.findall(r"[A-Za-z_]\w*", code))) if (why := _named(word))), None
+            ) or next((why for prefix, why in _MODULES.items() if prefix in code), None)
         else:
             found = _shortcut_in(tree)
         if found:

@@ -39,7 +39,7 @@ from ..model import Kind, Question, Quiz
 from ..units import DESCRIPTIONS
 from .course import COURSE_FILE, INSTRUCTOR_DIR
 
-CONFIG_TEMPLATE = '''\
+CONFIG_TEMPLATE = """\
 # nbgrader configuration written by `kvcourse grade init`.
 c = get_config()  # noqa: F821 - provided by traitlets when nbgrader loads this file
 
@@ -49,19 +49,19 @@ c.CourseDirectory.course_id = {course_id!r}
 # these notebooks hold no tests for nbgrader's own autograde, which is therefore switched off.
 # It stops before it touches a folder (`nbgrader autograde --force` would first delete autograded/).
 c.Autograde.exporter_class = "kvcourse.quizzes.grading.autograde.RefuseAutogradeExporter"
-'''
+"""
 
 
 NBGRADER_EXCHANGE = "/usr/local/share/nbgrader/exchange"  # nbgrader 0.9's own default (a test checks it)
 STUDENTS_DIR = "for_students"
-STUDENT_CONFIG = '''\
+STUDENT_CONFIG = """\
 # For your students: their ~/.jupyter/nbgrader_config.py (written by `kvcourse grade init`).
 # It names this course and the exchange its assignments are released to and submitted through.
 c = get_config()  # noqa: F821 - provided by traitlets when nbgrader loads this file
 
 c.CourseDirectory.course_id = {course_id!r}
 {exchange_line}
-'''
+"""
 
 
 def parse_lessons(text: str) -> list[str]:
@@ -101,10 +101,26 @@ def answer_name(question: Question) -> str:
     return question.function if question.kind is Kind.CODE else f"answer_{question.id}"
 
 
-def _cell(make, source: str, grade_id: str, role: str, question: str = "", *, grade: bool = False,
-          solution: bool = False, locked: bool = False, points: int = 0) -> nbformat.NotebookNode:
-    meta = {"grade": grade, "grade_id": grade_id, "locked": locked, "schema_version": 3,
-            "solution": solution, "task": False}
+def _cell(
+    make,
+    source: str,
+    grade_id: str,
+    role: str,
+    question: str = "",
+    *,
+    grade: bool = False,
+    solution: bool = False,
+    locked: bool = False,
+    points: int = 0,
+) -> nbformat.NotebookNode:
+    meta = {
+        "grade": grade,
+        "grade_id": grade_id,
+        "locked": locked,
+        "schema_version": 3,
+        "solution": solution,
+        "task": False,
+    }
     if grade:
         meta["points"] = points
     cell = make(source, metadata={"nbgrader": meta, "kvcourse": {"role": role, "question": question}})
@@ -122,17 +138,21 @@ def _prompt_cell(question: Question) -> nbformat.NotebookNode:
         text += "\n\n" + "\n".join(f"- ({k}) {o}" for k, o in zip(question.option_keys, question.options, strict=True))
         text += f'\n\nAssign the letter of your choice as a string: `{answer_name(question)} = "a"`.'
     elif question.kind in (Kind.NUMERIC, Kind.PARAMETERISED):
-        text += (f"\n\nAssign {DESCRIPTIONS[question.unit]} to `{answer_name(question)}`; "
-                 "a unit goes in a string, a bare number is read in the question's unit.")
+        text += (
+            f"\n\nAssign {DESCRIPTIONS[question.unit]} to `{answer_name(question)}`; "
+            "a unit goes in a string, a bare number is read in the question's unit."
+        )
     elif question.kind is Kind.CODE:
         text += f"\n\nComplete `{question.function}` below."
     elif question.kind is Kind.LAB:
         lab = LABS[question.lab]
-        text += (f"\n\nComplete `{question.class_name}` in the cell below: each of its methods raises until you "
-                 "write it. The cell after it serves the public traces on your class and prints what the grader "
-                 f"says of each. After you submit, your class is graded on those {lab.num_public_traces} traces and "
-                 f"on {lab.num_hidden_traces} hidden ones drawn for your student id: {question.points} points times "
-                 "the mean trace score.")
+        text += (
+            f"\n\nComplete `{question.class_name}` in the cell below: each of its methods raises until you "
+            "write it. The cell after it serves the public traces on your class and prints what the grader "
+            f"says of each. After you submit, your class is graded on those {lab.num_public_traces} traces and "
+            f"on {lab.num_hidden_traces} hidden ones drawn for your student id: {question.points} points times "
+            "the mean trace score."
+        )
     else:
         text += "\n\nWrite your answer in the cell below (graded by hand)."
     return _cell(new_markdown_cell, text, f"prompt_{question.id}", "prompt", question.id, locked=True)
@@ -145,8 +165,10 @@ def _show_cell(question: Question, lesson: str) -> nbformat.NotebookNode:
         extra = [{k: v for k, v in facts({name: value}).items() if k != name} for value in values]
         if any(extra):
             table[name] = dict(enumerate(extra))
-    source = f"show_question({lesson!r}, {question.id!r}, {params!r},\n              {question.prompt!r},\n" \
-             f"              {table!r})"
+    source = (
+        f"show_question({lesson!r}, {question.id!r}, {params!r},\n              {question.prompt!r},\n"
+        f"              {table!r})"
+    )
     return _cell(new_code_cell, source, f"show_{question.id}", "show", question.id, locked=True)
 
 
@@ -172,20 +194,23 @@ def lab_answer_source(question: Question) -> str:
     methods = [node for node in members if isinstance(node, ast.FunctionDef) and node.name in lab.methods]
     helpers = [node for node in members if node not in methods]
 
-    out = [*lines[:cls.lineno - 1 - len(cls.decorator_list)], f"class {cls.name}({base_name}):",
-           f'    """{lab.title} (lesson {lab.lesson}): write each method below, and '
-           f'add the state and helpers you need.\n    {base_name} says what the engine expects of each."""']
+    out = [
+        *lines[: cls.lineno - 1 - len(cls.decorator_list)],
+        f"class {cls.name}({base_name}):",
+        f'    """{lab.title} (lesson {lab.lesson}): write each method below, and '
+        f'add the state and helpers you need.\n    {base_name} says what the engine expects of each."""',
+    ]
     for number, method in enumerate(methods):
         first = method.decorator_list[0].lineno if method.decorator_list else method.lineno
         doc = inspect.getdoc(getattr(base, method.name)) or ""
-        out += ["", *lines[first - 1:method.body[0].lineno - 1]]
+        out += ["", *lines[first - 1 : method.body[0].lineno - 1]]
         if doc:
             out.append('        """' + doc.replace("\n", "\n        ") + '"""')
-        out += ["        ### BEGIN SOLUTION", *lines[method.body[0].lineno - 1:method.end_lineno]]
+        out += ["        ### BEGIN SOLUTION", *lines[method.body[0].lineno - 1 : method.end_lineno]]
         if number == len(methods) - 1:
             for helper in helpers:
                 decorators = getattr(helper, "decorator_list", None)
-                out += ["", *lines[(decorators[0] if decorators else helper).lineno - 1:helper.end_lineno]]
+                out += ["", *lines[(decorators[0] if decorators else helper).lineno - 1 : helper.end_lineno]]
         out.append("        ### END SOLUTION")
     return "\n".join(out)
 
@@ -204,10 +229,12 @@ def _answer_cell(question: Question) -> nbformat.NotebookNode:
         elif question.kind is Kind.NUMERIC:
             solution = f"{var} = {question.answer!r}"
         else:  # each student's own values; the instructor's copy computes them (never released)
-            solution = ("from kvcourse.quizzes.bank import load_quiz\n"
-                        "from kvcourse.quizzes.checking import expected_number\n"
-                        f"{var} = expected_number(load_quiz({question.lesson!r}).question({question.id!r}), "
-                        'f"{COURSE_SALT}/{STUDENT_ID}")')
+            solution = (
+                "from kvcourse.quizzes.bank import load_quiz\n"
+                "from kvcourse.quizzes.checking import expected_number\n"
+                f"{var} = expected_number(load_quiz({question.lesson!r}).question({question.id!r}), "
+                'f"{COURSE_SALT}/{STUDENT_ID}")'
+            )
         source = f"# Your answer: {var} = ...\n### BEGIN SOLUTION\n{solution}\n### END SOLUTION"
     return _cell(new_code_cell, source, f"answer_{question.id}", "answer", question.id, solution=True)
 
@@ -220,17 +247,29 @@ def _test_cell(question: Question) -> nbformat.NotebookNode:
         check = f'check_form({var}, "function", {tuple(question.cases[0])!r})'
     else:
         check = f'check_form({var}, "number")'
-    source = (f"# Checks that {var} can be read. Its {question.points} point(s) are decided after you submit,\n"
-              f"# outside this notebook, by comparing your answer with the right one.\n{check}")
+    source = (
+        f"# Checks that {var} can be read. Its {question.points} point(s) are decided after you submit,\n"
+        f"# outside this notebook, by comparing your answer with the right one.\n{check}"
+    )
     if question.kind is Kind.LAB:
-        source = (f"# Serves the public traces on {var}: the grader's verdict on each, beside the engine's own figures.\n"
-                  f"# Its {question.points} points are decided after you submit, outside this notebook, on these "
-                  "traces and on\n# hidden ones drawn for your student id.\n"
-                  "from kvcourse.labs import check\n\n"
-                  f"if not all(trace.passed for trace in check({question.lab!r}, {var})):\n"
-                  '    raise AssertionError("not every public trace passes yet: the lines above say why")')
-    return _cell(new_code_cell, source, f"test_{question.id}", "test", question.id, grade=True, locked=True,
-                 points=question.points)
+        source = (
+            f"# Serves the public traces on {var}: the grader's verdict on each, beside the engine's own figures.\n"
+            f"# Its {question.points} points are decided after you submit, outside this notebook, on these "
+            "traces and on\n# hidden ones drawn for your student id.\n"
+            "from kvcourse.labs import check\n\n"
+            f"if not all(trace.passed for trace in check({question.lab!r}, {var})):\n"
+            '    raise AssertionError("not every public trace passes yet: the lines above say why")'
+        )
+    return _cell(
+        new_code_cell,
+        source,
+        f"test_{question.id}",
+        "test",
+        question.id,
+        grade=True,
+        locked=True,
+        points=question.points,
+    )
 
 
 def _question_cells(question: Question, lesson: str) -> list[nbformat.NotebookNode]:
@@ -238,8 +277,18 @@ def _question_cells(question: Question, lesson: str) -> list[nbformat.NotebookNo
     if question.kind is Kind.PARAMETERISED:
         cells.append(_show_cell(question, lesson))
     if question.kind is Kind.FREE:
-        cells.append(_cell(new_markdown_cell, question.model_answer, f"free_{question.id}", "free", question.id,
-                           grade=True, solution=True, points=question.points))
+        cells.append(
+            _cell(
+                new_markdown_cell,
+                question.model_answer,
+                f"free_{question.id}",
+                "free",
+                question.id,
+                grade=True,
+                solution=True,
+                points=question.points,
+            )
+        )
         return cells
     return cells + [_answer_cell(question), _test_cell(question)]
 
@@ -250,32 +299,38 @@ def setup_source(salt: str) -> str:
     body = helpers.split('"""', 2)[2].strip()  # the module's code without its docstring
     body = body.replace('COURSE_SALT = ""   # set by the generated cell\n', "")
     body = body.replace('STUDENT_ID = ""    # set by the generated cell\n', "")
-    return ("# Set-up (locked). Nothing in this notebook grades you: your answers are read when you submit\n"
-            "# and compared with the right ones outside it. Run this cell first.\n"
-            f"{body}\n\n"
-            f"COURSE_SALT = {salt!r}\n"
-            "# Your student id picks the values of some questions: it must be the id you submit under.\n"
-            "# nbgrader submits under your login name (on a hub, your hub name), as below; if you submit\n"
-            "# with --student=ID or share a login, set KVCOURSE_STUDENT_ID=ID before starting Jupyter.\n"
-            "import getpass\nimport os\n"
-            "_login = getpass.getuser()\n"
-            'STUDENT_ID = (os.environ.get("KVCOURSE_STUDENT_ID")\n'
-            '              or (os.environ.get("JUPYTERHUB_USER") if _login == "jovyan" else None) or _login)\n'
-            'print("Your student id:", STUDENT_ID)\n'
-            'if STUDENT_ID in ("root", "jovyan"):\n'
-            '    print("  This looks like a shared account. If you submit under another id, set "\n'
-            '          "KVCOURSE_STUDENT_ID to it and restart: your values are drawn for the id above.")')
+    return (
+        "# Set-up (locked). Nothing in this notebook grades you: your answers are read when you submit\n"
+        "# and compared with the right ones outside it. Run this cell first.\n"
+        f"{body}\n\n"
+        f"COURSE_SALT = {salt!r}\n"
+        "# Your student id picks the values of some questions: it must be the id you submit under.\n"
+        "# nbgrader submits under your login name (on a hub, your hub name), as below; if you submit\n"
+        "# with --student=ID or share a login, set KVCOURSE_STUDENT_ID=ID before starting Jupyter.\n"
+        "import getpass\nimport os\n"
+        "_login = getpass.getuser()\n"
+        'STUDENT_ID = (os.environ.get("KVCOURSE_STUDENT_ID")\n'
+        '              or (os.environ.get("JUPYTERHUB_USER") if _login == "jovyan" else None) or _login)\n'
+        'print("Your student id:", STUDENT_ID)\n'
+        'if STUDENT_ID in ("root", "jovyan"):\n'
+        '    print("  This looks like a shared account. If you submit under another id, set "\n'
+        '          "KVCOURSE_STUDENT_ID to it and restart: your values are drawn for the id above.")'
+    )
 
 
 def build_notebook(quiz: Quiz, salt: str = "") -> nbformat.NotebookNode:
     """The source (instructor) notebook of one lesson's quick check."""
     written = "a function or a class" if any(q.kind is Kind.LAB for q in quiz.questions) else "a function"
-    intro = (f"# Lesson {quiz.lesson}: {quiz.title} (graded quick check)\n\n"
-             "Answer each question by assigning a plain Python value (a letter as a string, a number, "
-             f'or a string with a unit such as `"0.8 MB"`) or by completing {written}. Run every cell, '
-             "then submit. Do not rename the answer variables.")
-    cells = [_cell(new_markdown_cell, intro, "intro", "intro", locked=True),
-             _cell(new_code_cell, setup_source(salt), "setup", "setup", locked=True)]
+    intro = (
+        f"# Lesson {quiz.lesson}: {quiz.title} (graded quick check)\n\n"
+        "Answer each question by assigning a plain Python value (a letter as a string, a number, "
+        f'or a string with a unit such as `"0.8 MB"`) or by completing {written}. Run every cell, '
+        "then submit. Do not rename the answer variables."
+    )
+    cells = [
+        _cell(new_markdown_cell, intro, "intro", "intro", locked=True),
+        _cell(new_code_cell, setup_source(salt), "setup", "setup", locked=True),
+    ]
     for question in quiz.questions:
         cells += _question_cells(question, quiz.lesson)
     nb = new_notebook(cells=cells)
@@ -286,8 +341,9 @@ def build_notebook(quiz: Quiz, salt: str = "") -> nbformat.NotebookNode:
     return nb
 
 
-def init_course(directory: Path, lessons: list[str], course_id: str = "kvcourse",
-                exchange: str | None = None) -> list[str]:
+def init_course(
+    directory: Path, lessons: list[str], course_id: str = "kvcourse", exchange: str | None = None
+) -> list[str]:
     """Write nbgrader_config.py, source/lessonNN/lessonNN.ipynb and instructor/course.json; returns the names."""
     directory = Path(directory)
     if directory.exists() and any(directory.iterdir()):
@@ -299,13 +355,20 @@ def init_course(directory: Path, lessons: list[str], course_id: str = "kvcourse"
     directory.mkdir(parents=True, exist_ok=True)
     directory.chmod(0o700)  # the source notebooks hold the answers, instructor/ the secret: yours only
     (directory / "nbgrader_config.py").write_text(
-        CONFIG_TEMPLATE.format(course_id=course_id, exchange_line=exchange_line), encoding="utf-8")
+        CONFIG_TEMPLATE.format(course_id=course_id, exchange_line=exchange_line), encoding="utf-8"
+    )
     students = directory / STUDENTS_DIR
     students.mkdir()
     (students / "nbgrader_config.py").write_text(
-        STUDENT_CONFIG.format(course_id=course_id, exchange_line=exchange_line), encoding="utf-8")
-    course = {"version": 1, "course_id": course_id, "salt": secrets.token_hex(6),
-              "secret": secrets.token_hex(32), "exchange": exchange_path}
+        STUDENT_CONFIG.format(course_id=course_id, exchange_line=exchange_line), encoding="utf-8"
+    )
+    course = {
+        "version": 1,
+        "course_id": course_id,
+        "salt": secrets.token_hex(6),
+        "secret": secrets.token_hex(32),
+        "exchange": exchange_path,
+    }
     private = directory / INSTRUCTOR_DIR
     private.mkdir(mode=0o700)
     secret_file = private / COURSE_FILE

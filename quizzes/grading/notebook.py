@@ -31,7 +31,7 @@ from .recovery import NotGradable, Submission, TemplateCell, read_bytes
 MAX_RESULTS_BYTES = 4_000_000
 MAX_LINE_CHARS = 1_600_000  # one record: a lab's runs are its longest (collector.LAB_LOG_LIMIT and its wrapping)
 TIMED_OUT = "Stopped: this cell ran for more than"  # sandbox_runner's TIMEOUT_NOTE (it imports nothing of ours)
-OUTPUT_CUT = "[... output cut"                       # its CUT_NOTE, and the cut _clean_outputs makes
+OUTPUT_CUT = "[... output cut"  # its CUT_NOTE, and the cut _clean_outputs makes
 CAP_REACHED = re.compile(r"Stopped: (.+?) reached \(the grader's cap")  # its CAP_NOTE
 MAX_EXECUTED_BYTES = 64_000_000
 _KEEP_MIME = ("text/plain", "image/png", "image/jpeg")  # no HTML or JavaScript from a student reaches a grader's page
@@ -42,8 +42,9 @@ def _module_code(name: str) -> str:
     return text.split('"""', 2)[2].strip()  # without the module docstring
 
 
-def grading_notebook(sub: Submission, template: list[TemplateCell], quiz: Quiz, course: Course, student: str,
-                     results: Path) -> tuple[nbformat.NotebookNode, list[int | None]]:
+def grading_notebook(
+    sub: Submission, template: list[TemplateCell], quiz: Quiz, course: Course, student: str, results: Path
+) -> tuple[nbformat.NotebookNode, list[int | None]]:
     """(notebook, origin): the cells the sandbox runs, and for each the submission cell it came from."""
     setup = next(cell.source for cell in template if cell.role == "setup")
     collector = _module_code("collector.py").replace('RESULTS = "results.jsonl"', f"RESULTS = {str(results)!r}")
@@ -188,15 +189,21 @@ def _clean_outputs(outputs: Any, cap: int) -> list:
             item = nbformat.v4.new_output("display_data", data=data)
         elif kind == "error":
             trace = out.get("traceback") if isinstance(out.get("traceback"), list) else []
-            item = nbformat.v4.new_output("error", ename=_text(out.get("ename"))[:200],
-                                          evalue=_text(out.get("evalue"))[:2000],
-                                          traceback=[_text(line)[:2000] for line in trace[:100]])
+            item = nbformat.v4.new_output(
+                "error",
+                ename=_text(out.get("ename"))[:200],
+                evalue=_text(out.get("evalue"))[:2000],
+                traceback=[_text(line)[:2000] for line in trace[:100]],
+            )
         else:
             continue
         used += len(json.dumps(item))
         if used > cap:
-            kept.append(nbformat.v4.new_output("stream", name="stdout",
-                                               text=f"[... output cut at {cap:,} bytes by the grader ...]\n"))
+            kept.append(
+                nbformat.v4.new_output(
+                    "stream", name="stdout", text=f"[... output cut at {cap:,} bytes by the grader ...]\n"
+                )
+            )
             break
         kept.append(item)
     return kept
@@ -222,12 +229,21 @@ def _verdict_output(decision: Decision) -> nbformat.NotebookNode:
 # page, so they stand as one line (the cell and its nbgrader metadata stay, for formgrader).
 SETUP_IN_FEEDBACK = "# Set-up (locked): the course's helpers and your student id, as in your notebook (not shown here)."
 # nbgrader shows a written answer's score as 0 until it is graded by hand; this line says why.
-BY_HAND = ("*Graded by hand.* Your instructor grades written answers after the automatic grading: until this "
-           "one is graded, its score on this page reads 0.")
+BY_HAND = (
+    "*Graded by hand.* Your instructor grades written answers after the automatic grading: until this "
+    "one is graded, its score on this page reads 0."
+)
 
 
-def graded_notebook(source: Path, sub: Submission, outputs: dict[int, list], decisions: dict[str, Decision],
-                    quiz: Quiz, course: Course, student: str) -> nbformat.NotebookNode:
+def graded_notebook(
+    source: Path,
+    sub: Submission,
+    outputs: dict[int, list],
+    decisions: dict[str, Decision],
+    quiz: Quiz,
+    course: Course,
+    student: str,
+) -> nbformat.NotebookNode:
     """The released notebook with this student's answers, outputs and verdicts, for formgrader and feedback."""
     from nbgrader.preprocessors import ClearSolutions
 
@@ -262,8 +278,9 @@ def graded_notebook(source: Path, sub: Submission, outputs: dict[int, list], dec
             cell.outputs = [_verdict_output(decisions[qid])]
         cells.append(cell)
         if role == "free" and qid in decisions and decisions[qid].points is None:
-            cells.append(nbformat.v4.new_markdown_cell(BY_HAND, metadata={"kvcourse": {"role": "note",
-                                                                                    "question": qid}}))
+            cells.append(
+                nbformat.v4.new_markdown_cell(BY_HAND, metadata={"kvcourse": {"role": "note", "question": qid}})
+            )
         for index in extras.get(grade_id, []):
             cells.append(_student_cell(sub, index, outputs))
     nb.cells = cells

@@ -33,7 +33,7 @@ class TemplateCell:
     """One cell of the assignment as released (from the instructor's source notebook)."""
 
     grade_id: str
-    role: str        # intro, setup, prompt, show, answer, test, free
+    role: str  # intro, setup, prompt, show, answer, test, free
     question: str
     cell_type: str
     source: str
@@ -44,7 +44,7 @@ class TemplateCell:
 class StudentCell:
     cell_type: str
     source: str
-    grade_id: str = ""   # the template cell it was matched to ("" for the student's own cells)
+    grade_id: str = ""  # the template cell it was matched to ("" for the student's own cells)
     outputs_index: int = -1
 
 
@@ -53,8 +53,8 @@ class Submission:
     """A submission's cells in the student's order, matched to the template, and what was noticed."""
 
     cells: list[StudentCell]
-    answers: dict[str, list[int]] = field(default_factory=dict)   # question -> indices of its answer cells
-    free: dict[str, str] = field(default_factory=dict)            # question -> the free-response text
+    answers: dict[str, list[int]] = field(default_factory=dict)  # question -> indices of its answer cells
+    free: dict[str, str] = field(default_factory=dict)  # question -> the free-response text
     notes: list[str] = field(default_factory=list)
 
 
@@ -70,8 +70,16 @@ def template_cells(source_notebook: Path) -> list[TemplateCell]:
         grader = cell.metadata.get("nbgrader", {})
         if "role" not in meta:
             continue  # a cell the instructor added to the source: shown, never matched
-        cells.append(TemplateCell(grader.get("grade_id", ""), meta["role"], meta.get("question", ""),
-                                  cell.cell_type, cell.source, float(grader.get("points", 0))))
+        cells.append(
+            TemplateCell(
+                grader.get("grade_id", ""),
+                meta["role"],
+                meta.get("question", ""),
+                cell.cell_type,
+                cell.source,
+                float(grader.get("points", 0)),
+            )
+        )
     return cells
 
 
@@ -117,8 +125,15 @@ def _cells_from_json(data: object) -> list[dict]:
         grader = meta.get("nbgrader") if isinstance(meta.get("nbgrader"), dict) else {}
         grade_id = grader.get("grade_id") if isinstance(grader.get("grade_id"), str) else ""
         cell_id = cell.get("id") if isinstance(cell.get("id"), str) else ""
-        cells.append({"cell_type": kind, "source": source, "grade_id": grade_id, "id": cell_id,
-                      "printed": _printed(cell.get("outputs"))})
+        cells.append(
+            {
+                "cell_type": kind,
+                "source": source,
+                "grade_id": grade_id,
+                "id": cell_id,
+                "printed": _printed(cell.get("outputs")),
+            }
+        )
     return cells
 
 
@@ -126,7 +141,9 @@ def _printed(outputs: object) -> str:
     """What a cell printed when the student ran it (its stream outputs), as one text; "" for none."""
     if not isinstance(outputs, list):
         return ""
-    texts = [_text(out.get("text", "")) for out in outputs if isinstance(out, dict) and out.get("output_type") == "stream"]
+    texts = [
+        _text(out.get("text", "")) for out in outputs if isinstance(out, dict) and out.get("output_type") == "stream"
+    ]
     return "".join(text for text in texts if text)
 
 
@@ -145,8 +162,11 @@ def shown_student_id(cells: list[dict]) -> str | None:
     return None
 
 
-_CELL = re.compile(r'"cell_type"\s*:\s*"(code|markdown|raw)"(.*?)"source"\s*:\s*(\[(?:\s*"(?:[^"\\]|\\.)*"\s*,?)*\s*\]'
-                   r'|"(?:[^"\\]|\\.)*")', re.S)
+_CELL = re.compile(
+    r'"cell_type"\s*:\s*"(code|markdown|raw)"(.*?)"source"\s*:\s*(\[(?:\s*"(?:[^"\\]|\\.)*"\s*,?)*\s*\]'
+    r'|"(?:[^"\\]|\\.)*")',
+    re.S,
+)
 
 
 def _cells_from_broken_json(text: str) -> list[dict]:
@@ -162,8 +182,14 @@ def _cells_from_broken_json(text: str) -> list[dict]:
         between = match.group(2)
         grade_id = re.search(r'"grade_id"\s*:\s*"([^"\\]{1,80})"', between)
         cell_id = re.search(r'"id"\s*:\s*"([^"\\]{1,80})"', between)
-        cells.append({"cell_type": match.group(1), "source": source,
-                      "grade_id": grade_id.group(1) if grade_id else "", "id": cell_id.group(1) if cell_id else ""})
+        cells.append(
+            {
+                "cell_type": match.group(1),
+                "source": source,
+                "grade_id": grade_id.group(1) if grade_id else "",
+                "id": cell_id.group(1) if cell_id else "",
+            }
+        )
     return cells
 
 
@@ -189,15 +215,20 @@ def _normal(text: str) -> str:
 
 
 def _assigns(name: str) -> re.Pattern:
-    return re.compile(rf"(?m)^[ \t]*(?:(?:def|class)[ \t]+{re.escape(name)}[ \t]*[(:]|(?:[A-Za-z_][\w \t]*,[ \t]*)?"
-                      rf"{re.escape(name)}[ \t]*(?::[^=\n]*)?=(?!=))")
+    return re.compile(
+        rf"(?m)^[ \t]*(?:(?:def|class)[ \t]+{re.escape(name)}[ \t]*[(:]|(?:[A-Za-z_][\w \t]*,[ \t]*)?"
+        rf"{re.escape(name)}[ \t]*(?::[^=\n]*)?=(?!=))"
+    )
 
 
 def match_cells(raw_cells: list[dict], template: list[TemplateCell], names: dict[str, str]) -> Submission:
     """Match a submission's cells to the template; ``names`` maps question -> its answer variable."""
     by_id = {cell.grade_id: cell for cell in template if cell.grade_id}
-    locked_text = {_normal(cell.source): cell.grade_id for cell in template
-                   if cell.role in ("intro", "setup", "prompt", "show", "test")}
+    locked_text = {
+        _normal(cell.source): cell.grade_id
+        for cell in template
+        if cell.role in ("intro", "setup", "prompt", "show", "test")
+    }
     patterns = {question: _assigns(name) for question, name in names.items()}
     sub = Submission(cells=[])
     found_by = {"metadata": 0, "id": 0, "content": 0}
@@ -225,8 +256,9 @@ def match_cells(raw_cells: list[dict], template: list[TemplateCell], names: dict
         if raw["cell_type"] != "code":
             continue
         for question, pattern in patterns.items():
-            by_template = template_cell is not None and template_cell.role == "answer" \
-                and template_cell.question == question
+            by_template = (
+                template_cell is not None and template_cell.role == "answer" and template_cell.question == question
+            )
             if by_template or pattern.search(raw["source"]):
                 sub.answers.setdefault(question, []).append(index)
     _free_by_position(sub, template)
@@ -253,19 +285,32 @@ def _describe(sub: Submission, template: list[TemplateCell], seen: set[str], fou
         sub.notes.append("the notebook has no cells")
         return
     if found_by["id"] or found_by["content"]:
-        sub.notes.append(f"nbgrader metadata missing from some cells: {found_by['id']} found by cell id, "
-                         f"{found_by['content']} by content")
-    lost = [cell.grade_id for cell in template if cell.role in ("prompt", "show", "test", "setup")
-            and cell.grade_id not in seen]
+        sub.notes.append(
+            f"nbgrader metadata missing from some cells: {found_by['id']} found by cell id, "
+            f"{found_by['content']} by content"
+        )
+    lost = [
+        cell.grade_id
+        for cell in template
+        if cell.role in ("prompt", "show", "test", "setup") and cell.grade_id not in seen
+    ]
     if lost:
-        sub.notes.append(f"{len(lost)} locked cells were missing and were put back ({', '.join(lost[:4])}"
-                         f"{', ...' if len(lost) > 4 else ''})")
-    edited = [cell.grade_id for cell in template if cell.role in ("prompt", "show", "test", "setup")
-              and cell.grade_id in seen and not any(
-                  s.grade_id == cell.grade_id and _normal(s.source) == _normal(cell.source) for s in sub.cells)]
+        sub.notes.append(
+            f"{len(lost)} locked cells were missing and were put back ({', '.join(lost[:4])}"
+            f"{', ...' if len(lost) > 4 else ''})"
+        )
+    edited = [
+        cell.grade_id
+        for cell in template
+        if cell.role in ("prompt", "show", "test", "setup")
+        and cell.grade_id in seen
+        and not any(s.grade_id == cell.grade_id and _normal(s.source) == _normal(cell.source) for s in sub.cells)
+    ]
     if edited:
-        sub.notes.append(f"{len(edited)} locked cells were edited; graded with the originals "
-                         f"({', '.join(edited[:4])}{', ...' if len(edited) > 4 else ''})")
+        sub.notes.append(
+            f"{len(edited)} locked cells were edited; graded with the originals "
+            f"({', '.join(edited[:4])}{', ...' if len(edited) > 4 else ''})"
+        )
     for cell in template:
         if cell.role == "answer" and cell.question not in sub.answers:
             sub.notes.append(f"no answer cell found for {cell.question}")

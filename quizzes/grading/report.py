@@ -54,9 +54,9 @@ def short(text: str, limit: int = 100, *, sentence: bool = True) -> str:
 class How(Enum):
     """How a wrong number is explained."""
 
-    PLANTED = "planted"          # one of the bank's planted mistakes, in its words
-    FACTOR = "factor"            # a simple factor off the right answer
-    OFF_BY_ONE = "off by one"    # a count one too many or one too few
+    PLANTED = "planted"  # one of the bank's planted mistakes, in its words
+    FACTOR = "factor"  # a simple factor off the right answer
+    OFF_BY_ONE = "off by one"  # a count one too many or one too few
     UNEXPLAINED = "unexplained"
 
 
@@ -65,8 +65,8 @@ class Slip:
     """What a wrong number means: a planted mistake (the bank's words), a simple factor off, or nothing known."""
 
     how: How
-    label: str                 # how far off: "x1/2", "x1.07", "+1"
-    words: tuple[str, ...]     # the bank's sentence, or the factors it may be
+    label: str  # how far off: "x1/2", "x1.07", "+1"
+    words: tuple[str, ...]  # the bank's sentence, or the factors it may be
 
     @property
     def named(self) -> bool:
@@ -75,8 +75,9 @@ class Slip:
     @property
     def meaning(self) -> str:
         if self.how is How.FACTOR:
-            return ("a factor left out: " if self.label.startswith("x1/") else "a factor too many: ") + \
-                " or ".join(self.words)
+            return ("a factor left out: " if self.label.startswith("x1/") else "a factor too many: ") + " or ".join(
+                self.words
+            )
         return " Or: ".join(self.words) if self.words else self.how.value
 
 
@@ -103,9 +104,14 @@ def simple_factors(question: Question, seed: str = "") -> list[tuple[float, str]
     heads, kv_heads = names.get("num_heads"), names.get("num_kv_heads")
     if heads and kv_heads and heads != kv_heads:
         found.append((heads / kv_heads, f"query heads per key/value head ({heads}/{kv_heads})"))
-    found += [(1.024, "1024 vs 1000 (KiB vs kB)"), (1.024**2, "1024 vs 1000 (MiB vs MB)"),
-              (1.024**3, "1024 vs 1000 (GiB vs GB)"), (1e3, "1,000 (a unit prefix: kB vs bytes)"),
-              (1024.0, "1,024 (a binary prefix: KiB vs bytes)"), (1e6, "1,000,000 (two unit prefixes)")]
+    found += [
+        (1.024, "1024 vs 1000 (KiB vs kB)"),
+        (1.024**2, "1024 vs 1000 (MiB vs MB)"),
+        (1.024**3, "1024 vs 1000 (GiB vs GB)"),
+        (1e3, "1,000 (a unit prefix: kB vs bytes)"),
+        (1024.0, "1,024 (a binary prefix: KiB vs bytes)"),
+        (1e6, "1,000,000 (two unit prefixes)"),
+    ]
     if question.unit == "percent":
         found.append((100.0, "100 (a fraction, not a percentage)"))
     return [(float(f), words) for f, words in found if f > 0 and f != 1]
@@ -126,7 +132,9 @@ def explain_number(question: Question, number: float, expected: float, seed: str
     if words and label:
         return Slip(How.FACTOR, label, tuple(dict.fromkeys(words)))
     if question.unit == "count" and abs(number - expected) == 1 and abs(expected) > 2:
-        return Slip(How.OFF_BY_ONE, f"{number - expected:+g}", ("one too many" if number > expected else "one too few",))
+        return Slip(
+            How.OFF_BY_ONE, f"{number - expected:+g}", ("one too many" if number > expected else "one too few",)
+        )
     return Slip(How.UNEXPLAINED, label, ())
 
 
@@ -141,7 +149,7 @@ class Row:
     count: int
     meaning: str = ""
     right: bool = False
-    group: str = ""   # the figure's colour: a finding's key, "unexplained", "no answer" or "failed"
+    group: str = ""  # the figure's colour: a finding's key, "unexplained", "no answer" or "failed"
 
 
 @dataclass(frozen=True)
@@ -192,7 +200,7 @@ class Answer:
 
     student: str
     value: Any
-    kept: bool              # False: no raw answer kept (not handed over, or graded before reports existed)
+    kept: bool  # False: no raw answer kept (not handed over, or graded before reports existed)
     points: float | None
     verdict: str
     details: dict | None
@@ -206,9 +214,14 @@ class Answer:
 
     @property
     def absent(self) -> str:
-        """"no answer" or "unreadable" where the verdict says so, else ""."""
-        return "no answer" if self.verdict.startswith("No answer") else \
-            "unreadable" if self.verdict.startswith("Unreadable") else ""
+        """ "no answer" or "unreadable" where the verdict says so, else ""."""
+        return (
+            "no answer"
+            if self.verdict.startswith("No answer")
+            else "unreadable"
+            if self.verdict.startswith("Unreadable")
+            else ""
+        )
 
 
 def _part(entry: dict, name: str) -> dict:
@@ -224,9 +237,17 @@ def answers_to(question: Question, graded: dict[str, dict]) -> list[Answer]:
         if question.id not in verdicts:
             continue
         got, details = points.get(question.id), _part(entry, "details").get(question.id)
-        found.append(Answer(student, answers.get(question.id), question.id in answers,
-                            float(got) if isinstance(got, (int, float)) else None, str(verdicts[question.id]),
-                            details if isinstance(details, dict) else None, float(question.points)))
+        found.append(
+            Answer(
+                student,
+                answers.get(question.id),
+                question.id in answers,
+                float(got) if isinstance(got, (int, float)) else None,
+                str(verdicts[question.id]),
+                details if isinstance(details, dict) else None,
+                float(question.points),
+            )
+        )
     return found
 
 
@@ -243,8 +264,9 @@ def _choice(q: Question, answers: list[Answer], n: int) -> QuestionReport:
         report.rows.append(Row(f"({key}) {short(option, 40)}", counts[key], meaning, right, f"{q.id} ({key})"))
         if not right and counts[key]:
             report.findings.append(Finding(q.id, f"({key})", meaning, counts[key], counts[key] / n))
-    report.rows += [Row(other, counts[other], group="no answer") for other in ("unreadable", "no answer")
-                    if counts[other]]
+    report.rows += [
+        Row(other, counts[other], group="no answer") for other in ("unreadable", "no answer") if counts[other]
+    ]
     return report
 
 
@@ -262,8 +284,9 @@ def _numeric(q: Question, answers: list[Answer], n: int, course: Course) -> Ques
             except AnswerFormatError:
                 absent["unreadable"] += 1
                 continue
-            slips.append((explain_number(q, number, expected_answer(q, course, a.student), course.seed(a.student)),
-                          number))
+            slips.append(
+                (explain_number(q, number, expected_answer(q, course, a.student), course.seed(a.student)), number)
+            )
     report = QuestionReport(q, f"{right} of {n} right")
     report.rows.append(Row("right", right, "the right answer", True))
     for slip, members, ambiguous in _groups(slips):
@@ -277,8 +300,9 @@ def _numeric(q: Question, answers: list[Answer], n: int, course: Course) -> Ques
         meaning = short(slip.meaning, 140) if slip.named else "unexplained"
         if ambiguous:
             meaning += f" ({ambiguous} of these also fit another slip on their drawn values)"
-        report.rows.append(Row(answer, len(members), meaning, group=f"{q.id} {answer}" if slip.named
-                               else "unexplained"))
+        report.rows.append(
+            Row(answer, len(members), meaning, group=f"{q.id} {answer}" if slip.named else "unexplained")
+        )
         if slip.named:
             report.findings.append(Finding(q.id, answer, meaning, len(members), len(members) / n))
     report.rows += [Row(what, count, group="no answer") for what, count in absent.items()]
@@ -324,11 +348,15 @@ def _lab(q: Question, answers: list[Answer], n: int) -> QuestionReport:
     rules, traces = Counter(), Counter()
     for a in answers:
         judged = (a.details or {}).get("traces")
-        failing = [t for t in judged if isinstance(t, dict) and isinstance(t.get("score"), (int, float))
-                   and t["score"] < 1] if isinstance(judged, list) else []
+        failing = (
+            [t for t in judged if isinstance(t, dict) and isinstance(t.get("score"), (int, float)) and t["score"] < 1]
+            if isinstance(judged, list)
+            else []
+        )
         rules.update({str(t.get("kind") or "unnamed") for t in failing})
-        traces.update({str(t.get("name", "?")) if t.get("public") else "a hidden trace (drawn per student)"
-                       for t in failing})
+        traces.update(
+            {str(t.get("name", "?")) if t.get("public") else "a hidden trace (drawn per student)" for t in failing}
+        )
     mean = sum(scores) / len(scores) if scores else 0.0
     worst = f"; the rule broken most often: {rules.most_common(1)[0][0]}" if rules else ""
     report = QuestionReport(q, f"mean score {mean:.0%}, {bins['full marks']} of {n} full marks{worst}")
@@ -376,11 +404,15 @@ def read_status(course: Course, assignment: str) -> dict[str, dict]:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
         why = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
-        raise ReportError(f"the status file {path} is damaged ({short(why, 80)}): run `{again}` to grade "
-                          "everyone again, which rewrites it") from None
+        raise ReportError(
+            f"the status file {path} is damaged ({short(why, 80)}): run `{again}` to grade "
+            "everyone again, which rewrites it"
+        ) from None
     if not isinstance(data, dict) or not all(isinstance(e, dict) for e in data.values()):
-        raise ReportError(f"the status file {path} is damaged (not one entry per student): run `{again}` to "
-                          "grade everyone again, which rewrites it")
+        raise ReportError(
+            f"the status file {path} is damaged (not one entry per student): run `{again}` to "
+            "grade everyone again, which rewrites it"
+        )
     return data
 
 
@@ -394,6 +426,8 @@ def build_report(course: Course, assignment: str) -> Report:
     status = read_status(course, assignment)
     graded = {s: e for s, e in status.items() if e.get("status") == "graded"}
     if not graded:
-        raise ReportError(f"nothing graded yet for {assignment} ({len(status)} could not be graded: see "
-                          f"`kvcourse grade export`): run `kvcourse grade autograde {assignment}` first")
+        raise ReportError(
+            f"nothing graded yet for {assignment} ({len(status)} could not be graded: see "
+            f"`kvcourse grade export`): run `kvcourse grade autograde {assignment}` first"
+        )
     return analyse(load_quiz(lesson), assignment, graded, course, len(status) - len(graded))

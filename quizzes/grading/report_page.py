@@ -23,13 +23,26 @@ def tables(report: Report) -> list[tuple[str, str, list[str], list[list[str]]]]:
     """(title, note, headers, rows) of each table: the ranked findings, then one per question."""
     n = report.num_graded
     ranked = [[str(i), f"{f.share:.0%}", f.question, f.answer, f.meaning] for i, f in enumerate(report.findings, 1)]
-    out = [("Misconceptions, most common first", "" if ranked else "no named wrong option or numeric slip",
-            ["#", "share", "question", "answer", "what it means"], ranked)]
+    out = [
+        (
+            "Misconceptions, most common first",
+            "" if ranked else "no named wrong option or numeric slip",
+            ["#", "share", "question", "answer", "what it means"],
+            ranked,
+        )
+    ]
     for q in report.questions:
         kind = q.question.kind.value
         title = f"{q.question.id} ({kind}, {q.question.points} point{'s' * (q.question.points != 1)}): {q.summary}"
         rows = [[r.answer, f"{r.count / n:.0%}", str(r.count), r.meaning] for r in q.rows]
-        out.append((title, short(q.question.prompt, 110, sentence=False), ["answer", "share", "students", "what it means"], rows))
+        out.append(
+            (
+                title,
+                short(q.question.prompt, 110, sentence=False),
+                ["answer", "share", "students", "what it means"],
+                rows,
+            )
+        )
     return out
 
 
@@ -43,9 +56,12 @@ def headline(report: Report) -> str:
 
 def render_text(report: Report) -> str:
     """The report as plain-text tables for the terminal."""
-    lines = [f"What the class got wrong: {report.assignment} ({report.title}), {report.num_graded} graded"
-             + (f", {report.num_not_graded} could not be graded" if report.num_not_graded else "")
-             + ". Shares are of the graded students.", headline(report)]
+    lines = [
+        f"What the class got wrong: {report.assignment} ({report.title}), {report.num_graded} graded"
+        + (f", {report.num_not_graded} could not be graded" if report.num_not_graded else "")
+        + ". Shares are of the graded students.",
+        headline(report),
+    ]
     for title, note, headers, rows in tables(report):
         lines += ["", title] + ([f"  {note}"] if note else [])
         if not rows:
@@ -56,8 +72,12 @@ def render_text(report: Report) -> str:
     return "\n".join(lines)
 
 
-_LEGEND = {"other": ("another named slip", "#9e9e9e", ""), "unexplained": ("unexplained", "#cfcfcf", ""),
-           "no answer": ("no answer, unreadable", "#eeeeee", "//"), "failed": ("tests or traces failed", "#7f7f7f", "")}
+_LEGEND = {
+    "other": ("another named slip", "#9e9e9e", ""),
+    "unexplained": ("unexplained", "#cfcfcf", ""),
+    "no answer": ("no answer, unreadable", "#eeeeee", "//"),
+    "failed": ("tests or traces failed", "#7f7f7f", ""),
+}
 
 
 def figure_png(report: Report) -> str:
@@ -66,10 +86,12 @@ def figure_png(report: Report) -> str:
     from matplotlib.figure import Figure
 
     shown = [q for q in report.questions if q.question.kind is not Kind.FREE]
-    colours = {f.key: (f"{f.key}: {short(f.meaning, 50)}", f"C{i}", "")
-               for i, f in enumerate(report.findings[:TOP_COLOURS])}
-    fig = Figure(figsize=(9, 2.4 + 0.4 * len(shown) + 0.22 * min(len(report.findings), TOP_COLOURS)),
-                 layout="constrained")
+    colours = {
+        f.key: (f"{f.key}: {short(f.meaning, 50)}", f"C{i}", "") for i, f in enumerate(report.findings[:TOP_COLOURS])
+    }
+    fig = Figure(
+        figsize=(9, 2.4 + 0.4 * len(shown) + 0.22 * min(len(report.findings), TOP_COLOURS)), layout="constrained"
+    )
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
     labelled = set()
@@ -80,8 +102,15 @@ def figure_png(report: Report) -> str:
                 continue
             name, colour, hatch = colours.get(row.group) or _LEGEND.get(row.group) or _LEGEND["other"]
             share = 100 * row.count / report.num_graded
-            ax.barh(y, share, left=left, color=colour, hatch=hatch, edgecolor="white",
-                    label=None if name in labelled else name)
+            ax.barh(
+                y,
+                share,
+                left=left,
+                color=colour,
+                hatch=hatch,
+                edgecolor="white",
+                label=None if name in labelled else name,
+            )
             labelled.add(name)
             left += share
     ax.set_yticks(range(len(shown)), [q.question.id for q in shown])
@@ -89,34 +118,43 @@ def figure_png(report: Report) -> str:
     ax.set_xlim(0, 100)
     ax.set_xlabel("share of the class (%)")
     top = report.findings[0] if report.findings else None
-    ax.set_title(f"{report.assignment}: {top.key} is the most common misconception ({top.share:.0%})" if top
-                 else f"{report.assignment}: share of the class wrong per question")
+    ax.set_title(
+        f"{report.assignment}: {top.key} is the most common misconception ({top.share:.0%})"
+        if top
+        else f"{report.assignment}: share of the class wrong per question"
+    )
     if labelled:  # the legend in the findings' order, then the greys
         order = [name for name, _, _ in [*colours.values(), *_LEGEND.values()]]
         handles = sorted(zip(*ax.get_legend_handles_labels(), strict=True), key=lambda h: order.index(h[1]))
-        ax.legend(*zip(*handles, strict=True), loc="upper center", bbox_to_anchor=(0.5, -0.18), fontsize=8, frameon=False)
+        ax.legend(
+            *zip(*handles, strict=True), loc="upper center", bbox_to_anchor=(0.5, -0.18), fontsize=8, frameon=False
+        )
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=90)
     return base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
-_STYLE = ("body{font-family:system-ui,sans-serif;margin:2em;max-width:70em}table{border-collapse:collapse;"
-          "margin:.5em 0 1.5em}td,th{border-bottom:1px solid #ddd;padding:.25em .6em;text-align:left;"
-          "vertical-align:top}tr.right td{background:#eaf6ea}p.note{color:#555;margin:.2em 0}")
+_STYLE = (
+    "body{font-family:system-ui,sans-serif;margin:2em;max-width:70em}table{border-collapse:collapse;"
+    "margin:.5em 0 1.5em}td,th{border-bottom:1px solid #ddd;padding:.25em .6em;text-align:left;"
+    "vertical-align:top}tr.right td{background:#eaf6ea}p.note{color:#555;margin:.2em 0}"
+)
 
 
 def render_html(report: Report) -> str:
     """The report as one self-contained page: the same tables, and the figure as an embedded PNG."""
     e = html.escape
-    parts = [f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>What the class got wrong: "
-             f"{e(report.assignment)}</title><style>{_STYLE}</style></head><body>",
-             f"<h1>What the class got wrong: {e(report.assignment)} ({e(report.title)})</h1>",
-             f"<p>{report.num_graded} graded" + (f", {report.num_not_graded} could not be graded"
-                                                 if report.num_not_graded else "") +
-             ". Shares are of the graded students. Instructors only: never release this page.</p>",
-             f"<p><strong>{e(headline(report))}</strong></p>",
-             f"<figure><img alt='{e('Share of the class wrong per question, coloured by misconception')}' "
-             f"src='data:image/png;base64,{figure_png(report)}'></figure>"]
+    parts = [
+        f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>What the class got wrong: "
+        f"{e(report.assignment)}</title><style>{_STYLE}</style></head><body>",
+        f"<h1>What the class got wrong: {e(report.assignment)} ({e(report.title)})</h1>",
+        f"<p>{report.num_graded} graded"
+        + (f", {report.num_not_graded} could not be graded" if report.num_not_graded else "")
+        + ". Shares are of the graded students. Instructors only: never release this page.</p>",
+        f"<p><strong>{e(headline(report))}</strong></p>",
+        f"<figure><img alt='{e('Share of the class wrong per question, coloured by misconception')}' "
+        f"src='data:image/png;base64,{figure_png(report)}'></figure>",
+    ]
     for i, (title, note, headers, rows) in enumerate(tables(report)):
         parts.append(f"<h2>{e(title)}</h2>" if i == 0 else f"<h3>{e(title)}</h3>")
         if note:
@@ -125,8 +163,9 @@ def render_html(report: Report) -> str:
             parts.append("<table><tr>" + "".join(f"<th>{e(h)}</th>" for h in headers) + "</tr>")
             right = [r.right for r in report.questions[i - 1].rows] if i else [False] * len(rows)
             for row, is_right in zip(rows, right, strict=True):
-                parts.append(f"<tr{' class=right' if is_right else ''}>" + "".join(f"<td>{e(c)}</td>" for c in row)
-                             + "</tr>")
+                parts.append(
+                    f"<tr{' class=right' if is_right else ''}>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>"
+                )
             parts.append("</table>")
     parts.append("</body></html>")
     return "\n".join(parts)
@@ -145,8 +184,10 @@ def check_html_path(course: Course, path: Path) -> Path:
     places = [(course.directory.resolve(), "the course folder"), (Path(course.exchange).resolve(), "the exchange")]
     for place, name in places:
         if target.is_relative_to(place) and not target.is_relative_to(private):
-            raise ReportError(f"--html {path}: the report tells what the class answered; write it under {private} "
-                              f"or outside {name} ({place}), never where students may see it")
+            raise ReportError(
+                f"--html {path}: the report tells what the class answered; write it under {private} "
+                f"or outside {name} ({place}), never where students may see it"
+            )
     return target
 
 

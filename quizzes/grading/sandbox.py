@@ -28,19 +28,36 @@ from pathlib import Path
 from .caps import Caps, size_text
 from .confine import FILE_SIZE_LIMIT, Confinement, Enforcement, cores_for, enforcement
 
-INSIDE = Path("/grading")                     # the submission's folder, a link to SCRATCH/grading
-SCRATCH = Path("/tmp")                        # its one writable file system: a tmpfs of the disk cap
+INSIDE = Path("/grading")  # the submission's folder, a link to SCRATCH/grading
+SCRATCH = Path("/tmp")  # its one writable file system: a tmpfs of the disk cap
 RUNNER_INSIDE = Path("/kvgrade/sandbox_runner.py")
-COUNTERS_INSIDE = Path("/kvgrade/counters")   # the cgroup's counters, read-only, for the runner's notes
-RETURNED = ("out.ipynb", "results.jsonl")     # the only files that reach the grader's copy
+COUNTERS_INSIDE = Path("/kvgrade/counters")  # the cgroup's counters, read-only, for the runner's notes
+RETURNED = ("out.ipynb", "results.jsonl")  # the only files that reach the grader's copy
 __all__ = ["FILE_SIZE_LIMIT", "INSIDE", "Limits", "Run", "bwrap_command", "preflight", "run_submission"]
-_ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "passwd", "group", "nsswitch.conf",
-        "hosts", "ssl", "ca-certificates", "alternatives", "mime.types", "fonts", "os-release", "matplotlibrc")
+_ETC = (
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "localtime",
+    "passwd",
+    "group",
+    "nsswitch.conf",
+    "hosts",
+    "ssl",
+    "ca-certificates",
+    "alternatives",
+    "mime.types",
+    "fonts",
+    "os-release",
+    "matplotlibrc",
+)
 
-MISSING_BWRAP = ("autograde runs every submission in a bubblewrap sandbox, and `bwrap` is not installed. "
-                 "Install it (Debian/Ubuntu: sudo apt-get install bubblewrap; Fedora: sudo dnf install "
-                 "bubblewrap), or, for a trial on your own machine with submissions you trust, pass "
-                 "--unsafe-no-sandbox.")
+MISSING_BWRAP = (
+    "autograde runs every submission in a bubblewrap sandbox, and `bwrap` is not installed. "
+    "Install it (Debian/Ubuntu: sudo apt-get install bubblewrap; Fedora: sudo dnf install "
+    "bubblewrap), or, for a trial on your own machine with submissions you trust, pass "
+    "--unsafe-no-sandbox."
+)
 
 
 @dataclass(frozen=True)
@@ -66,8 +83,8 @@ class Run:
     """How one sandboxed run ended."""
 
     seconds: float
-    returncode: int | None   # None: killed at the submission's time limit
-    log: str                 # the runner's own stderr, cut to its end
+    returncode: int | None  # None: killed at the submission's time limit
+    log: str  # the runner's own stderr, cut to its end
     reached: dict[str, int] = field(default_factory=dict)  # cap -> times its cgroup counted it reached
 
 
@@ -101,11 +118,28 @@ def runner_path() -> Path:
     return Path(__file__).resolve().with_name("sandbox_runner.py")
 
 
-def bwrap_command(copy: Path, hidden: list[Path], command: list[str], env: dict[str, str], *,
-                  disk_bytes: int | None = None, counters: dict[str, str] | None = None) -> list[str]:
+def bwrap_command(
+    copy: Path,
+    hidden: list[Path],
+    command: list[str],
+    env: dict[str, str],
+    *,
+    disk_bytes: int | None = None,
+    counters: dict[str, str] | None = None,
+) -> list[str]:
     """The bwrap command line that runs `command` (in the sandbox's terms) on the copy (see the module docstring)."""
-    cmd = [bwrap_path() or "bwrap", "--die-with-parent", "--new-session", "--unshare-all", "--cap-drop", "ALL",
-           "--clearenv", "--ro-bind", "/usr", "/usr"]
+    cmd = [
+        bwrap_path() or "bwrap",
+        "--die-with-parent",
+        "--new-session",
+        "--unshare-all",
+        "--cap-drop",
+        "ALL",
+        "--clearenv",
+        "--ro-bind",
+        "/usr",
+        "/usr",
+    ]
     for name in ("bin", "lib", "lib32", "lib64", "libx32", "sbin"):
         path = Path("/") / name
         if path.is_symlink():
@@ -119,8 +153,19 @@ def bwrap_command(copy: Path, hidden: list[Path], command: list[str], env: dict[
     if disk_bytes is not None:
         cmd += ["--size", str(disk_bytes)]
     folder = SCRATCH / "grading"
-    cmd += ["--tmpfs", str(SCRATCH), "--dir", "/tmp/home", "--dir", "/tmp/runtime", "--dir", str(folder),
-            "--symlink", str(folder), str(INSIDE)]
+    cmd += [
+        "--tmpfs",
+        str(SCRATCH),
+        "--dir",
+        "/tmp/home",
+        "--dir",
+        "/tmp/runtime",
+        "--dir",
+        str(folder),
+        "--symlink",
+        str(folder),
+        str(INSIDE),
+    ]
     roots = _exposed_roots()
     for root in roots:
         cmd += ["--ro-bind", str(root), str(root)]
@@ -128,8 +173,14 @@ def bwrap_command(copy: Path, hidden: list[Path], command: list[str], env: dict[
         path = path.resolve()
         if any(path == root or root in path.parents for root in roots) and path.exists():
             cmd += ["--tmpfs", str(path), "--remount-ro", str(path)]  # an empty, read-only folder instead
-    cmd += ["--ro-bind", str(runner_path()), str(RUNNER_INSIDE), "--ro-bind-try", str(copy / "grading.ipynb"),
-            str(folder / "grading.ipynb")]
+    cmd += [
+        "--ro-bind",
+        str(runner_path()),
+        str(RUNNER_INSIDE),
+        "--ro-bind-try",
+        str(copy / "grading.ipynb"),
+        str(folder / "grading.ipynb"),
+    ]
     for name in RETURNED:  # bound file by file: the student cannot add files to the grader's disk
         (copy / name).touch()
         cmd += ["--bind", str(copy / name), str(folder / name)]
@@ -143,41 +194,69 @@ def bwrap_command(copy: Path, hidden: list[Path], command: list[str], env: dict[
 
 def environment(student: str, home: str, runtime: str) -> dict[str, str]:
     """The only variables the student's code sees (bwrap starts from an empty environment)."""
-    return {"PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin", "HOME": home,
-            "IPYTHONDIR": f"{home}/.ipython", "JUPYTER_RUNTIME_DIR": runtime, "JUPYTER_CONFIG_DIR": f"{home}/.jupyter",
-            "JUPYTER_PLATFORM_DIRS": "1", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1", "MPLBACKEND": "Agg",
-            "KVCOURSE_STUDENT_ID": student, "NBGRADER_EXECUTION": "autograde", "HF_HUB_OFFLINE": "1",
-            "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    return {
+        "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
+        "HOME": home,
+        "IPYTHONDIR": f"{home}/.ipython",
+        "JUPYTER_RUNTIME_DIR": runtime,
+        "JUPYTER_CONFIG_DIR": f"{home}/.jupyter",
+        "JUPYTER_PLATFORM_DIRS": "1",
+        "LANG": "C.UTF-8",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "MPLBACKEND": "Agg",
+        "KVCOURSE_STUDENT_ID": student,
+        "NBGRADER_EXECUTION": "autograde",
+        "HF_HUB_OFFLINE": "1",
+        "OMP_NUM_THREADS": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
 
 
 def _runner_caps(confinement: Confinement, *, sandbox: bool) -> str:
     """What the runner needs to say which cap a cell reached: the caps in words, and where their counters are."""
     caps = confinement.caps
-    spec: dict = {"processes": f"process limit of {caps.processes} tasks",
-                  "disk": f"disk cap of {size_text(caps.disk_bytes)}",
-                  "file": f"file size limit of {size_text(FILE_SIZE_LIMIT)}",
-                  "counters": {cap: [str(COUNTERS_INSIDE / cap) if sandbox else path, key]
-                               for cap, (path, key) in confinement.counters().items()}}
+    spec: dict = {
+        "processes": f"process limit of {caps.processes} tasks",
+        "disk": f"disk cap of {size_text(caps.disk_bytes)}",
+        "file": f"file size limit of {size_text(FILE_SIZE_LIMIT)}",
+        "counters": {
+            cap: [str(COUNTERS_INSIDE / cap) if sandbox else path, key]
+            for cap, (path, key) in confinement.counters().items()
+        },
+    }
     if caps.memory_bytes is not None:
         spec["memory"] = caps.memory_text()
     return json.dumps(spec)
 
 
-def run_submission(copy: Path, student: str, limits: Limits, hidden: list[Path], *, sandbox: bool = True,
-                   slot: int = 0) -> Run:
+def run_submission(
+    copy: Path, student: str, limits: Limits, hidden: list[Path], *, sandbox: bool = True, slot: int = 0
+) -> Run:
     """Run copy/grading.ipynb to copy/out.ipynb under the caps, in the sandbox (or, with sandbox=False, as a
     plain subprocess); `slot` tells submissions graded at once apart (which cores they are pinned to)."""
     how = enforcement(limits.caps, sandbox=sandbox)
     with Confinement(limits.caps, how, cores_for(slot, limits.caps)) as confinement:
-        runner_args = ["grading.ipynb", "out.ipynb", "--timeout", f"{limits.cell_timeout_s:g}",
-                       "--output-cap", str(limits.output_cap_bytes),
-                       "--caps", _runner_caps(confinement, sandbox=sandbox)]
+        runner_args = [
+            "grading.ipynb",
+            "out.ipynb",
+            "--timeout",
+            f"{limits.cell_timeout_s:g}",
+            "--output-cap",
+            str(limits.output_cap_bytes),
+            "--caps",
+            _runner_caps(confinement, sandbox=sandbox),
+        ]
         if sandbox:
             if bwrap_path() is None:
                 raise RuntimeError(MISSING_BWRAP)
-            cmd = bwrap_command(copy, hidden, [sys.executable, str(RUNNER_INSIDE), *runner_args],
-                                environment(student, "/tmp/home", "/tmp/runtime"),
-                                disk_bytes=limits.caps.disk_bytes, counters={cap: path for cap, (path, _) in confinement.counters().items()})
+            cmd = bwrap_command(
+                copy,
+                hidden,
+                [sys.executable, str(RUNNER_INSIDE), *runner_args],
+                environment(student, "/tmp/home", "/tmp/runtime"),
+                disk_bytes=limits.caps.disk_bytes,
+                counters={cap: path for cap, (path, _) in confinement.counters().items()},
+            )
             env, cwd = None, None
         else:  # --unsafe-no-sandbox: the student's code runs with the grader's own rights
             (copy / ".home").mkdir(exist_ok=True)
@@ -187,8 +266,15 @@ def run_submission(copy: Path, student: str, limits: Limits, hidden: list[Path],
         start = time.monotonic()
         # stderr goes to a file, not a pipe: a student writing gigabytes to fd 2 fills a capped file, not our memory
         with tempfile.TemporaryFile() as log:
-            process = subprocess.Popen(confinement.command(cmd), cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-                                       stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
+            process = subprocess.Popen(
+                confinement.command(cmd),
+                cwd=cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+                start_new_session=True,
+            )
             try:
                 code: int | None = process.wait(timeout=limits.submission_timeout_s)
             except subprocess.TimeoutExpired:
@@ -204,9 +290,11 @@ def run_submission(copy: Path, student: str, limits: Limits, hidden: list[Path],
 
 
 _PREFLIGHT_PASSED: set[tuple[bool, Caps]] = set()
-NO_MEMORY_CAP = ("this machine cannot cap a submission's memory ({why}); nothing was graded. Grade where a "
-                 "cgroup or RLIMIT_DATA holds (Linux; see quizzes/INSTRUCTORS.md), or pass --no-memory-cap for a "
-                 "trial with submissions you trust.")
+NO_MEMORY_CAP = (
+    "this machine cannot cap a submission's memory ({why}); nothing was graded. Grade where a "
+    "cgroup or RLIMIT_DATA holds (Linux; see quizzes/INSTRUCTORS.md), or pass --no-memory-cap for a "
+    "trial with submissions you trust."
+)
 
 
 def preflight(limits: Limits, *, sandbox: bool = True) -> Enforcement:
@@ -224,12 +312,15 @@ def preflight(limits: Limits, *, sandbox: bool = True) -> Enforcement:
         nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print('kvgrade ' + 'ready')")])
         nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
         nbformat.write(nb, copy / "grading.ipynb")
-        run = run_submission(copy, "preflight", Limits(max(limits.cell_timeout_s, 60.0), 10_000, 300.0, limits.caps),
-                             [], sandbox=sandbox)
+        run = run_submission(
+            copy, "preflight", Limits(max(limits.cell_timeout_s, 60.0), 10_000, 300.0, limits.caps), [], sandbox=sandbox
+        )
         out = copy / "out.ipynb"
         if not out.is_file() or "kvgrade ready" not in out.read_text(encoding="utf-8", errors="replace"):
             tail = " | ".join(run.log.strip().splitlines()[-3:]) or "no message"
-            raise RuntimeError(f"the grading sandbox cannot run a notebook on this machine under the caps "
-                               f"({tail[:500]}); nothing was graded")
+            raise RuntimeError(
+                f"the grading sandbox cannot run a notebook on this machine under the caps "
+                f"({tail[:500]}); nothing was graded"
+            )
     _PREFLIGHT_PASSED.add((sandbox, limits.caps))
     return how

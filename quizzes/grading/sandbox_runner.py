@@ -33,9 +33,13 @@ from nbclient.util import run_sync  # noqa: E402
 TIMEOUT_NOTE = "Stopped: this cell ran for more than {limit:g} s (the grader's time limit per cell)."
 MAX_KERNELS = 20  # restarts are for a cell that kills or hangs its kernel, not a way to run forever
 CAP_NOTE = "Stopped: {what} reached (the grader's cap per submission){after}."
-CAP_ERRORS = (("memory", ("MemoryError",), ""), ("disk", ("OSError",), "[Errno 28]"),
-              ("file", ("OSError",), "[Errno 27]"), ("processes", ("BlockingIOError",), "[Errno 11]"),
-              ("processes", ("RuntimeError",), "can't start new thread"))
+CAP_ERRORS = (
+    ("memory", ("MemoryError",), ""),
+    ("disk", ("OSError",), "[Errno 28]"),
+    ("file", ("OSError",), "[Errno 27]"),
+    ("processes", ("BlockingIOError",), "[Errno 11]"),
+    ("processes", ("RuntimeError",), "can't start new thread"),
+)
 CUT_NOTE = "\n[... output cut: this cell printed more than {cap:,} bytes; the rest was dropped by the grader ...]\n"
 
 
@@ -58,9 +62,17 @@ class CappedClient(NotebookClient):
 
 
 def _client(nb, timeout, cap, cwd):
-    client = CappedClient(nb, timeout=timeout, allow_errors=True, interrupt_on_timeout=False,
-                          kernel_name="python3", startup_timeout=120, record_timing=False,
-                          shutdown_kernel="immediate", resources={"metadata": {"path": cwd}})
+    client = CappedClient(
+        nb,
+        timeout=timeout,
+        allow_errors=True,
+        interrupt_on_timeout=False,
+        kernel_name="python3",
+        startup_timeout=120,
+        record_timing=False,
+        shutdown_kernel="immediate",
+        resources={"metadata": {"path": cwd}},
+    )
     client.output_cap = cap
     return client
 

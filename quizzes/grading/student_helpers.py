@@ -10,8 +10,8 @@ answers are read when the work is graded and compared with the right ones outsid
 import hashlib
 import random
 
-COURSE_SALT = ""   # set by the generated cell
-STUDENT_ID = ""    # set by the generated cell
+COURSE_SALT = ""  # set by the generated cell
+STUDENT_ID = ""  # set by the generated cell
 
 
 def show_question(lesson, question, params, template, facts):

@@ -30,7 +30,7 @@ class MyBlockManager(BlockManagerBase):
         return seq.num_computed_tokens // self.block_size
 
     def can_append(self, seq):
-        shared = sum(1 for b in seq.block_table[self._first_written(seq):] if self.ref_counts[b] > 1)
+        shared = sum(1 for b in seq.block_table[self._first_written(seq) :] if self.ref_counts[b] > 1)
         return seq.num_blocks - len(seq.block_table) + shared <= len(self.free_list)
 
     def append_slots(self, seq):

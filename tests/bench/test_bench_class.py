@@ -36,8 +36,9 @@ def test_one_student_runs_a_notebook_in_the_lab_and_is_measured(tmp_path: Path):
 
 @pytest.mark.slow
 def test_a_failing_cell_names_itself_and_stops_the_student(tmp_path: Path):
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1"),
-                                         nbformat.v4.new_code_cell("raise ValueError('not this lesson')")])
+    nb = nbformat.v4.new_notebook(
+        cells=[nbformat.v4.new_code_cell("x = 1"), nbformat.v4.new_code_cell("raise ValueError('not this lesson')")]
+    )
     path = tmp_path / "broken.ipynb"
     nbformat.write(nb, path)
     before = set(descendants(os.getpid()))
@@ -48,8 +49,15 @@ def test_a_failing_cell_names_itself_and_stops_the_student(tmp_path: Path):
 
 def test_figures_follow_from_the_rows():
     def row(n, pss, seconds):
-        return {"lesson": "16_x.ipynb", "students": n, "peak_pss_gib": pss, "peak_rss_gib": pss * 1.1,
-                "idle_pss_gib": 0.3, "median_seconds": seconds, "slowdown_vs_1": seconds / 20}
+        return {
+            "lesson": "16_x.ipynb",
+            "students": n,
+            "peak_pss_gib": pss,
+            "peak_rss_gib": pss * 1.1,
+            "idle_pss_gib": 0.3,
+            "median_seconds": seconds,
+            "slowdown_vs_1": seconds / 20,
+        }
 
     survey = [row(1, 2.0, 20), row(1, 3.0, 20)]
     sweep = {"rows": [row(1, 3.0, 20), row(2, 5.5, 22), row(4, 10.5, 40)]}

@@ -38,8 +38,9 @@ def test_machine_facts_name_the_cpu_and_bf16():
 
 def test_interleaved_rounds_rotate_and_summaries_hold():
     calls = []
-    samples = interleaved({"a": lambda: calls.append("a") or 2.0, "b": lambda: calls.append("b") or 1.0},
-                          rounds=2, warmup=1, log=None)
+    samples = interleaved(
+        {"a": lambda: calls.append("a") or 2.0, "b": lambda: calls.append("b") or 1.0}, rounds=2, warmup=1, log=None
+    )
     assert calls == ["a", "b", "a", "b", "b", "a"]  # warm-ups, then round 2 starts with the other side
     assert summary([1.0, 2.0, 3.0])["median"] == 2.0 and summary([1.0, 3.0])["spread"] == 1.0
     assert paired_ratio(samples["a"], samples["b"])["ratio_of_medians"] == 2.0
@@ -56,17 +57,29 @@ def test_decode_comparison_runs(tiny):
     ours, hf = tiny
     textbook = Transformer.from_hf(hf).accelerate("off")
     row = bench_decode.compare(ours, hf, torch.arange(3, 11), num_new=4, rounds=1, textbook=textbook)
-    assert row["tokens_identical_to_hf"] and set(row["ms_per_token"]) == {"ours", "floor", "hf_eager_generate",
-                                                                          "hf_linears", "eager_bound", "textbook"}
+    assert row["tokens_identical_to_hf"] and set(row["ms_per_token"]) == {
+        "ours",
+        "floor",
+        "hf_eager_generate",
+        "hf_linears",
+        "eager_bound",
+        "textbook",
+    }
     assert row["eager_bound_tokens_identical"] and row["textbook_tokens_identical"]
     graded = bench_decode.grade({"fp32": row, "bf16": row}, onednn_bf16=False)
-    assert graded.keys() == {"fp32_vs_textbook", "fp32_eager_bound", "fp32_vs_hf_eager", "bf16_vs_textbook",
-                             "bf16_vs_hf_eager"}, "every dtype graded on every CPU"
+    assert graded.keys() == {
+        "fp32_vs_textbook",
+        "fp32_eager_bound",
+        "fp32_vs_hf_eager",
+        "bf16_vs_textbook",
+        "bf16_vs_hf_eager",
+    }, "every dtype graded on every CPU"
     fast = {**row, "speedup_vs_hf_eager_generate": {"ratio_of_medians": 1.2}}
     assert bench_decode.grade({"bf16": fast}, onednn_bf16=False)["bf16_vs_hf_eager"]
     assert not bench_decode.grade({"bf16": fast}, onednn_bf16=True)["bf16_vs_hf_eager"], "1.5x where oneDNN runs"
-    assert not bench_decode.grade({"bf16": {**fast, "fast_paths_speedup": {"ratio_of_medians": 0.9}}},
-                                  onednn_bf16=False)["bf16_vs_textbook"], "a fast path slower than the textbook"
+    assert not bench_decode.grade(
+        {"bf16": {**fast, "fast_paths_speedup": {"ratio_of_medians": 0.9}}}, onednn_bf16=False
+    )["bf16_vs_textbook"], "a fast path slower than the textbook"
 
 
 def test_eager_bound_does_all_the_work(tiny):
@@ -87,7 +100,10 @@ def test_batch_sweep_keeps_the_batch_full(tiny):
     workload = Workload.make(2, prompt_tokens=(8, 12), answer_tokens=(8, 8), seed=0, vocab=(3, 90))
     result = bench_batch_throughput.sweep(ours, workload, [1, 2], rounds=1, steps=2)
     assert [r["batch"] for r in result["rows"]] == [1, 2] and result["meets_target"] in (True, False)
-    attention, gather = result["largest_batch_attention_ms_per_step"], result["largest_batch_gather_attention_ms_per_step"]
+    attention, gather = (
+        result["largest_batch_attention_ms_per_step"],
+        result["largest_batch_gather_attention_ms_per_step"],
+    )
     assert attention["n"] == gather["n"] == 1 and attention["median"] > 0 and gather["median"] > 0
 
 

@@ -42,8 +42,9 @@ def _notebook(lesson: Lesson) -> tuple[nbformat.NotebookNode, str]:
     folder = os.environ.get("KVCOURSE_A11Y_EXECUTED")
     if folder:
         candidates.append(Path(folder) / f"{lesson.number}.ipynb")
-    candidates += sorted(DEFAULT_CACHE.glob(f"{lesson.notebook_path.stem}.*.ipynb"),
-                         key=lambda p: p.stat().st_mtime, reverse=True)
+    candidates += sorted(
+        DEFAULT_CACHE.glob(f"{lesson.notebook_path.stem}.*.ipynb"), key=lambda p: p.stat().st_mtime, reverse=True
+    )
     for path in candidates:
         try:
             nb = nbformat.read(path, as_version=4)
@@ -82,8 +83,10 @@ def test_every_page_of_the_site_passes_axe(site: Path) -> None:
     counts: dict[str, dict[str, int]] = {}
     blocking: list[str] = []
     with chromium_page() as page:
-        page.route("**/*", lambda route: route.continue_() if route.request.url.startswith(("file:", "data:"))
-                   else route.abort())
+        page.route(
+            "**/*",
+            lambda route: route.continue_() if route.request.url.startswith(("file:", "data:")) else route.abort(),
+        )
         for i, name in enumerate(names):
             page.goto((site / name).as_uri())
             alts = page.eval_on_selector_all("img", "els => els.map(e => e.getAttribute('alt') || '')")
@@ -95,8 +98,10 @@ def test_every_page_of_the_site_passes_axe(site: Path) -> None:
                 counts[impact][violation["id"]] += len(violation["nodes"])
                 if impact in BLOCKING:
                     where = violation["nodes"][0]["target"] if violation["nodes"] else "?"
-                    blocking.append(f"{name}: {violation['id']} ({impact}, {len(violation['nodes'])} nodes, "
-                                    f"first at {where}): {violation['help']}")
+                    blocking.append(
+                        f"{name}: {violation['id']} ({impact}, {len(violation['nodes'])} nodes, "
+                        f"first at {where}): {violation['help']}"
+                    )
     print(f"axe-core on {len(names)} pages, violating nodes by impact and rule: {counts}")
     assert not blocking, "serious or critical accessibility violations:\n" + "\n".join(blocking)
 
@@ -120,16 +125,23 @@ def test_quick_check_long_options_wrap_beside_their_radio(tmp_path: Path) -> Non
     from kvcourse.quizzes.widget import STYLE
 
     q = load_quiz("14").question("why_batch")
-    labels = "".join(f'<label>{html.escape(f"({k}) {text}")}<input type="radio"></label>'
-                     for k, text in zip(q.option_keys, q.options, strict=True))
-    page_html = (f"<html lang='en'><body style='width:480px;font:13px sans-serif'>{_WIDGETS_CSS}{STYLE}"
-                 f"<div class='kv-quiz'><div class='widget-radio-box'>{labels}</div></div></body></html>")
+    labels = "".join(
+        f'<label>{html.escape(f"({k}) {text}")}<input type="radio"></label>'
+        for k, text in zip(q.option_keys, q.options, strict=True)
+    )
+    page_html = (
+        f"<html lang='en'><body style='width:480px;font:13px sans-serif'>{_WIDGETS_CSS}{STYLE}"
+        f"<div class='kv-quiz'><div class='widget-radio-box'>{labels}</div></div></body></html>"
+    )
     (tmp_path / "quiz.html").write_text(page_html, encoding="utf-8")
     with chromium_page(800, 600) as page:
         page.goto((tmp_path / "quiz.html").as_uri())
-        boxes = page.eval_on_selector_all("label", """els => els.map(l => {
+        boxes = page.eval_on_selector_all(
+            "label",
+            """els => els.map(l => {
             const r = l.getBoundingClientRect(), i = l.querySelector('input').getBoundingClientRect();
-            return [r.top, r.bottom, i.top, i.bottom]; })""")
+            return [r.top, r.bottom, i.top, i.bottom]; })""",
+        )
     assert any(bottom - top > 30 for top, bottom, _, _ in boxes), "the test needs an option long enough to wrap"
     for (top, bottom, radio_top, radio_bottom), following in zip(boxes, boxes[1:] + [None], strict=True):
         assert top - 1 <= radio_top and radio_bottom <= top + 24, "the radio sits beside its option's first line"

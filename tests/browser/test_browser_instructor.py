@@ -21,8 +21,12 @@ def test_instructor_lab_has_formgrader_and_create_assignment(tmp_path):
     course, exchange = tmp_path / "kv-course", tmp_path / "exchange"
     exchange.mkdir()
     kvcourse = str(Path(sys.executable).with_name("kvcourse"))
-    subprocess.run([kvcourse, "grade", "init", str(course), "--lessons", "00", "--exchange", str(exchange)],
-                   check=True, capture_output=True, text=True)
+    subprocess.run(
+        [kvcourse, "grade", "init", str(course), "--lessons", "00", "--exchange", str(exchange)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
 
     with running_lab(tmp_path, "--instructor", "--course", str(course)) as lab, chromium_page() as page:
         page.goto(lab.url("/"))
@@ -47,7 +51,8 @@ def test_instructor_lab_has_formgrader_and_create_assignment(tmp_path):
         panel = page.locator(".nbgrader-CreateAssignmentWidget")
         panel.wait_for()
         types = panel.locator(".nbgrader-CellType select").evaluate_all(
-            "selects => selects.map(s => s.options[s.selectedIndex].text)")
+            "selects => selects.map(s => s.options[s.selectedIndex].text)"
+        )
         assert "Autograded answer" in types and "Autograded tests" in types, types
         ids = panel.locator(".nbgrader-CellId input").evaluate_all("inputs => inputs.map(i => i.value)")
         assert "answer_num_layers" in ids and "test_num_layers" in ids, ids
@@ -55,6 +60,5 @@ def test_instructor_lab_has_formgrader_and_create_assignment(tmp_path):
 
         toasts = page.locator(".Toastify__toast").all_inner_texts()
         assert not [t for t in toasts if "news" in t.lower()], toasts
-        for noise in ("language server", "Skipped non-installed server", "No nbgrader_config.py",
-                      "not a subdirectory"):
+        for noise in ("language server", "Skipped non-installed server", "No nbgrader_config.py", "not a subdirectory"):
             assert not re.search(re.escape(noise), lab.log, re.IGNORECASE), f"{noise!r} in the terminal:\n{lab.log}"

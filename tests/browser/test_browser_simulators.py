@@ -76,8 +76,11 @@ def _plan(view) -> list[tuple[str, str, str, list[str], str]]:
             plan.append((control.description, "number", "fill", [f"{(accepted or [start])[-1]:g}", BAD], name))
         elif isinstance(control, widgets.Dropdown):
             # the far end that changes something: "custom" keeps the figures the boxes already hold
-            far = next(label for label, value in reversed(control.options)
-                       if value != control.value and not str(label).startswith("custom"))
+            far = next(
+                label
+                for label, value in reversed(control.options)
+                if value != control.value and not str(label).startswith("custom")
+            )
             plan.append((control.description, "dropdown", "select", [far], name))
         elif isinstance(control, widgets.Checkbox):
             plan.append((control.description, "checkbox", "click", ["toggle"], name))
@@ -164,8 +167,11 @@ def _move_every_control(page, view, lesson: str, plan, restarts_run: bool) -> li
                 last_good = after
             if action == "fill":  # the box shows what was typed, not a truncated or rounded figure
                 shown = element.input_value()
-                assert float(shown) == float(value) if kind == "number" else shown == value, (lesson, description,
-                                                                                              shown)
+                assert float(shown) == float(value) if kind == "number" else shown == value, (
+                    lesson,
+                    description,
+                    shown,
+                )
             overflow += [f"{lesson} {description}={value}: {text!r}" for text in view.evaluate(OVERFLOW_JS)]
         wait_kernel_idle(page)
         before = status.inner_text()
@@ -174,9 +180,11 @@ def _move_every_control(page, view, lesson: str, plan, restarts_run: bool) -> li
         # The reply to Reset has landed once the line changed or reads what Reset leads to; where that is the line
         # already shown (a restart with the settings shown), the reply changes nothing in the page, and the kernel
         # answers the next change only after it.
-        wait_until(status.inner_text, lambda now, old=before, new=expected: (now != old or now == new)
-                   and "Check the input" not in now,
-                   f"{lesson} Reset after {description}: the status line did not become {expected[:120]!r}")
+        wait_until(
+            status.inner_text,
+            lambda now, old=before, new=expected: (now != old or now == new) and "Check the input" not in now,
+            f"{lesson} Reset after {description}: the status line did not become {expected[:120]!r}",
+        )
         wait_kernel_idle(page)
         after = status.inner_text()
         assert "Check the input" not in after, (lesson, description, "Reset left", after)
@@ -189,12 +197,15 @@ def _tab_reaches_every_control(page, view, plan) -> None:
     first.focus()
     reached = set()
     for _ in range(4 * len(plan) + 8):
-        reached.add(page.evaluate(
-            "() => { const a = document.activeElement;"
-            " const box = a.closest('.widget-inline-hbox, .widget-checkbox, .widget-button, button');"
-            " if (!box) return a.tagName; const label = box.querySelector('label');"
-            " const clean = s => (s || '').replace(/\\u200b/g, '').trim();"  # a checkbox's indent label is a zero-width space
-            " return clean(label && label.textContent) || clean(box.textContent); }"))
+        reached.add(
+            page.evaluate(
+                "() => { const a = document.activeElement;"
+                " const box = a.closest('.widget-inline-hbox, .widget-checkbox, .widget-button, button');"
+                " if (!box) return a.tagName; const label = box.querySelector('label');"
+                " const clean = s => (s || '').replace(/\\u200b/g, '').trim();"  # a checkbox's indent label is a zero-width space
+                " return clean(label && label.textContent) || clean(box.textContent); }"
+            )
+        )
         page.keyboard.press("Tab")
     missing = {description for description, *_ in plan} - {text.strip() for text in reached}
     assert not missing, f"Tab never reached {sorted(missing)}; it reached {sorted(reached)}"
@@ -211,10 +222,16 @@ def _axe(page) -> tuple[list[dict], list[dict]]:
         if violation["impact"] not in SERIOUS:
             continue
         for node in violation["nodes"]:
-            entry = {"id": violation["id"], "impact": violation["impact"], "target": node["target"],
-                     "html": node["html"][:160]}
-            inside = page.evaluate("t => { const el = document.querySelector(t); return !!(el && "
-                                   "el.closest('.jp-OutputArea-output')); }", node["target"][-1])
+            entry = {
+                "id": violation["id"],
+                "impact": violation["impact"],
+                "target": node["target"],
+                "html": node["html"][:160],
+            }
+            inside = page.evaluate(
+                "t => { const el = document.querySelector(t); return !!(el && el.closest('.jp-OutputArea-output')); }",
+                node["target"][-1],
+            )
             (ours if inside else theirs).append(entry)
     return ours, theirs
 
@@ -260,15 +277,20 @@ def test_every_simulator_in_the_students_lab(tmp_path, simulators_notebook):
         assert not overflow, f"text cut off: {overflow}"
 
         # What the page shows is what the kernel uses.
-        report = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-CodeCell",
-                              has=page.locator(".jp-InputArea-editor", has_text="VALUES")).first
+        report = page.locator(
+            ".jp-NotebookPanel:not(.lm-mod-hidden) .jp-CodeCell",
+            has=page.locator(".jp-InputArea-editor", has_text="VALUES"),
+        ).first
         prompt = report.locator(".jp-InputArea-prompt")
         ran_before = prompt.inner_text()
         report.locator(".jp-InputArea-editor").click()
         page.keyboard.press("Control+Enter")  # run it in place (Shift+Enter would add a cell below)
         # numbered anew: the reply and the idle after the cell's output have both arrived
-        wait_until(prompt.inner_text, lambda now: now != ran_before and "*" not in now and re.search(r"\d", now),
-                   "the report cell did not run again")
+        wait_until(
+            prompt.inner_text,
+            lambda now: now != ran_before and "*" not in now and re.search(r"\d", now),
+            "the report cell did not run again",
+        )
         output = report.locator(".jp-OutputArea-output").first
         output.wait_for()
         values = json.loads(output.inner_text().split("VALUES", 1)[1])
@@ -278,4 +300,8 @@ def test_every_simulator_in_the_students_lab(tmp_path, simulators_notebook):
                     shown = _control(view, description, kind).input_value()
                     kernel = values[lesson][name]
                     assert (float(shown) == float(kernel)) if kind == "number" else shown == kernel, (
-                        lesson, description, shown, kernel)
+                        lesson,
+                        description,
+                        shown,
+                        kernel,
+                    )

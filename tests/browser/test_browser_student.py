@@ -76,7 +76,9 @@ def test_start_here_in_the_students_lab(tmp_path):
         # Run → Run All Cells; the predict box waits for a guess, the measurement is shown beside it.
         asked = run_all_cells(page, answer={"How many tokens": "8", "bits": "about 4"})
         texts = _clean_run(page, asked, num_predictions=2)
-        assert re.search(r"Your guess: 4 bits\. Measured: [\d.]+ bits\.", "\n".join(texts)), "no reveal of the bits guess"
+        assert re.search(r"Your guess: 4 bits\. Measured: [\d.]+ bits\.", "\n".join(texts)), (
+            "no reveal of the bits guess"
+        )
         reveal = next(text for text in texts if "Your guess:" in text and "tokens" in text)
         assert re.search(r"Your guess: 8 tokens\. Measured: \d+ tokens\.", reveal), reveal
         toasts = page.locator(".Toastify__toast").all_inner_texts()
@@ -118,13 +120,19 @@ def test_lesson_07_runs_from_the_menu_and_its_simulator_moves(tmp_path):
     notebook = get_lesson("07").notebook
     with lessons_untouched(notebook), running_lab(tmp_path) as lab, chromium_page() as page:
         open_notebook(page, lab, notebook)
-        asked = run_all_cells(page, answer={"smallest": "d", "kB": "600", "tokens": "100000", "GB": "100",
-                                            "main cost": "b"})  # "smallest" first: its question names tokens too
+        asked = run_all_cells(
+            page, answer={"smallest": "d", "kB": "600", "tokens": "100000", "GB": "100", "main cost": "b"}
+        )  # "smallest" first: its question names tokens too
         texts = _clean_run(page, asked, num_predictions=5)
         wait_for_figures(page, 1)  # lesson 07's figure: decoded by the browser after its output has landed
         lines = [line for text in texts for line in text.splitlines()]
-        for guess in ("Your guess: 600 kB. Measured: ", "Your guess: 100,000 tokens. Measured: ",
-                      "Your guess: 100 GB. Measured: ", "You chose: keeping them", "You chose: gpt-oss-120b"):
+        for guess in (
+            "Your guess: 600 kB. Measured: ",
+            "Your guess: 100,000 tokens. Measured: ",
+            "Your guess: 100 GB. Measured: ",
+            "You chose: keeping them",
+            "You chose: gpt-oss-120b",
+        ):
             assert any(line.startswith(guess) for line in lines), f"no line starting {guess!r}"
 
         sim = output_of(page, "Double the tokens")
@@ -142,7 +150,9 @@ def test_lesson_07_runs_from_the_menu_and_its_simulator_moves(tmp_path):
 
         # The Layers box, with the keyboard alone: Tab to it, type, Enter (typed boxes: a slider's handle
         # has no name a screen reader reads).
-        layers = sim.locator(".widget-text", has=page.locator("label", has_text=re.compile("^Layers$"))).locator("input")
+        layers = sim.locator(".widget-text", has=page.locator("label", has_text=re.compile("^Layers$"))).locator(
+            "input"
+        )
         layers_after = int(float(layers.input_value())) - 3
         layers.focus()
         page.keyboard.press("Control+A")

@@ -28,8 +28,12 @@ def _normalise(spec: str) -> tuple[str, str, str]:
 
 
 def test_import_root_maps_each_folder():
-    for module, folder in [("kvcourse", "course"), ("kvcourse.kernels", "kernels"),
-                           ("kvcourse.simulators", "simulators"), ("kvcourse.quizzes", "quizzes")]:
+    for module, folder in [
+        ("kvcourse", "course"),
+        ("kvcourse.kernels", "kernels"),
+        ("kvcourse.simulators", "simulators"),
+        ("kvcourse.quizzes", "quizzes"),
+    ]:
         spec = importlib.util.find_spec(module)
         assert spec is not None and Path(spec.origin).parent == REPO_ROOT / folder
 
@@ -70,8 +74,18 @@ def test_environment_yml_lists_the_same_packages_as_pyproject():
 
 def test_required_packages_are_declared():
     names = {_normalise(s)[0] for s in _pyproject()["project"]["dependencies"]}
-    for needed in ["jupyterlab", "ipywidgets", "matplotlib", "numpy", "torch", "transformers", "gguf",
-                   "accelerate", "nbgrader", "nbclient"]:
+    for needed in [
+        "jupyterlab",
+        "ipywidgets",
+        "matplotlib",
+        "numpy",
+        "torch",
+        "transformers",
+        "gguf",
+        "accelerate",
+        "nbgrader",
+        "nbclient",
+    ]:
         assert needed in names
     transformers = next(s for s in _pyproject()["project"]["dependencies"] if s.startswith("transformers"))
     assert "<" in transformers, "transformers must be pinned to a range"
@@ -128,7 +142,10 @@ def test_doctor_shows_the_dtype_and_why_the_cpu_default_is_float32(monkeypatch):
     monkeypatch.delenv("KVCOURSE_DTYPE", raising=False)
     check = check_dtype(NO_BF16)
     assert check.ok and check.detail.startswith("float32 (default on cpu; set KVCOURSE_DTYPE=")
-    assert "this CPU has no avx512_bf16 or amx_bf16 flag" in check.detail and "float32 stays the CPU default" in check.detail
+    assert (
+        "this CPU has no avx512_bf16 or amx_bf16 flag" in check.detail
+        and "float32 stays the CPU default" in check.detail
+    )
     assert "this CPU has bf16 instructions" in check_dtype(HAS_BF16).detail
     assert "measured" not in check.detail, "no speed claim without a measurement"
 
@@ -139,8 +156,11 @@ def test_doctor_measures_what_an_explicit_bf16_costs_here(monkeypatch):
     check = check_dtype(NO_BF16)
     assert check.ok and check.detail.startswith("bfloat16 (from KVCOURSE_DTYPE)")
     assert "this CPU has no avx512_bf16 or amx_bf16 flag" in check.detail
-    assert re.search(r"measured now, bfloat16's fastest matrix product here takes [0-9.]+x float32's time for 1 row, "
-                     r"[0-9.]+x for 4 rows, [0-9.]+x for 32 rows", check.detail), check.detail
+    assert re.search(
+        r"measured now, bfloat16's fastest matrix product here takes [0-9.]+x float32's time for 1 row, "
+        r"[0-9.]+x for 4 rows, [0-9.]+x for 32 rows",
+        check.detail,
+    ), check.detail
     monkeypatch.setenv("KVCOURSE_DTYPE", "float16")
     assert "float16's fastest matrix product here takes" in check_dtype(NO_BF16).detail
 
@@ -170,8 +190,12 @@ def test_cli_lab_builds_the_jupyter_command(monkeypatch):
     seen = {}
     monkeypatch.setattr("kvcourse.lab.open_lab", lambda extra, **options: seen.setdefault("extra", extra))
     main(["lab", "--no-browser", "--port", "8899", "--token", "", "--", "--ServerApp.ip=127.0.0.1"])
-    assert seen["extra"] == ["--ServerApp.port=8899", "--no-browser", "--IdentityProvider.token=",
-                             "--ServerApp.ip=127.0.0.1"]
+    assert seen["extra"] == [
+        "--ServerApp.port=8899",
+        "--no-browser",
+        "--IdentityProvider.token=",
+        "--ServerApp.ip=127.0.0.1",
+    ]
     from kvcourse.lab import lab_command
 
     command = lab_command(["--no-browser"])

@@ -61,6 +61,7 @@ FREE_TEXT = "Earlier tokens' keys and values never change, so each step computes
 
 # ------------------------------------------------------------------ the users file
 
+
 def test_users_file_is_read_with_roles_comments_and_default_student():
     roster = parse_users("# the class\nteacher instructor\n\nalice\nbob   student  # late joiner\nta Instructor\n")
     assert roster == Roster(("teacher", "ta"), ("alice", "bob"))
@@ -104,6 +105,7 @@ def test_password_file_follows_jupyterhubs_rules(tmp_path):
 
 # ------------------------------------------------------------------ the generated configuration
 
+
 class _Config(dict):
     """Enough of traitlets' Config for configure(): c.Section.name = value."""
 
@@ -124,14 +126,17 @@ class _Spawner:
 
 def test_generated_configuration(tmp_path, monkeypatch):
     roster = Roster(("teacher",), ("alice", "bob"))
-    settings = HubSettings(tmp_path / "hub", roster, port=8123, hub_port=8124, proxy_api_port=8125,
-                           proxy="/opt/chp", model_cache="/models")
+    settings = HubSettings(
+        tmp_path / "hub", roster, port=8123, hub_port=8124, proxy_api_port=8125, proxy="/opt/chp", model_cache="/models"
+    )
     settings.state_dir.mkdir()
     settings.token_file.write_text("secret-token\n")
     c = _Config()
     configure(c, settings)
     assert c.JupyterHub.bind_url == "http://127.0.0.1:8123" and c.JupyterHub.hub_ip == "127.0.0.1"
-    assert c.ConfigurableHTTPProxy.api_url == "http://127.0.0.1:8125" and c.ConfigurableHTTPProxy.command == ["/opt/chp"]
+    assert c.ConfigurableHTTPProxy.api_url == "http://127.0.0.1:8125" and c.ConfigurableHTTPProxy.command == [
+        "/opt/chp"
+    ]
     assert c.JupyterHub.db_url == f"sqlite:///{settings.state_dir / 'jupyterhub.sqlite'}"
     assert c.JupyterHub.authenticator_class == "dummy" and c.JupyterHub.spawner_class == "simple"
     assert c.Authenticator.allowed_users == {"teacher", "alice", "bob"}
@@ -185,7 +190,9 @@ def test_student_and_instructor_servers(tmp_path, monkeypatch):
     assert command[1:3] == ["-m", "jupyterhub.singleuser"]
     assert "--ServerApp.jpserver_extensions=nbgrader.server_extensions.formgrader=False" in command
     assert not [arg for arg in command if "assignment_list=False" in arg], "students fetch and submit"
-    assert (home / "lessons" / "00_start_here.ipynb").is_file() and len(list((home / "lessons").glob("*.ipynb"))) == len(load_syllabus())
+    assert (home / "lessons" / "00_start_here.ipynb").is_file() and len(
+        list((home / "lessons").glob("*.ipynb"))
+    ) == len(load_syllabus())
     (home / "lessons" / "00_start_here.ipynb").write_text("my edits")
     server_command("student", tmp_path / "course", home, [])
     assert (home / "lessons" / "00_start_here.ipynb").read_text() == "my edits", "a student's work is never overwritten"
@@ -208,6 +215,7 @@ def test_hub_refuses_without_a_proxy(tmp_path, monkeypatch, capsys):
 
 # ------------------------------------------------------------------ a class, end to end
 
+
 def _needs_hub() -> str | None:
     try:
         find_proxy()
@@ -227,9 +235,12 @@ class Hub:
     def call(self, method: str, path: str, body: dict | None = None, params: dict | None = None):
         url = self.base + path + (f"?{urllib.parse.urlencode(params)}" if params else "")
         data = json.dumps(body).encode() if body is not None else (b"" if method in ("POST", "PUT") else None)
-        request = urllib.request.Request(url, data=data, method=method,
-                                         headers={"Authorization": f"token {self.token}",
-                                                  "Content-Type": "application/json"})
+        request = urllib.request.Request(
+            url,
+            data=data,
+            method=method,
+            headers={"Authorization": f"token {self.token}", "Content-Type": "application/json"},
+        )
         try:
             with urllib.request.urlopen(request, timeout=120) as response:
                 text = response.read().decode()
@@ -247,7 +258,9 @@ def _wait(what: str, check, log: Path, timeout_s: float = START_TIMEOUT_S):
             result = None
         if result:
             return result
-        assert time.monotonic() < deadline, f"{what}: not after {timeout_s} s; the hub's log:\n{log.read_text()[-6000:]}"
+        assert time.monotonic() < deadline, (
+            f"{what}: not after {timeout_s} s; the hub's log:\n{log.read_text()[-6000:]}"
+        )
         time.sleep(0.5)
 
 
@@ -263,8 +276,9 @@ def _answers(right: bool, lesson: str = "05", course: Path | None = None) -> dic
             answers[q.id] = q.solution if right else q.solution.split("\n")[0] + "\n    return 0\n"
         elif q.kind.value == "lab" and right:
             source = json.loads((course / "source" / f"lesson{lesson}" / f"lesson{lesson}.ipynb").read_text())
-            cell = next(c for c in source["cells"] if c["metadata"].get("kvcourse", {}) == {"role": "answer",
-                                                                                          "question": q.id})
+            cell = next(
+                c for c in source["cells"] if c["metadata"].get("kvcourse", {}) == {"role": "answer", "question": q.id}
+            )
             text = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
             answers[q.id] = re.sub(r"^\s*### (BEGIN|END) SOLUTION\n?", "", text, flags=re.M)
     return answers
@@ -321,8 +335,9 @@ def _in_the_browser(base: str, student: str, shots: Path) -> None:
         assert len([n for n in names if n.endswith(".ipynb")]) == len(load_syllabus()), names
         page.screenshot(path=str(shots / "hub_student_lesson00.png"))
         menu(page, "Nbgrader")
-        assert page.locator(".lm-Menu-itemLabel:visible").all_inner_texts() == ["Assignment List"], \
+        assert page.locator(".lm-Menu-itemLabel:visible").all_inner_texts() == ["Assignment List"], (
             "a student's Nbgrader menu holds the assignment list only"
+        )
         page.locator(".lm-Menu-itemLabel", has_text="Assignment List").last.click()
         page.locator("#released_assignments_list", has_text=ASSIGNMENT).wait_for()
         page.locator("#released_assignments_list button", has_text=re.compile("^Fetch$")).first.click()
@@ -343,8 +358,12 @@ def _env(tmp: Path) -> dict[str, str]:
     stubs = tmp / "stubs"
     stubs.mkdir(exist_ok=True)
     (stubs / "rfc3987_syntax.py").write_text("raise ImportError('left out in the tests')\n")
-    env.update(HOME=str(tmp / "home"), KVCOURSE_CACHE=str(cache_dir()), PYTHONPATH=str(stubs),
-               PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}")
+    env.update(
+        HOME=str(tmp / "home"),
+        KVCOURSE_CACHE=str(cache_dir()),
+        PYTHONPATH=str(stubs),
+        PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
+    )
     return env
 
 
@@ -354,12 +373,22 @@ def test_a_class_on_the_hub_end_to_end(tmp_path):
     users.write_text("teacher instructor\nalice student\nbob student\n")
     port, env = free_port(), _env(tmp_path)
     with open(log, "w") as out:
-        command = subprocess.Popen([KVCOURSE, "hub", "--users", str(users), "--dir", str(state), "--port", str(port),
-                                    "--lessons", "05,18"], env=env, stdout=out, stderr=subprocess.STDOUT,
-                                   start_new_session=True)
+        command = subprocess.Popen(
+            [KVCOURSE, "hub", "--users", str(users), "--dir", str(state), "--port", str(port), "--lessons", "05,18"],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
-        _wait("the hub's API", lambda: (state / "api_token").exists() and urllib.request.urlopen(
-            f"http://127.0.0.1:{port}/hub/api/", timeout=5).status == 200, log)
+        _wait(
+            "the hub's API",
+            lambda: (
+                (state / "api_token").exists()
+                and urllib.request.urlopen(f"http://127.0.0.1:{port}/hub/api/", timeout=5).status == 200
+            ),
+            log,
+        )
         hub = Hub(port, (state / "api_token").read_text().strip())
 
         # 1. Every user's server, started through the hub's REST API, all at once.
@@ -367,8 +396,11 @@ def test_a_class_on_the_hub_end_to_end(tmp_path):
             status, body = hub.call("POST", f"/hub/api/users/{name}/server")
             assert status in (201, 202), body
         for name in ("teacher", "alice", "bob"):
-            _wait(f"{name}'s server", lambda name=name: hub.call("GET", f"/hub/api/users/{name}")[1]
-                  ["servers"].get("", {}).get("ready"), log)
+            _wait(
+                f"{name}'s server",
+                lambda name=name: hub.call("GET", f"/hub/api/users/{name}")[1]["servers"].get("", {}).get("ready"),
+                log,
+            )
         assert (state / "homes" / "alice" / "lessons" / "05_the_kv_cache.ipynb").is_file()
 
         # 2. The instructor generates and releases lesson 05 with formgrader's API, through the hub.
@@ -396,13 +428,25 @@ def test_a_class_on_the_hub_end_to_end(tmp_path):
         course = state / "course"
         assert sorted(p.name for p in (course / "submitted").iterdir()) == ["alice", "bob"]
         teacher = {**env, "HOME": str(state / "homes" / "teacher")}
-        graded = subprocess.run([KVCOURSE, "grade", "autograde", ASSIGNMENT], cwd=course, env=teacher,
-                                capture_output=True, text=True, timeout=240)
+        graded = subprocess.run(
+            [KVCOURSE, "grade", "autograde", ASSIGNMENT],
+            cwd=course,
+            env=teacher,
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
         assert graded.returncode == 0, graded.stdout + graded.stderr
         assert "graded alice: 4 of 4 automatic points, 2 to grade by hand" in graded.stdout, graded.stdout
         assert "graded bob: 0 of 4 automatic points, 2 to grade by hand" in graded.stdout, graded.stdout
-        exported = subprocess.run([KVCOURSE, "grade", "export", "--to", "grades.csv"], cwd=course, env=teacher,
-                                  capture_output=True, text=True, timeout=120)
+        exported = subprocess.run(
+            [KVCOURSE, "grade", "export", "--to", "grades.csv"],
+            cwd=course,
+            env=teacher,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert exported.returncode == 0, exported.stdout + exported.stderr
         with open(course / "grades.csv", newline="") as f:
             rows = {row["student_id"]: row for row in csv.DictReader(f) if row["assignment"] == ASSIGNMENT}
@@ -428,22 +472,32 @@ def test_a_class_on_the_hub_end_to_end(tmp_path):
             status, body = hub.call("POST", f"/user/teacher/formgrader/api/assignment/{LAB}/{action}")
             assert status == 200 and body["success"], f"formgrader {action} {LAB}: {body}"
         for name, right in (("alice", True), ("bob", False)):
-            status, body = hub.call("POST", f"/user/{name}/assignments/fetch",
-                                    params={"course_id": COURSE_ID, "assignment_id": LAB})
+            status, body = hub.call(
+                "POST", f"/user/{name}/assignments/fetch", params={"course_id": COURSE_ID, "assignment_id": LAB}
+            )
             assert status == 200 and body["success"], body
             _answer_and_submit(hub, name, LAB, _answers(right, "18", course))
         status, body = hub.call("POST", f"/user/teacher/formgrader/api/assignment/{LAB}/collect")
         assert status == 200 and body["success"], body
-        graded = subprocess.run([KVCOURSE, "grade", "autograde", LAB], cwd=course, env=teacher,
-                                capture_output=True, text=True, timeout=300)
+        graded = subprocess.run(
+            [KVCOURSE, "grade", "autograde", LAB], cwd=course, env=teacher, capture_output=True, text=True, timeout=300
+        )
         assert graded.returncode == 0, graded.stdout + graded.stderr
         lab_points = sum(q.points for q in load_quiz("18").questions)
-        assert f"graded alice: {lab_points} of {lab_points} automatic points" in graded.stdout, \
+        assert f"graded alice: {lab_points} of {lab_points} automatic points" in graded.stdout, (
             graded.stdout + _graded_status(course, LAB, "alice")
-        assert f"graded bob: 0 of {lab_points} automatic points" in graded.stdout, \
-            graded.stdout + _graded_status(course, LAB, "bob")
-        exported = subprocess.run([KVCOURSE, "grade", "export", "--to", "grades.csv"], cwd=course, env=teacher,
-                                  capture_output=True, text=True, timeout=120)
+        )
+        assert f"graded bob: 0 of {lab_points} automatic points" in graded.stdout, graded.stdout + _graded_status(
+            course, LAB, "bob"
+        )
+        exported = subprocess.run(
+            [KVCOURSE, "grade", "export", "--to", "grades.csv"],
+            cwd=course,
+            env=teacher,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert exported.returncode == 0, exported.stdout + exported.stderr
         with open(course / "grades.csv", newline="") as f:
             lab_rows = {row["student_id"]: row for row in csv.DictReader(f) if row["assignment"] == LAB}

@@ -62,8 +62,8 @@ def test_post_build_installs_without_deps_converts_once_and_fails_loudly():
 def test_the_model_lives_in_the_environment_not_in_home():
     # postBuild converts into the folder start names at run time, both under the environment's prefix.
     assert f'KVCOURSE_CACHE="${{KVCOURSE_CACHE:-$PREFIX/{CACHE_IN_ENV}}}"' in POST_BUILD.read_text()
-    assert f"/{CACHE_IN_ENV}}}\"" in START.read_text()
-    assert "$HOME" not in re.search(r'export KVCOURSE_CACHE=.*', START.read_text()).group(0)
+    assert f'/{CACHE_IN_ENV}}}"' in START.read_text()
+    assert "$HOME" not in re.search(r"export KVCOURSE_CACHE=.*", START.read_text()).group(0)
 
 
 def test_post_build_names_nbgrader_plugins_that_exist():
@@ -108,8 +108,11 @@ def test_start_copies_nothing_when_the_repository_is_home(tmp_path: Path):
 
 
 def test_the_image_has_bubblewrap_for_the_grading_sandbox():
-    packages = [line.strip() for line in (REPO_ROOT / "apt.txt").read_text().splitlines()
-                if line.strip() and not line.startswith("#")]
+    packages = [
+        line.strip()
+        for line in (REPO_ROOT / "apt.txt").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
     assert packages == ["bubblewrap"]  # autograde's sandbox (quizzes/grading/sandbox.py); nothing else from apt
 
 

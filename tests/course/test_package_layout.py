@@ -16,8 +16,9 @@ import pytest
 from kvcourse.syllabus import REPO_ROOT
 
 SETUPTOOLS = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-ROOTS = {package: REPO_ROOT / folder for package, folder in SETUPTOOLS["package-dir"].items()
-         if package.count(".") <= 1}  # kvcourse and its four top folders
+ROOTS = {
+    package: REPO_ROOT / folder for package, folder in SETUPTOOLS["package-dir"].items() if package.count(".") <= 1
+}  # kvcourse and its four top folders
 MAX_LINES = 400
 
 
@@ -36,15 +37,19 @@ FOLDERS = sorted({path.parent for path in SOURCES})
 def _imports(path: Path) -> set[str]:
     """Modules a file imports at run time, relative imports resolved (not those under TYPE_CHECKING)."""
     tree = ast.parse(path.read_text())
-    hints = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
-             and getattr(node.test, "id", None) == "TYPE_CHECKING" for n in ast.walk(node)}
+    hints = {
+        id(n)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING"
+        for n in ast.walk(node)
+    }
     package = _package_of(path.parent).split(".")
     names = set()
     for node in ast.walk(tree):
         if id(node) in hints:
             continue
         if isinstance(node, ast.ImportFrom):
-            base = package[:len(package) - node.level + 1] if node.level else []
+            base = package[: len(package) - node.level + 1] if node.level else []
             names.add(".".join([*base, node.module] if node.module else base))
         elif isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
@@ -79,8 +84,10 @@ COURSE_FOLDERS = tuple(f"kvcourse.{p.name}" for p in (REPO_ROOT / "course").iter
 
 def test_the_engine_imports_nothing_above_it():
     """kernels/ is the bottom layer: nothing of kvcourse outside it (lessons, simulators, tests and tools import it)."""
-    above = {path: [m for m in modules if not m.startswith("kvcourse.kernels")]
-             for path, modules in _offenders("kernels", ("kvcourse",)).items()}
+    above = {
+        path: [m for m in modules if not m.startswith("kvcourse.kernels")]
+        for path, modules in _offenders("kernels", ("kvcourse",)).items()
+    }
     assert {path: modules for path, modules in above.items() if modules} == {}
 
 
@@ -93,6 +100,8 @@ def test_what_a_learner_uses_never_imports_the_instructors_grading():
     """quizzes/grading/ reads the bank; the bank, widget and progress never import grading."""
     learner = set((REPO_ROOT / "quizzes").glob("*.py"))
     allowed = {REPO_ROOT / "quizzes" / "autograde.py"}  # the old path instructors' nbgrader_config.py names
-    wrong = {str(p.relative_to(REPO_ROOT)): sorted(m for m in _imports(p) if m.startswith("kvcourse.quizzes.grading"))
-             for p in learner - allowed}
+    wrong = {
+        str(p.relative_to(REPO_ROOT)): sorted(m for m in _imports(p) if m.startswith("kvcourse.quizzes.grading"))
+        for p in learner - allowed
+    }
     assert {k: v for k, v in wrong.items() if v} == {}

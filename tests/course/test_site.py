@@ -62,8 +62,12 @@ def site(run_tmp: Path, lesson_runs) -> Path:
         # Last lesson first: the notebook tests go first to last, so the two meet once, in the middle, instead
         # of one waiting at every lesson for the other.
         sources = sources_digest()
-        needed = [lesson.notebook_path for lesson in reversed(WRITTEN) if lesson_runs.done(lesson.notebook_path,
-                  SITE_DTYPE) is None and load_executed(lesson.notebook_path, sources=sources) is None]
+        needed = [
+            lesson.notebook_path
+            for lesson in reversed(WRITTEN)
+            if lesson_runs.done(lesson.notebook_path, SITE_DTYPE) is None
+            and load_executed(lesson.notebook_path, sources=sources) is None
+        ]
         try:
             lesson_runs.run_all(needed, SITE_DTYPE, jobs=1 if os.environ.get("PYTEST_XDIST_WORKER") else 2)
         except AssertionError as err:
@@ -153,8 +157,9 @@ def test_lesson_page_has_its_outputs_and_figures_and_no_errors(site: Path, lesso
         assert len(links.srcs) >= png_outputs + min(simulator_figures, 1)
     for bad in (r"Traceback", r"\bename\b", r"CellExecutionError", r"✘ Expected"):
         assert not re.search(bad, text), f"{page_name(lesson)} shows an error ({bad!r})"
-    fetched = [m.group(0)[:80] for m in re.finditer(r'<(\w+)[^>]*\s(?:src|href)="https?://[^"]*"', text)
-               if m.group(1) != "a"] + re.findall(r"url\(['\"]?https?://[^)]*\)", text)
+    fetched = [
+        m.group(0)[:80] for m in re.finditer(r'<(\w+)[^>]*\s(?:src|href)="https?://[^"]*"', text) if m.group(1) != "a"
+    ] + re.findall(r"url\(['\"]?https?://[^)]*\)", text)
     assert not fetched and "<script src=" not in text, f"the page fetches {fetched}: it must read offline"
     raw_tex = re.findall(r"\\(?:frac|text|dots|approx|cdot|times|sum)\b", _plain(text))
     assert not raw_tex, f"{page_name(lesson)}: formulas left as TeX ({raw_tex}); site.render.typeset_math draws them"
@@ -176,8 +181,12 @@ def _solution_texts(nb: nbformat.NotebookNode, source: Path) -> list[str]:
         for node in ast.walk(ast.parse(cell.source)):
             if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "solution":
                 arguments = [*node.args, *(k.value for k in node.keywords)]
-                texts += [c.value for a in arguments for c in ast.walk(a)
-                          if isinstance(c, ast.Constant) and isinstance(c.value, str)]
+                texts += [
+                    c.value
+                    for a in arguments
+                    for c in ast.walk(a)
+                    if isinstance(c, ast.Constant) and isinstance(c.value, str)
+                ]
     return _sentences(texts)
 
 
@@ -192,8 +201,11 @@ def _bank_secrets(lesson: Lesson) -> list[str]:
     secrets = []
     for q in load_quiz(lesson.number).questions:
         public = _plain(" ".join([q.prompt, q.starter, *q.options]))  # a solution starts like its starter
-        secrets += [s for s in _sentences([q.explanation, q.solution, q.model_answer, *(why for _, why in q.why)])
-                    if s not in public]
+        secrets += [
+            s
+            for s in _sentences([q.explanation, q.solution, q.model_answer, *(why for _, why in q.why)])
+            if s not in public
+        ]
     return secrets
 
 
@@ -237,8 +249,10 @@ def test_site_in_a_browser(site: Path, tmp_path: Path) -> None:
         page = browser.new_page()
         errors: list[str] = []
         page.on("pageerror", lambda err: errors.append(str(err)))
-        page.route("**/*", lambda route: route.continue_() if route.request.url.startswith(("file:", "data:"))
-                   else route.abort())
+        page.route(
+            "**/*",
+            lambda route: route.continue_() if route.request.url.startswith(("file:", "data:")) else route.abort(),
+        )
         page.goto((site / "index.html").as_uri())
         links = page.eval_on_selector_all("a[href]", "els => els.map(e => e.href)")
         assert len(links) == len(WRITTEN)
@@ -256,8 +270,10 @@ def test_site_in_a_browser(site: Path, tmp_path: Path) -> None:
 
 
 def test_formulas_are_drawn_and_money_and_code_left_alone() -> None:
-    drawn = typeset_math(r"Time: $$a \times n + \underbrace{b}_{\text{per FLOP}}$$, step $t$; "
-                         r"it costs $5 and $10; `x = $y$` is code.")
+    drawn = typeset_math(
+        r"Time: $$a \times n + \underbrace{b}_{\text{per FLOP}}$$, step $t$; "
+        r"it costs $5 and $10; `x = $y$` is code."
+    )
     assert drawn.count("class='kv-math'") == 2 and "$5 and $10" in drawn and "`x = $y$`" in drawn
     assert "\\underbrace" in drawn, "the formula's own TeX is kept as the image's alt text"
 
@@ -269,7 +285,11 @@ def test_figures_scrolling_boxes_and_navigation_are_accessible() -> None:
     alt = figure_alt("## Growth\n\nSome words.\n\nThe figure shows the cache growing. Then more.", 2, "Growth")
     assert alt == "Figure 2 (section: Growth), drawn by the code cell above it. The figure shows the cache growing."
     assert figure_alt("", 1) == "Figure 1, drawn by the code cell above it."
-    wide = focusable_scrolling('<pre style="overflow-x:auto">x</pre><div style="overflow: scroll" tabindex="-1">y</div>')
-    assert wide == '<pre tabindex="0" style="overflow-x:auto">x</pre><div style="overflow: scroll" tabindex="-1">y</div>'
+    wide = focusable_scrolling(
+        '<pre style="overflow-x:auto">x</pre><div style="overflow: scroll" tabindex="-1">y</div>'
+    )
+    assert (
+        wide == '<pre tabindex="0" style="overflow-x:auto">x</pre><div style="overflow: scroll" tabindex="-1">y</div>'
+    )
     assert 'aria-label="Lessons (top of the page)"' in _nav((None, None))
     assert 'aria-label="Lessons (bottom of the page)"' in _nav((None, None), "bottom")

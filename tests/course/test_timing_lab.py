@@ -45,8 +45,9 @@ def make_word_tokenizer():
     words = ["<pad>", "<s>", "</s>", "<unk>", *dict.fromkeys(PROMPT_WORDS.split())]
     backend = Tokenizer(models.WordLevel(vocab={w: i for i, w in enumerate(words)}, unk_token="<unk>"))
     backend.pre_tokenizer = pre_tokenizers.Whitespace()
-    return PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>", pad_token="<pad>",
-                                   bos_token="<s>", eos_token="</s>")
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend, unk_token="<unk>", pad_token="<pad>", bos_token="<s>", eos_token="</s>"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -56,6 +57,7 @@ def tiny():
 
 def fake_runners(tokens_by_backend=None, interrupt_at=None):
     """Runners that answer instantly with 0, 1, 2, ... (or per-backend overrides)."""
+
     def make(name):
         def run(n):
             if interrupt_at is not None and n >= interrupt_at:
@@ -63,19 +65,24 @@ def fake_runners(tokens_by_backend=None, interrupt_at=None):
             if tokens_by_backend and name in tokens_by_backend:
                 return tokens_by_backend[name](n)
             return list(range(n))
+
         return run
+
     return {HF_CACHE: make(HF_CACHE), HF_NO_CACHE: make(HF_NO_CACHE)}
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(lengths=()), "at least one"),
-    (dict(lengths=(8, -1)), "positive"),
-    (dict(lengths=(8, 0)), "positive"),
-    (dict(lengths=(8.5,)), "positive"),
-    (dict(num_repeats=0), "repeats"),
-    (dict(num_warmup=-1), "warmup"),
-    (dict(prompt="  "), "prompt"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(lengths=()), "at least one"),
+        (dict(lengths=(8, -1)), "positive"),
+        (dict(lengths=(8, 0)), "positive"),
+        (dict(lengths=(8.5,)), "positive"),
+        (dict(num_repeats=0), "repeats"),
+        (dict(num_warmup=-1), "warmup"),
+        (dict(prompt="  "), "prompt"),
+    ],
+)
 def test_config_rejects_bad_values(kwargs, message):
     with pytest.raises(ValueError, match=message):
         SweepConfig(**kwargs)
@@ -106,24 +113,23 @@ def test_real_hf_sweep_on_tiny_model_matches_tokens(tiny):
 def test_mismatch_is_recorded_with_first_position(tiny):
     model, tok = tiny
     wrong = lambda n: list(range(n))[:-1] + [999]  # differs at the last token
-    result = run_sweep(model, tok, [4, 8], 1, progress=False,
-                       runners=fake_runners({HF_NO_CACHE: wrong}))
+    result = run_sweep(model, tok, [4, 8], 1, progress=False, runners=fake_runners({HF_NO_CACHE: wrong}))
     assert not result.tokens_match
     assert [(m.backend, m.num_new_tokens, m.position, m.expected, m.got) for m in result.mismatches] == [
-        (HF_NO_CACHE, 4, 3, 3, 999), (HF_NO_CACHE, 8, 7, 7, 999)]
+        (HF_NO_CACHE, 4, 3, 3, 999),
+        (HF_NO_CACHE, 8, 7, 7, 999),
+    ]
 
 
 def test_early_stop_is_an_error(tiny):
     model, tok = tiny
     with pytest.raises(RuntimeError, match="stopped early"):
-        run_sweep(model, tok, [4], 1, progress=False,
-                  runners=fake_runners({HF_CACHE: lambda n: list(range(n - 1))}))
+        run_sweep(model, tok, [4], 1, progress=False, runners=fake_runners({HF_CACHE: lambda n: list(range(n - 1))}))
 
 
 def test_interrupt_keeps_completed_lengths(tiny):
     model, tok = tiny
-    result = run_sweep(model, tok, [2, 4, 8], 1, num_warmup=0, progress=False,
-                       runners=fake_runners(interrupt_at=8))
+    result = run_sweep(model, tok, [2, 4, 8], 1, num_warmup=0, progress=False, runners=fake_runners(interrupt_at=8))
     assert result.interrupted
     assert result.completed_lengths == [2, 4]
     table = format_table(result)
@@ -218,7 +224,7 @@ def test_tokens_processed_closed_form_matches_step_sum(prompt_len, n):
 
 def test_uncached_flops_grow_quadratically():
     config = make_config()
-    ratio = lambda n: (generation_work(config, 4, n, False).flops / generation_work(config, 4, n, True).flops)
+    ratio = lambda n: generation_work(config, 4, n, False).flops / generation_work(config, 4, n, True).flops
     assert ratio(8) < ratio(16) < ratio(32)
     first_pass = costs.forward_flops(config, 4, 4, num_logits=1)
     assert generation_work(config, 4, 1, True).flops == first_pass == generation_work(config, 4, 1, False).flops

@@ -33,14 +33,28 @@ def keep_threads():
 
 
 def lab(model_dir, *extra: str) -> int:
-    return main(["timing-lab", "--model", str(model_dir), "--lengths", "2,4", "--repeats", "2",
-                 "--no-progress", "--device", "cpu", *extra])
+    return main(
+        [
+            "timing-lab",
+            "--model",
+            str(model_dir),
+            "--lengths",
+            "2,4",
+            "--repeats",
+            "2",
+            "--no-progress",
+            "--device",
+            "cpu",
+            *extra,
+        ]
+    )
 
 
 def test_table_json_and_png(model_dir, tmp_path, capsys):
     json_path, png_path = tmp_path / "lab.json", tmp_path / "lab.png"
-    assert lab(model_dir, "--lengths", "3", "6", "--json", str(json_path), "--plot", str(png_path),
-               "--threads", "1") == 0
+    assert (
+        lab(model_dir, "--lengths", "3", "6", "--json", str(json_path), "--plot", str(png_path), "--threads", "1") == 0
+    )
     out = capsys.readouterr().out
     assert "with cache (s)" in out and "without cache (s)" in out and "speedup" in out
     assert "| 1 threads" in out and "transformers " in out and "kvcourse " in out
@@ -80,6 +94,7 @@ def test_ctrl_c_reports_what_finished(model_dir, monkeypatch, tmp_path, capsys):
             if n == 4:
                 raise KeyboardInterrupt
             return run(n)
+
         return maybe_interrupt
 
     monkeypatch.setattr(runners, "hf_runner", interrupted_hf_runner)
@@ -92,21 +107,25 @@ def test_ctrl_c_reports_what_finished(model_dir, monkeypatch, tmp_path, capsys):
     assert png_path.exists()
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--lengths", "16", "-4"], "--lengths: -4 is not a positive number of tokens"),
-    (["--lengths", "16,abc"], "--lengths: 'abc' is not a whole number"),
-    (["--repeats", "0"], "repeats must be a whole number >= 1, got 0"),
-    (["--threads", "0"], "--threads must be at least 1"),
-    (["--dtype", "float8"], "--dtype must be one of float32, bfloat16"),
-    (["--json", "/no/such/folder/out.json"], "--json: cannot write /no/such/folder/out.json"),
-    (["--plot", "out.xyz"], "--plot: 'out.xyz' needs a picture extension"),
-    (["--model", "no-such-org/no-such-model"], "Could not load the model 'no-such-org/no-such-model'"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--lengths", "16", "-4"], "--lengths: -4 is not a positive number of tokens"),
+        (["--lengths", "16,abc"], "--lengths: 'abc' is not a whole number"),
+        (["--repeats", "0"], "repeats must be a whole number >= 1, got 0"),
+        (["--threads", "0"], "--threads must be at least 1"),
+        (["--dtype", "float8"], "--dtype must be one of float32, bfloat16"),
+        (["--json", "/no/such/folder/out.json"], "--json: cannot write /no/such/folder/out.json"),
+        (["--plot", "out.xyz"], "--plot: 'out.xyz' needs a picture extension"),
+        (["--model", "no-such-org/no-such-model"], "Could not load the model 'no-such-org/no-such-model'"),
+    ],
+)
 def test_bad_arguments_exit_2_with_one_line(args, message, capsys, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     assert main(["timing-lab", "--no-progress", *args]) == 2
-    err_lines = [line for line in capsys.readouterr().err.splitlines()
-                 if line.startswith("kvcourse timing-lab: error:")]
+    err_lines = [
+        line for line in capsys.readouterr().err.splitlines() if line.startswith("kvcourse timing-lab: error:")
+    ]
     assert len(err_lines) == 1 and message in err_lines[0]
 
 
@@ -119,11 +138,17 @@ def test_output_path_under_a_file_is_rejected(tmp_path, capsys):
 
 def test_script_error_has_no_traceback():
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.run([sys.executable, "-m", "kvcourse.cli", "timing-lab", "--lengths", "-4"],
-                          capture_output=True, text=True, env=env, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "kvcourse.cli", "timing-lab", "--lengths", "-4"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines() == ["kvcourse timing-lab: error: --lengths: -4 is not a positive "
-                                                "number of tokens"]
+    assert proc.stderr.strip().splitlines() == [
+        "kvcourse timing-lab: error: --lengths: -4 is not a positive number of tokens"
+    ]
     assert "Traceback" not in proc.stderr
 
 

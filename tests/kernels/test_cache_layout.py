@@ -57,7 +57,9 @@ def test_a_full_attention_layout_agrees_with_the_2023_formula():
         assert LAYOUTS_2023[name].per_token_bytes == kv_bytes_per_token(config, 2), name
         assert layout_of(config, 1).per_token_bytes == kv_bytes_per_token(config, 1)
     smol = layout_of(MODEL_CONFIGS["smollm2-135m"], 2, window_tokens=256)
-    assert smol.per_token_bytes == 0 and smol.bytes_at(1000).bounded == 256 * kv_bytes_per_token(MODEL_CONFIGS["smollm2-135m"])
+    assert smol.per_token_bytes == 0 and smol.bytes_at(1000).bounded == 256 * kv_bytes_per_token(
+        MODEL_CONFIGS["smollm2-135m"]
+    )
 
 
 def test_an_8_bit_cache_halves_every_part():
@@ -66,18 +68,21 @@ def test_an_8_bit_cache_halves_every_part():
     assert (half.growing * 2, half.bounded * 2) == (whole.growing, whole.bounded)
 
 
-@pytest.mark.parametrize("make, message", [
-    (lambda: LayerGroup("window", 4, 10), "needs window"),
-    (lambda: LayerGroup("full", 4, 10, window=5), "takes no window"),
-    (lambda: LayerGroup("linear", 4, 10, state_values=3), "cache no values per token"),
-    (lambda: LayerGroup("full", 4, 10, state_values=3), "fixed state"),
-    (lambda: LayerGroup("ring", 4, 10), "kind must be one of"),
-    (lambda: full(0, 8, 64), "num_layers must be a positive integer"),
-    (lambda: window(4, 8, 64, 0), "window must be a positive integer"),
-    (lambda: latent(4, -1, 64), "kv_lora_rank"),
-    (lambda: linear(4, 0), "fixed state"),
-    (lambda: CacheLayout(()), "at least one layer group"),
-])
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda: LayerGroup("window", 4, 10), "needs window"),
+        (lambda: LayerGroup("full", 4, 10, window=5), "takes no window"),
+        (lambda: LayerGroup("linear", 4, 10, state_values=3), "cache no values per token"),
+        (lambda: LayerGroup("full", 4, 10, state_values=3), "fixed state"),
+        (lambda: LayerGroup("ring", 4, 10), "kind must be one of"),
+        (lambda: full(0, 8, 64), "num_layers must be a positive integer"),
+        (lambda: window(4, 8, 64, 0), "window must be a positive integer"),
+        (lambda: latent(4, -1, 64), "kv_lora_rank"),
+        (lambda: linear(4, 0), "fixed state"),
+        (lambda: CacheLayout(()), "at least one layer group"),
+    ],
+)
 def test_a_layout_that_cannot_be_is_refused_with_the_reason(make, message):
     with pytest.raises(ValueError, match=message):
         make()

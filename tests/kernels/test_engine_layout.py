@@ -18,8 +18,12 @@ FILES = sorted(KERNELS.rglob("*.py"))
 def _imported_modules(path: Path) -> set[str]:
     """Modules imported at run time (imports under ``if TYPE_CHECKING:`` are for type hints only)."""
     tree = ast.parse(path.read_text())
-    hints = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
-             and getattr(node.test, "id", None) == "TYPE_CHECKING" for n in ast.walk(node)}
+    hints = {
+        id(n)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING"
+        for n in ast.walk(node)
+    }
     names = set()
     for node in ast.walk(tree):
         if id(node) in hints:
@@ -41,7 +45,8 @@ def test_only_the_thread_policy_sets_torch_threads():
     assert setters == [Path("engine/threads.py")]
     # the in-place kernel's numba threads follow torch's count for the step, set in one place and nowhere else
     assert [p.relative_to(KERNELS) for p in FILES if "numba.set_num_threads" in p.read_text()] == [
-        Path("attention/cpu_paged.py")]
+        Path("attention/cpu_paged.py")
+    ]
     assert "torch.get_num_threads()" in (KERNELS / "attention/cpu_paged.py").read_text()
 
 
@@ -53,11 +58,12 @@ def test_each_layer_opens_with_a_docstring_naming_its_lessons(layer):
 
 @pytest.mark.parametrize("layer", LAYERS)
 def test_imports_run_one_way(layer):
-    later = LAYERS[LAYERS.index(layer) + 1:] + ["baselines"]
+    later = LAYERS[LAYERS.index(layer) + 1 :] + ["baselines"]
     for path in (KERNELS / layer).rglob("*.py"):  # backends/ in attention/ too
-        wrong = {m for m in _imported_modules(path)
-                 if any(m.startswith(f"kvcourse.kernels.{up}") for up in later)}
-        assert not wrong, f"{path.relative_to(KERNELS)} imports {sorted(wrong)} (imports run engine -> memory -> attention -> model)"
+        wrong = {m for m in _imported_modules(path) if any(m.startswith(f"kvcourse.kernels.{up}") for up in later)}
+        assert not wrong, (
+            f"{path.relative_to(KERNELS)} imports {sorted(wrong)} (imports run engine -> memory -> attention -> model)"
+        )
 
 
 def test_importing_the_engine_changes_no_global_state():

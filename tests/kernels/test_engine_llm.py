@@ -111,8 +111,9 @@ def test_refused_requests_carry_a_reason_and_nothing_is_lost(tiny_model_each_pat
     good = prompts([5])[0]
     outs = engine.generate(
         [good, [], [500], good * 30, prompts([20])[0], good],
-        [SamplingParams(max_new_tokens=NEW)] * 4 + [SamplingParams(max_new_tokens=30),
-                                                     SamplingParams(max_new_tokens=0)])
+        [SamplingParams(max_new_tokens=NEW)] * 4
+        + [SamplingParams(max_new_tokens=30), SamplingParams(max_new_tokens=0)],
+    )
     assert outs[0].finished and outs[0].refusal is None and outs[0].tokens == reference(tiny_model_each_path, good)
     assert "empty" in outs[1].refusal
     assert "token ids" in outs[2].refusal

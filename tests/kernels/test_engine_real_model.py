@@ -17,8 +17,12 @@ def test_real_model_greedy_tokens_identical_everywhere(real_model, fast_paths):
     hf_model, tok = real_model
     model = as_transformer(hf_model, fast_paths)
     system = {"role": "system", "content": "You are a concise assistant who answers in one sentence."}
-    prompts = [tok.apply_chat_template([system, {"role": "user", "content": q}], add_generation_prompt=True,
-                                       return_tensors="pt")["input_ids"][0].tolist() for q in QUESTIONS]
+    prompts = [
+        tok.apply_chat_template(
+            [system, {"role": "user", "content": q}], add_generation_prompt=True, return_tensors="pt"
+        )["input_ids"][0].tolist()
+        for q in QUESTIONS
+    ]
     expected = []
     for p in prompts:
         contiguous = generate(model, p, NEW, cache="contiguous", eos_token_id=[]).tokens

@@ -62,8 +62,10 @@ class _Choose:
         return self.choice
 
 
-@pytest.mark.parametrize(("choice", "message"), [
-    (0, "breaks the hash chain"), (7, "does not exist"), ("1", "not a block id"), (True, "not a block id")])
+@pytest.mark.parametrize(
+    ("choice", "message"),
+    [(0, "breaks the hash chain"), (7, "does not exist"), ("1", "not a block id"), (True, "not a block id")],
+)
 def test_the_pool_refuses_a_bad_eviction_and_changes_nothing(choice, message):
     pool = _cached_pool(_Choose(choice))
     before = (pool.free_block_ids, pool.num_cached_blocks)
@@ -109,8 +111,9 @@ class _Backfill(FCFSPolicy):
     """Admits the first waiting sequence that fits (overtaking the head); preempts the biggest."""
 
     def choose_admission(self, waiting, free_blocks):
-        return next((i for i, v in enumerate(waiting)
-                     if not v.preempted_this_step and v.num_blocks_needed <= free_blocks), None)
+        return next(
+            (i for i, v in enumerate(waiting) if not v.preempted_this_step and v.num_blocks_needed <= free_blocks), None
+        )
 
     def choose_victim(self, running, needy):
         return max(running, key=lambda v: v.num_blocks_held).seq_id
@@ -155,10 +158,14 @@ def test_a_refusal_reaches_the_request_with_its_reason(tiny_model):
     assert engine.kv_cache_manager.num_free_blocks == engine.num_blocks
 
 
-@pytest.mark.parametrize(("policy", "message"), [
-    (_Refuser("  "), "needs a reason"),
-    (type("Wild", (FCFSPolicy,), {"choose_admission": lambda self, w, f: 99})(), "not an index"),
-    (type("Ghost", (FCFSPolicy,), {"choose_victim": lambda self, r, n: -5})(), "not the seq_id")])
+@pytest.mark.parametrize(
+    ("policy", "message"),
+    [
+        (_Refuser("  "), "needs a reason"),
+        (type("Wild", (FCFSPolicy,), {"choose_admission": lambda self, w, f: 99})(), "not an index"),
+        (type("Ghost", (FCFSPolicy,), {"choose_victim": lambda self, r, n: -5})(), "not the seq_id"),
+    ],
+)
 def test_a_choice_the_scheduler_cannot_honour_is_refused(tiny_model, policy, message):
     with pytest.raises(SchedulingPolicyError, match=message):
         _trace_engine(tiny_model, policy)
@@ -202,7 +209,17 @@ def test_the_engines_manager_and_lab_as_base_answer_one_block_manager_interface(
 
     assert isinstance(KVCacheManager(8, 4), BlockManager)
     names = [n for n in dir(BlockManager) if not n.startswith("_")]
-    assert {"can_allocate", "allocate", "can_append", "append_slots", "fork", "free", "cache_full_blocks",
-            "num_free_blocks", "num_used_blocks", "num_blocks"} <= set(names)
+    assert {
+        "can_allocate",
+        "allocate",
+        "can_append",
+        "append_slots",
+        "fork",
+        "free",
+        "cache_full_blocks",
+        "num_free_blocks",
+        "num_used_blocks",
+        "num_blocks",
+    } <= set(names)
     assert all(hasattr(BlockManagerBase, n) or n == "num_blocks" for n in names)
     assert BlockManagerBase(8, 4).num_blocks == 8

@@ -59,7 +59,7 @@ def naive_beam_search(model, prompt, width, steps):
                 candidates.append((score + float(logprobs[tok]), seq + [tok]))
         candidates.sort(key=lambda c: -c[0])
         beams = candidates[:width]
-    return [seq[len(prompt):] for _, seq in beams]
+    return [seq[len(prompt) :] for _, seq in beams]
 
 
 def test_beam_search_matches_naive_reference(tiny_model):

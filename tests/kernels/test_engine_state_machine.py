@@ -50,17 +50,31 @@ class EngineMachine(RuleBasedStateMachine):
 
     fast_paths = "auto"
 
-    @initialize(num_blocks=st.integers(3, 24), block_size=st.sampled_from([1, 2, 4, 8]),
-                budget=st.integers(1, 40), max_num_seqs=st.integers(1, 6), prefix=st.booleans())
+    @initialize(
+        num_blocks=st.integers(3, 24),
+        block_size=st.sampled_from([1, 2, 4, 8]),
+        budget=st.integers(1, 40),
+        max_num_seqs=st.integers(1, 6),
+        prefix=st.booleans(),
+    )
     def make_engine(self, num_blocks, block_size, budget, max_num_seqs, prefix):
-        config = EngineConfig(block_size=block_size, num_blocks=num_blocks, max_num_batched_tokens=budget,
-                              max_num_seqs=max_num_seqs, enable_prefix_caching=prefix)
+        config = EngineConfig(
+            block_size=block_size,
+            num_blocks=num_blocks,
+            max_num_batched_tokens=budget,
+            max_num_seqs=max_num_seqs,
+            enable_prefix_caching=prefix,
+        )
         self.engine = LLMEngine(packed_model(self.fast_paths), config)
         self.added: dict[int, tuple[list[int], SamplingParams]] = {}
         self.aborted: set[int] = set()
 
-    @rule(stem=st.sampled_from(STEMS), tail=st.lists(st.integers(3, 9), min_size=1, max_size=8),
-          max_new_tokens=st.integers(0, 5), n=st.integers(1, 3))
+    @rule(
+        stem=st.sampled_from(STEMS),
+        tail=st.lists(st.integers(3, 9), min_size=1, max_size=8),
+        max_new_tokens=st.integers(0, 5),
+        n=st.integers(1, 3),
+    )
     def add_request(self, stem, tail, max_new_tokens, n):
         prompt = stem + tail
         params = SamplingParams(max_new_tokens=max_new_tokens, n=n)
@@ -112,8 +126,13 @@ class EngineMachine(RuleBasedStateMachine):
 
 
 EngineMachine.TestCase.settings = settings(
-    max_examples=200, stateful_step_count=10, deadline=None, derandomize=True, database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+    max_examples=200,
+    stateful_step_count=10,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
 test_engine_state_machine = EngineMachine.TestCase
 
 

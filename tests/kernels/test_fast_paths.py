@@ -26,14 +26,16 @@ from kvcourse.kernels.model import cpu_fast, layers, products
 from kvcourse.syllabus import REPO_ROOT
 
 pytestmark = pytest.mark.usefixtures("fast_paths_on", "one_cpu_thread")
-AVX2_ERROR = ("mkldnn_reorder_linear_weight: bf16 path needs the cpu support avx_ne_convert or avx512bw, "
-              "avx512vl and avx512dq")
+AVX2_ERROR = (
+    "mkldnn_reorder_linear_weight: bf16 path needs the cpu support avx_ne_convert or avx512bw, avx512vl and avx512dq"
+)
 PROMPT = [5, 17, 33, 42, 61, 8, 90, 12]
 
 
 @pytest.fixture
 def no_onednn(monkeypatch):
     """oneDNN's bf16 weight packing raises as it does on an AVX2-only CPU; the probe and its warning start fresh."""
+
     def refuse(*args, **kwargs):
         raise RuntimeError(AVX2_ERROR)
 
@@ -80,8 +82,11 @@ def test_accelerate_swaps_in_twins_that_share_the_weights_and_swaps_back():
     assert model.lm_head.weight is model.embed_tokens.weight, "the tie survives the swap"
     model.accelerate("off")
     assert not any(path.on for path in model.fast_paths)
-    assert {type(m) for m in model.modules()} & {cpu_fast.FastLinear, cpu_fast.FusedRMSNorm,
-                                                 cpu_fast.FastRotaryEmbedding} == set()
+    assert {type(m) for m in model.modules()} & {
+        cpu_fast.FastLinear,
+        cpu_fast.FusedRMSNorm,
+        cpu_fast.FastRotaryEmbedding,
+    } == set()
     assert {name: p.data_ptr() for name, p in model.named_parameters(remove_duplicate=False)} == params
 
 
@@ -120,7 +125,9 @@ def test_bf16_never_takes_onednn_where_it_cannot_run_and_needs_no_warning(no_one
         warnings.simplefilter("always")
         model = Transformer.from_hf(hf).accelerate()
         result = generate(model, PROMPT, 12, eos_token_id=[])
-    assert not [w for w in caught if issubclass(w.category, cpu_fast.FastPathFallback)], "a measured choice, no fallback"
+    assert not [w for w in caught if issubclass(w.category, cpu_fast.FastPathFallback)], (
+        "a measured choice, no fallback"
+    )
     chosen = {c.product for m in model.modules() if isinstance(m, cpu_fast.FastLinear) for c in m.choices()}
     assert "onednn" not in chosen and chosen <= set(products.PRODUCTS)
     assert "onednn" not in str(model.fast_paths[0]) and len(result.tokens) == 12
@@ -158,8 +165,11 @@ def test_each_product_forced_equals_the_textbook(product, dtype, monkeypatch):
 def test_a_product_that_cannot_run_is_refused_with_its_reason(no_onednn, monkeypatch):
     model = make_tiny_model().to(torch.bfloat16)
     monkeypatch.setenv(products.LINEAR_ENV, "onednn")
-    with pytest.raises(ValueError, match="KVCOURSE_LINEAR=onednn cannot run for torch.bfloat16: oneDNN's bf16 "
-                                         "linear does not run on this CPU: " + AVX2_ERROR):
+    with pytest.raises(
+        ValueError,
+        match="KVCOURSE_LINEAR=onednn cannot run for torch.bfloat16: oneDNN's bf16 "
+        "linear does not run on this CPU: " + AVX2_ERROR,
+    ):
         model.accelerate()
     monkeypatch.setenv(products.LINEAR_ENV, "float32 tiles")
     with pytest.raises(ValueError, match="float32 tiles only help a 16-bit dtype"):
@@ -218,8 +228,13 @@ print(len(generate(fast, [5, 17, 33], 16, cache="paged", eos_token_id=[]).tokens
 
 def test_an_avx2_cpu_runs_its_own_selection_equal_to_the_textbook():
     """PyTorch and oneDNN told to use AVX2 only, as on a Zen 2 laptop: the probe, the measured choice and bf16 decode."""
-    env = {**os.environ, "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": str(REPO_ROOT / "tests")}
+    env = {
+        **os.environ,
+        "ATEN_CPU_CAPABILITY": "avx2",
+        "ONEDNN_MAX_CPU_ISA": "AVX2",
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": str(REPO_ROOT / "tests"),
+    }
     env.pop(products.LINEAR_ENV, None)
     env.pop(cpu_fast.FAST_PATHS_ENV, None)
     run = subprocess.run([sys.executable, "-c", AVX2_SCRIPT], capture_output=True, text=True, timeout=300, env=env)
@@ -257,10 +272,16 @@ def test_the_report_says_what_runs_on_another_device():
 
 def test_no_cpu_specific_op_outside_the_fast_path_module():
     """torch.ops.mkldnn is the op that crashed on AVX2: it may appear in products.py and nowhere else."""
-    sources = [p for folder in ("kernels", "course", "simulators", "quizzes", "benchmarks")
-               for p in (REPO_ROOT / folder).rglob("*.py")]
-    offenders = [str(p.relative_to(REPO_ROOT)) for p in sources
-                 if "torch.ops.mkldnn" in p.read_text() and p != Path(products.__file__).resolve()]
+    sources = [
+        p
+        for folder in ("kernels", "course", "simulators", "quizzes", "benchmarks")
+        for p in (REPO_ROOT / folder).rglob("*.py")
+    ]
+    offenders = [
+        str(p.relative_to(REPO_ROOT))
+        for p in sources
+        if "torch.ops.mkldnn" in p.read_text() and p != Path(products.__file__).resolve()
+    ]
     assert offenders == []
     assert len(sources) > 50
 

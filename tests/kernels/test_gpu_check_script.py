@@ -33,8 +33,14 @@ def test_cpu_proof_runs_every_check_or_says_why_not() -> None:
     before = _stamps()
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     env.pop("TRITON_INTERPRET", None)  # the script must set it itself
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.gpu_check", "--cpu-proof"], cwd=REPO_ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.gpu_check", "--cpu-proof"],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     out = proc.stdout
     assert proc.returncode == 0, out[-3000:] + proc.stderr[-3000:]
     tried = {(int(bs), name) for bs, name in OK_LINE.findall(out)}
@@ -50,7 +56,16 @@ def test_cpu_proof_runs_every_check_or_says_why_not() -> None:
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="with CUDA this would run the real check")
 def test_without_cuda_and_without_cpu_proof_it_only_says_so() -> None:
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.gpu_check", "--quick"], cwd=REPO_ROOT,
-                          capture_output=True, text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.gpu_check", "--quick"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     assert proc.returncode == 0
-    assert proc.stdout.strip() == "gpu_check: no CUDA device visible to PyTorch; nothing to check here (this is not an error)."
+    assert (
+        proc.stdout.strip()
+        == "gpu_check: no CUDA device visible to PyTorch; nothing to check here (this is not an error)."
+    )

@@ -38,9 +38,14 @@ def test_every_implementation_matches_naive(name, num_q, num_k, window):
 
 
 @settings(max_examples=25, deadline=None)
-@given(num_kv=st.sampled_from([1, 2, 4]), group=st.sampled_from([1, 2, 3]), num_q=st.integers(1, 20),
-       extra=st.integers(0, 40), window=st.one_of(st.none(), st.integers(1, 30)),
-       block=st.integers(1, 17))
+@given(
+    num_kv=st.sampled_from([1, 2, 4]),
+    group=st.sampled_from([1, 2, 3]),
+    num_q=st.integers(1, 20),
+    extra=st.integers(0, 40),
+    window=st.one_of(st.none(), st.integers(1, 30)),
+    block=st.integers(1, 17),
+)
 def test_tiled_equals_naive_for_any_shape(num_kv, group, num_q, extra, window, block):
     q, k, v = random_qkv(num_kv * group, num_kv, num_q, num_q + extra)
     ref = naive_attention(q, k, v, extra, window)

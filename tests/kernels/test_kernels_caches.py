@@ -66,11 +66,14 @@ def test_int8_bytes_are_about_half_of_bf16_for_real_models():
         assert 0.5 < ratio < 0.54  # int8 values plus one float32 scale per 64-128 values
 
 
-@pytest.mark.parametrize("window,chunks", [
-    (5, [(0, 12), (12, 13), (13, 14), (14, 20)]),  # prefill longer than the window
-    (8, [(0, 3)] + [(i, i + 1) for i in range(3, 20)]),  # short prefill, window fills while decoding
-    (30, [(0, 20)]),  # window never bites
-])
+@pytest.mark.parametrize(
+    "window,chunks",
+    [
+        (5, [(0, 12), (12, 13), (13, 14), (14, 20)]),  # prefill longer than the window
+        (8, [(0, 3)] + [(i, i + 1) for i in range(3, 20)]),  # short prefill, window fills while decoding
+        (30, [(0, 20)]),  # window never bites
+    ],
+)
 def test_sliding_window_equals_window_masked_full_attention(model, window, chunks):
     ids = torch.arange(3, 23)
     with torch.no_grad():

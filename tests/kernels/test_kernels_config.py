@@ -30,8 +30,18 @@ def test_kv_heads_must_divide_heads():
         make_config(num_heads=4, num_kv_heads=3)
 
 
-@pytest.mark.parametrize("field", ["vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads",
-                                   "intermediate_size", "max_position_embeddings"])
+@pytest.mark.parametrize(
+    "field",
+    [
+        "vocab_size",
+        "hidden_size",
+        "num_layers",
+        "num_heads",
+        "num_kv_heads",
+        "intermediate_size",
+        "max_position_embeddings",
+    ],
+)
 @pytest.mark.parametrize("bad", [0, -1, 2.5, True, None])
 def test_sizes_must_be_positive_integers(field, bad):
     with pytest.raises(ValueError, match=field):

@@ -129,12 +129,17 @@ def test_kv_crossover_tokens_chapter_003_example():
     assert one_user == math.ceil(weights / 819_200)
     assert costs.kv_cache_bytes(EXAMPLE_13B, one_user) >= weights > costs.kv_cache_bytes(EXAMPLE_13B, one_user - 1)
     thirty_two = costs.kv_crossover_tokens(EXAMPLE_13B, num_users=32)
-    assert costs.kv_cache_bytes(EXAMPLE_13B, thirty_two, 32) >= weights > costs.kv_cache_bytes(EXAMPLE_13B, thirty_two - 1, 32)
+    assert (
+        costs.kv_cache_bytes(EXAMPLE_13B, thirty_two, 32)
+        >= weights
+        > costs.kv_cache_bytes(EXAMPLE_13B, thirty_two - 1, 32)
+    )
     assert thirty_two < 4000 < one_user  # 32 users at 4,000 tokens outweigh the weights; one user does not
     # Weights stored like the cache: the bytes per value cancel. An int8 cache under 16-bit weights doubles it.
     assert costs.kv_crossover_tokens(EXAMPLE_13B, bytes_per_value=4) == one_user
-    assert costs.kv_crossover_tokens(EXAMPLE_13B, bytes_per_value=1, weight_bytes_per_value=2) == \
-        math.ceil(weights / 409_600)
+    assert costs.kv_crossover_tokens(EXAMPLE_13B, bytes_per_value=1, weight_bytes_per_value=2) == math.ceil(
+        weights / 409_600
+    )
     with pytest.raises(ValueError):
         costs.kv_crossover_tokens(EXAMPLE_13B, num_users=0)
 
@@ -153,8 +158,10 @@ def test_a_decode_step_reads_the_weights_once_and_every_sequences_cache():
     assert costs.decode_step_bytes(config, 1, 10, 2) == weights + costs.kv_bytes_per_token(config, 2) * 10
     # 32 sequences: the weights still once, the caches 32 times
     assert costs.decode_step_bytes(config, 32, 10, 2) == weights + 32 * costs.kv_bytes_per_token(config, 2) * 10
-    assert costs.decode_step_bytes(EXAMPLE_13B, 16, 4096, 2) == \
-        costs.weight_bytes_read_per_pass(EXAMPLE_13B, 2) + 16 * 819_200 * 4096
+    assert (
+        costs.decode_step_bytes(EXAMPLE_13B, 16, 4096, 2)
+        == costs.weight_bytes_read_per_pass(EXAMPLE_13B, 2) + 16 * 819_200 * 4096
+    )
     with pytest.raises(ValueError, match="batch_size"):
         costs.decode_step_bytes(config, 0, 10)
 
@@ -170,8 +177,10 @@ def test_decode_step_flops_are_one_token_per_sequence_with_its_attention():
 
 def _step_seconds(config, batch, context, flops, bandwidth, bpv):
     """(compute seconds, memory seconds) of one decode step, straight from the cost model."""
-    return (costs.decode_step_flops(config, batch, context) / flops,
-            costs.decode_step_bytes(config, batch, context, bpv) / bandwidth)
+    return (
+        costs.decode_step_flops(config, batch, context) / flops,
+        costs.decode_step_bytes(config, batch, context, bpv) / bandwidth,
+    )
 
 
 def test_compute_bound_batch_is_the_first_batch_past_the_ridge():
@@ -218,8 +227,11 @@ def test_pool_window_is_the_longest_context_whose_blocks_fit():
     for num_blocks in range(0, 30):
         for users in (1, 2, 3, 7):
             for prefix in (0, 5, 16, 40, 200):
-                assert costs.pool_window(num_blocks, 16, users, prefix) == brute(num_blocks, 16, users, prefix), \
-                    (num_blocks, users, prefix)
+                assert costs.pool_window(num_blocks, 16, users, prefix) == brute(num_blocks, 16, users, prefix), (
+                    num_blocks,
+                    users,
+                    prefix,
+                )
 
 
 def test_context_window_one_user_token_by_token_is_max_cached_tokens():

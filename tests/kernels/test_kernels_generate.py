@@ -23,17 +23,22 @@ def test_greedy_tokens_identical_without_and_with_cache_and_equal_hf(arch):
     assert no_cache.tokens == cached.tokens
     assert len(set(cached.tokens)) > 5  # a real sequence, not one token repeated
     with torch.no_grad():
-        ref = hf.generate(torch.tensor([PROMPT]), max_new_tokens=30, do_sample=False, eos_token_id=None,
-                          pad_token_id=0)
-    assert ref[0, len(PROMPT):].tolist() == cached.tokens
+        ref = hf.generate(torch.tensor([PROMPT]), max_new_tokens=30, do_sample=False, eos_token_id=None, pad_token_id=0)
+    assert ref[0, len(PROMPT) :].tolist() == cached.tokens
 
 
 def test_sampling_with_a_seed_is_repeatable_and_cache_independent(tiny_model_each_path):
     params = SamplingParams(temperature=0.9, top_k=20, top_p=0.95, seed=7)
     a = generate(tiny_model_each_path, PROMPT, 25, cache="none", sampling=params, eos_token_id=[])
     b = generate(tiny_model_each_path, PROMPT, 25, cache="contiguous", sampling=params, eos_token_id=[])
-    c = generate(tiny_model_each_path, PROMPT, 25, cache="contiguous", sampling=SamplingParams(temperature=0.9, seed=8),
-                 eos_token_id=[])
+    c = generate(
+        tiny_model_each_path,
+        PROMPT,
+        25,
+        cache="contiguous",
+        sampling=SamplingParams(temperature=0.9, seed=8),
+        eos_token_id=[],
+    )
     assert a.tokens == b.tokens
     assert a.tokens != c.tokens
 
@@ -104,16 +109,19 @@ def test_zero_new_tokens(tiny_model_each_path):
     assert result.tokens == [] and result.stats == []
 
 
-@pytest.mark.parametrize("ids,kwargs,match", [
-    ([], {}, "empty"),
-    (PROMPT, {"max_new_tokens": -1}, "max_new_tokens"),
-    (list(range(129)), {}, "longer than the model's context"),
-    (list(range(120)), {"max_new_tokens": 20}, "exceeds the model's context"),
-    (PROMPT, {"cache": "mmap"}, "unknown cache"),
-    (PROMPT, {"cache": "sliding"}, "needs window"),
-    (PROMPT, {"cache": "contiguous", "window": 4}, "window only applies"),
-    (torch.zeros(2, 3, dtype=torch.long), {}, "exactly one row"),
-])
+@pytest.mark.parametrize(
+    "ids,kwargs,match",
+    [
+        ([], {}, "empty"),
+        (PROMPT, {"max_new_tokens": -1}, "max_new_tokens"),
+        (list(range(129)), {}, "longer than the model's context"),
+        (list(range(120)), {"max_new_tokens": 20}, "exceeds the model's context"),
+        (PROMPT, {"cache": "mmap"}, "unknown cache"),
+        (PROMPT, {"cache": "sliding"}, "needs window"),
+        (PROMPT, {"cache": "contiguous", "window": 4}, "window only applies"),
+        (torch.zeros(2, 3, dtype=torch.long), {}, "exactly one row"),
+    ],
+)
 def test_bad_input_is_a_clear_error(tiny_model_each_path, ids, kwargs, match):
     kwargs = {"max_new_tokens": 4, **kwargs}
     with pytest.raises(ValueError, match=match):

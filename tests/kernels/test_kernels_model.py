@@ -173,8 +173,9 @@ def test_rope_is_hugging_faces_and_the_fast_rope_equals_it(num_tokens, dtype):
     x = torch.randn(num_tokens, 12, 64, generator=gen).to(dtype)
     positions = torch.randint(0, 4096, (num_tokens,), generator=gen)
     textbook = rotary.at(positions, dtype)
-    hf_q, _ = apply_rotary_pos_emb(x.transpose(0, 1)[None], x.transpose(0, 1)[None],
-                                   textbook.cos[:, 0][None], textbook.sin[:, 0][None])  # HF's (1, heads, T, D)
+    hf_q, _ = apply_rotary_pos_emb(
+        x.transpose(0, 1)[None], x.transpose(0, 1)[None], textbook.cos[:, 0][None], textbook.sin[:, 0][None]
+    )  # HF's (1, heads, T, D)
     assert torch.equal(textbook(x), hf_q[0].transpose(0, 1))
     rope = FastRotaryEmbedding(64, 4096, 10000.0)
     assert torch.equal(rope.rotation("folded", positions, dtype)(x), textbook(x)), "folded: bit for bit"
@@ -182,7 +183,7 @@ def test_rope_is_hugging_faces_and_the_fast_rope_equals_it(num_tokens, dtype):
     matrix = rope.rotation("matrix", positions, dtype)
     rtol, atol = (0, 1e-5) if dtype == torch.float32 else (1.6e-2, 1e-2)  # bf16: two units in the last place
     torch.testing.assert_close(matrix(x).float(), textbook(x).float(), rtol=rtol, atol=atol)
-    eye = (matrix.matrix[0].float() @ matrix.matrix[0].float().T)
+    eye = matrix.matrix[0].float() @ matrix.matrix[0].float().T
     torch.testing.assert_close(eye, torch.eye(64), rtol=0, atol=1e-6 if dtype == torch.float32 else 2e-2)
     chosen = rope.at(positions, dtype)  # whichever form is measured fastest here for this many tokens
     assert num_tokens <= rope.matrix_rows or not isinstance(chosen, MatrixRotation), "a prompt never a matrix"

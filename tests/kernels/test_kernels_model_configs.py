@@ -23,9 +23,16 @@ EXPECTED_BF16_BYTES_PER_TOKEN = {
 
 # Parameter counts the model cards state, to one significant figure of slack.
 APPROX_PARAMETERS = {
-    "llama-2-7b": 6.7e9, "llama-2-13b": 13.0e9, "llama-2-70b": 69.0e9, "llama-3-8b": 8.0e9,
-    "llama-3-70b": 70.6e9, "mistral-7b": 7.2e9, "qwen2.5-0.5b": 0.49e9, "qwen2.5-7b": 7.6e9,
-    "smollm2-135m": 0.135e9, "smollm2-1.7b": 1.7e9,
+    "llama-2-7b": 6.7e9,
+    "llama-2-13b": 13.0e9,
+    "llama-2-70b": 69.0e9,
+    "llama-3-8b": 8.0e9,
+    "llama-3-70b": 70.6e9,
+    "mistral-7b": 7.2e9,
+    "qwen2.5-0.5b": 0.49e9,
+    "qwen2.5-7b": 7.6e9,
+    "smollm2-135m": 0.135e9,
+    "smollm2-1.7b": 1.7e9,
 }
 
 

@@ -43,7 +43,7 @@ def test_greedy_tokens_equal_across_cache_modes_and_hf(real_model, ours, prompt)
     assert generate(ours, prompt, 8, cache="none", eos_token_id=[]).tokens == cached.tokens[:8]
     with torch.no_grad():
         ref = hf.generate(prompt[None], max_new_tokens=16, do_sample=False, use_cache=True)
-    assert ref[0, len(prompt):].tolist() == cached.tokens
+    assert ref[0, len(prompt) :].tolist() == cached.tokens
     assert "sky" in tok.decode(cached.tokens).lower()
 
 

@@ -47,11 +47,18 @@ def test_low_temperature_concentrates_on_the_argmax():
     assert {int(sample(LOGITS, params, gen)) for _ in range(50)} == {1}
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    ({"temperature": -1.0}, "temperature"), ({"temperature": math.nan}, "temperature"),
-    ({"top_k": 0}, "top_k"), ({"top_p": 0.0}, "top_p"), ({"top_p": 1.5}, "top_p"),
-    ({"seed": 1.5}, "seed"), ({"max_new_tokens": -2}, "max_new_tokens"),
-])
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"temperature": -1.0}, "temperature"),
+        ({"temperature": math.nan}, "temperature"),
+        ({"top_k": 0}, "top_k"),
+        ({"top_p": 0.0}, "top_p"),
+        ({"top_p": 1.5}, "top_p"),
+        ({"seed": 1.5}, "seed"),
+        ({"max_new_tokens": -2}, "max_new_tokens"),
+    ],
+)
 def test_bad_params(kwargs, match):
     with pytest.raises(ValueError, match=match):
         SamplingParams(**kwargs)

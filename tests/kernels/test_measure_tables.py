@@ -35,8 +35,12 @@ def test_the_sweep_keeps_the_fastest_round_and_the_roofline_matches_its_two_anch
     assert list(table["fastest ms"]) == [60.0, 150.0, 300.0] and list(table["median ms"]) == [65.0, 160.0, 310.0]
     assert table.loc[32, "tokens/s"] == pytest.approx(32 / 0.3, abs=0.01)
     roof = batch_sweep.with_roofline(table)
-    assert roof.loc[1, "GB/s achieved"] == pytest.approx(costs.decode_step_bytes(SMOL, 1, 20, 4) / 0.060 / 1e9, rel=1e-3)
-    assert roof.loc[32, "GFLOP/s achieved"] == pytest.approx(costs.decode_step_flops(SMOL, 32, 20) / 0.3 / 1e9, rel=1e-3)
+    assert roof.loc[1, "GB/s achieved"] == pytest.approx(
+        costs.decode_step_bytes(SMOL, 1, 20, 4) / 0.060 / 1e9, rel=1e-3
+    )
+    assert roof.loc[32, "GFLOP/s achieved"] == pytest.approx(
+        costs.decode_step_flops(SMOL, 32, 20) / 0.3 / 1e9, rel=1e-3
+    )
     assert roof.loc[1, "measured / roofline"] == roof.loc[32, "measured / roofline"] == 1.0  # they set the rates
     assert roof.loc[8, "measured / roofline"] > 1
     # a disturbed largest batch cannot put another step below the roofline: the best rate sets it

@@ -26,8 +26,8 @@ def kv_rows(model, layer=0):
     """(K, V) rows of one layer's fused projection, each (num_kv_heads, head_dim, hidden)."""
     c = model.config
     w = model.layers[layer].self_attn.qkv_proj.weight.detach()
-    k = w[c.q_size:c.q_size + c.kv_size].reshape(c.num_kv_heads, c.head_dim, -1)
-    v = w[c.q_size + c.kv_size:].reshape(c.num_kv_heads, c.head_dim, -1)
+    k = w[c.q_size : c.q_size + c.kv_size].reshape(c.num_kv_heads, c.head_dim, -1)
+    v = w[c.q_size + c.kv_size :].reshape(c.num_kv_heads, c.head_dim, -1)
     return k, v
 
 
@@ -45,7 +45,9 @@ def test_pooling_averages_the_group_and_keeps_the_queries(tiny_model):
     torch.testing.assert_close(k1[0], k.mean(0))
     torch.testing.assert_close(v1[0], v.mean(0))
     q_size = tiny_model.config.q_size
-    assert torch.equal(mqa.layers[0].self_attn.qkv_proj.weight[:q_size], tiny_model.layers[0].self_attn.qkv_proj.weight[:q_size])
+    assert torch.equal(
+        mqa.layers[0].self_attn.qkv_proj.weight[:q_size], tiny_model.layers[0].self_attn.qkv_proj.weight[:q_size]
+    )
     assert torch.equal(mqa.layers[1].mlp.down_proj.weight, tiny_model.layers[1].mlp.down_proj.weight)
 
 
@@ -70,7 +72,9 @@ def test_pooling_is_pooling_the_keys_rope_included(tiny_model):
     pooled, _ = record_qkv(regroup_kv_heads(tiny_model, 1), PROMPT)
     assert pooled.k.shape[1] == 1
     # Layer 0's keys depend only on the embeddings, which pooling leaves alone.
-    torch.testing.assert_close(torch.from_numpy(pooled.k[0, 0]), torch.from_numpy(ref.k[0].mean(0)), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        torch.from_numpy(pooled.k[0, 0]), torch.from_numpy(ref.k[0].mean(0)), rtol=1e-5, atol=1e-5
+    )
 
 
 def test_the_regrouped_cache_holds_the_bytes_the_cost_model_counts(tiny_model):
@@ -87,8 +91,8 @@ def test_biases_are_regrouped_too():
     c = qwen.config
     bias = qwen.layers[0].self_attn.qkv_proj.bias.detach()
     pooled = regroup_kv_heads(qwen, 1).layers[0].self_attn.qkv_proj.bias.detach()
-    k = bias[c.q_size:c.q_size + c.kv_size].reshape(c.num_kv_heads, c.head_dim)
-    torch.testing.assert_close(pooled[c.q_size:c.q_size + c.head_dim], k.mean(0))
+    k = bias[c.q_size : c.q_size + c.kv_size].reshape(c.num_kv_heads, c.head_dim)
+    torch.testing.assert_close(pooled[c.q_size : c.q_size + c.head_dim], k.mean(0))
     torch.testing.assert_close(logits(regroup_kv_heads(qwen, 4)), logits(qwen), rtol=0, atol=1e-5)
 
 

@@ -54,8 +54,9 @@ def test_backend_matches_dense_for_mixed_prefill_chunks_and_decodes():
     out = backend.attend(1, torch.cat(q_all), k_new, v_new)
     expected = torch.cat([dense_causal(q, k, v) for q, k, v in zip(q_all, full_k, full_v, strict=True)])
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
-    ref = paged_attention_reference(torch.cat(q_all), pool.k[1], pool.v[1], meta.block_tables,
-                                    list(meta.context_lens_list), query_lens, d ** -0.5)
+    ref = paged_attention_reference(
+        torch.cat(q_all), pool.k[1], pool.v[1], meta.block_tables, list(meta.context_lens_list), query_lens, d**-0.5
+    )
     torch.testing.assert_close(ref, expected, rtol=1e-5, atol=1e-5)
     assert meta.positions.tolist()[:5] == [4, 5, 6, 7, 8]
 
@@ -70,8 +71,8 @@ def test_batched_decode_matches_reference_with_padding_blocks():
     pool.v.normal_()
     meta = PagedMetadata.build(tables, [n - 1 for n in lens], [1] * len(lens), bs)
     q = torch.randn(len(lens), heads, d)
-    out = paged_decode_attention(q, pool.k[0], pool.v[0], meta.block_tables, meta.context_lens, d ** -0.5)
-    ref = paged_attention_reference(q, pool.k[0], pool.v[0], meta.block_tables, list(lens), [1] * 4, d ** -0.5)
+    out = paged_decode_attention(q, pool.k[0], pool.v[0], meta.block_tables, meta.context_lens, d**-0.5)
+    ref = paged_attention_reference(q, pool.k[0], pool.v[0], meta.block_tables, list(lens), [1] * 4, d**-0.5)
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
 
 

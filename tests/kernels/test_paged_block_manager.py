@@ -43,7 +43,7 @@ class PoolSim:
     def copy(self, copies) -> None:
         for c in copies:
             bs = self.block_size
-            self.slots[c.dst * bs:(c.dst + 1) * bs] = self.slots[c.src * bs:(c.src + 1) * bs]
+            self.slots[c.dst * bs : (c.dst + 1) * bs] = self.slots[c.src * bs : (c.src + 1) * bs]
 
     def check(self, seq: Sequence) -> None:
         for pos in range(seq.num_computed_tokens):

@@ -158,7 +158,11 @@ def test_the_memory_map_shows_the_refusal_of_the_twelve_slot_example():
     replay.step()  # A and C have gone: B in the middle, two holes of 4, D needs 6
     assert replay.blocked == replay.report.turned_away[0]
     assert [(s.start, s.num_slots, s.category) for s in replay.memory_map()] == [
-        (0, 4, "external"), (4, 3, "used"), (7, 1, "reserved_future"), (8, 4, "external")]
+        (0, 4, "external"),
+        (4, 3, "used"),
+        (7, 1, "reserved_future"),
+        (8, 4, "external"),
+    ]
 
 
 # -- PagingReplay: the engine's own scheduler, with dummy tokens (lesson 11) --------------------------

@@ -15,8 +15,9 @@ from kvcourse.kernels.attention.paged_backend import decode_kernel
 from kvcourse.kernels.model import cpu_fast
 from kvcourse.kernels.model.cpu_fast import FastPathFallback
 
-needs_kernel = pytest.mark.skipif(not cpu_paged.in_place_runs(torch.float32)[0],
-                                  reason=cpu_paged.in_place_runs(torch.float32)[1])
+needs_kernel = pytest.mark.skipif(
+    not cpu_paged.in_place_runs(torch.float32)[0], reason=cpu_paged.in_place_runs(torch.float32)[1]
+)
 
 
 def shuffled_pool(context_lens, block_size, num_kv_heads, head_dim, seed):
@@ -40,8 +41,8 @@ def test_in_place_kernel_equals_the_gather_reference(block_size, num_heads, num_
     context_lens = [1, block_size, block_size + 1, 3 * block_size - 1, 97, 130]  # one token, full, ragged, long
     k, v, tables, lens = shuffled_pool(context_lens, block_size, num_kv_heads, 64, seed=block_size)
     q = torch.randn(len(context_lens), num_heads, 64, generator=torch.Generator().manual_seed(1))
-    want = paged_decode_attention(q, k, v, tables, lens, 64 ** -0.5)
-    got = cpu_paged.cpu_paged_decode(q, k, v, tables, lens, 64 ** -0.5)
+    want = paged_decode_attention(q, k, v, tables, lens, 64**-0.5)
+    got = cpu_paged.cpu_paged_decode(q, k, v, tables, lens, 64**-0.5)
     torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
 
 
@@ -94,8 +95,10 @@ def test_where_the_gather_measures_faster_it_runs_and_the_doctor_says_so(monkeyp
         assert not path.on and cpu_paged.SLOWER_HERE in str(path)
         monkeypatch.setattr(cpu_paged, "_time_against_gather", lambda: {"gather": 1.5, "in place": 1.0})
         cpu_paged.in_place_decode.cache_clear()
-        assert decode_kernel(cpu, torch.float32) == "in place" and "1.50x faster than the gather" in \
-            cpu_paged.in_place_decode(torch.float32)[1]
+        assert (
+            decode_kernel(cpu, torch.float32) == "in place"
+            and "1.50x faster than the gather" in cpu_paged.in_place_decode(torch.float32)[1]
+        )
     finally:
         monkeypatch.undo()
         cpu_paged.in_place_decode.cache_clear()

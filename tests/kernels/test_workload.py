@@ -40,9 +40,18 @@ def test_scaling_keeps_the_shape_and_shortens_the_lengths():
     assert [r.arrival_step for r in trace] == [r.arrival_step for r in request_trace(LESSON_TRACE)]
 
 
-@pytest.mark.parametrize("field, value", [("num_requests", 0), ("num_requests", 2.5), ("arrivals_per_step", 0),
-                                          ("sigma", float("nan")), ("answer_limit", True), ("seed", "x"),
-                                          ("prompt_mean", -1.0)])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("num_requests", 0),
+        ("num_requests", 2.5),
+        ("arrivals_per_step", 0),
+        ("sigma", float("nan")),
+        ("answer_limit", True),
+        ("seed", "x"),
+        ("prompt_mean", -1.0),
+    ],
+)
 def test_bad_settings_name_the_setting(field, value):
     with pytest.raises(ValueError, match=field):
         TraceConfig(**{field: value})
@@ -62,8 +71,9 @@ def test_requests_are_validated():
 def test_shrunk_scales_lengths_down_and_arrivals_up_together():
     """Lesson 14's trace: lesson 09's, 32 times shorter and 32 times as frequent, as many at once."""
     small = LESSON_TRACE.shrunk(1 / 32, 24)
-    assert small == replace(LESSON_TRACE.scaled(1 / 32), arrivals_per_step=LESSON_TRACE.arrivals_per_step * 32,
-                            num_requests=24)
+    assert small == replace(
+        LESSON_TRACE.scaled(1 / 32), arrivals_per_step=LESSON_TRACE.arrivals_per_step * 32, num_requests=24
+    )
     assert LESSON_TRACE.shrunk(0.5).num_requests == LESSON_TRACE.num_requests
 
 

@@ -51,8 +51,10 @@ def _notebook_cells(spec: LabSpec) -> list[tuple[int, str]]:
 
 def _written(base: type, methods: tuple[str, ...]) -> type:
     """A subclass of ``base`` that writes exactly ``methods`` (a property stays a property)."""
-    body = {name: property(lambda self: 0) if isinstance(getattr(base, name), property) else (lambda self, *a: None)
-            for name in methods}
+    body = {
+        name: property(lambda self: 0) if isinstance(getattr(base, name), property) else (lambda self, *a: None)
+        for name in methods
+    }
     return type("Written", (base,), body)
 
 
@@ -85,10 +87,13 @@ def test_each_spec_is_complete_and_consistent(key):
 
 def test_a_spec_that_is_not_whole_is_refused():
     spec = LABS["scheduler"]
-    for change, message in [({"methods": ("choose_admission", "choose")}, r"missing \['choose'\]"),
-                            ({"public_seeds": (1, 1)}, "distinct"), ({"num_hidden_traces": 0}, "hidden trace"),
-                            ({"reference": "kvcourse.labs.solution_scheduler"}, "instructor's side"),
-                            ({"class_name": "SchedulerBase"}, "a name of its own")]:
+    for change, message in [
+        ({"methods": ("choose_admission", "choose")}, r"missing \['choose'\]"),
+        ({"public_seeds": (1, 1)}, "distinct"),
+        ({"num_hidden_traces": 0}, "hidden trace"),
+        ({"reference": "kvcourse.labs.solution_scheduler"}, "instructor's side"),
+        ({"class_name": "SchedulerBase"}, "a name of its own"),
+    ]:
         with pytest.raises(ValueError, match=message):
             dataclasses.replace(spec, **change)
 
@@ -101,16 +106,24 @@ def test_the_notebook_of_its_lesson_names_its_base_and_reads_the_spec(key):
     spec = LABS[key]
     assert get_lesson(spec.lesson).notebook_path.is_file()
     trees = [ast.parse(code) for _, code in _notebook_cells(spec)]
-    classes = [node for tree in trees for node in ast.walk(tree)
-               if isinstance(node, ast.ClassDef) and node.name == spec.class_name]
+    classes = [
+        node
+        for tree in trees
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ClassDef) and node.name == spec.class_name
+    ]
     assert len(classes) == 1, f"lesson {spec.lesson} must define class {spec.class_name} once"
     [skeleton] = classes
     assert [ast.unparse(base) for base in skeleton.bases] == [spec.base.__name__]
     assert {node.name for node in skeleton.body if isinstance(node, ast.FunctionDef)} >= set(spec.methods)
     # the lab is named once, where the notebook takes its spec; everything else reads lab.<field>
     keys = [node for tree in trees for node in ast.walk(tree) if isinstance(node, ast.Constant) and node.value == key]
-    lookups = [node for tree in trees for node in ast.walk(tree) if isinstance(node, ast.Subscript)
-               and ast.unparse(node) == f"LABS[{key!r}]"]
+    lookups = [
+        node
+        for tree in trees
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Subscript) and ast.unparse(node) == f"LABS[{key!r}]"
+    ]
     assert len(keys) == len(lookups) == 1, f"lesson {spec.lesson} names its lab {len(keys)} times"
 
 
@@ -124,7 +137,7 @@ def test_the_notebook_and_the_grader_draw_the_same_public_traces(key):
     assert namespace["lab"] is spec
     assert f"{spec.num_hidden_traces} hidden ones" in printed.getvalue()
     graded = lab_traces(_question(spec), COURSE, "alice")
-    assert namespace["traces"] == graded[:spec.num_public_traces] == public_traces(key)
+    assert namespace["traces"] == graded[: spec.num_public_traces] == public_traces(key)
 
 
 # -- the grader --------------------------------------------------------------------------------------
@@ -134,13 +147,15 @@ def test_the_notebook_and_the_grader_draw_the_same_public_traces(key):
 def test_the_grader_draws_the_hidden_count_of_the_spec(key, monkeypatch):
     spec, question = LABS[key], _question(LABS[key])
     alice, bob = (lab_traces(question, COURSE, student) for student in ("alice", "bob"))
-    hidden = alice[spec.num_public_traces:]
+    hidden = alice[spec.num_public_traces :]
     assert len(hidden) == spec.num_hidden_traces and not any(t.public for t in hidden)
     assert [t.name for t in hidden] == [f"hidden {i + 1}" for i in range(spec.num_hidden_traces)]
-    assert hidden != bob[spec.num_public_traces:]
+    assert hidden != bob[spec.num_public_traces :]
     prompt = build_notebook(load_quiz(spec.lesson), "salt").cells
-    assert any(f"those {spec.num_public_traces} traces and on {spec.num_hidden_traces} hidden ones" in cell.source
-               for cell in prompt)
+    assert any(
+        f"those {spec.num_public_traces} traces and on {spec.num_hidden_traces} hidden ones" in cell.source
+        for cell in prompt
+    )
     # the grader keeps no count of its own: a spec asking for more hidden traces gets them
     monkeypatch.setitem(LABS, key, dataclasses.replace(spec, num_hidden_traces=spec.num_hidden_traces + 2))
     assert len(lab_traces(question, COURSE, "alice")) == spec.num_public_traces + spec.num_hidden_traces + 2
@@ -162,8 +177,11 @@ def test_the_lab_guard_reads_the_spec(key):
 
 # Each lab's twin in the simulators (config, model and view over the engine: they never import the course, so
 # the spec is not theirs to read; the lab's lesson builds its twin, which is what this checks).
-TWINS = {"block_manager": learner_policy.LearnerSharing, "eviction": learner_policy.LearnerPrefixCache,
-         "scheduler": learner_policy.LearnerPagingSim}
+TWINS = {
+    "block_manager": learner_policy.LearnerSharing,
+    "eviction": learner_policy.LearnerPrefixCache,
+    "scheduler": learner_policy.LearnerPagingSim,
+}
 
 
 def test_each_lab_has_one_simulator_twin_and_its_lesson_shows_it():
@@ -189,8 +207,9 @@ def test_the_reference_is_on_the_instructor_side_and_defines_the_spec_class(key)
 def test_nothing_imports_a_reference_and_the_learner_side_cannot_reach_one():
     files = module_files(ROOT, package_dirs(ROOT))
     edges = repo_imports(ROOT, files)
-    notebooks = [edge for path in sorted((ROOT / "lessons").glob("*.ipynb"))
-                 for edge in notebook_imports(ROOT, path, files)]
+    notebooks = [
+        edge for path in sorted((ROOT / "lessons").glob("*.ipynb")) for edge in notebook_imports(ROOT, path, files)
+    ]
     references = {spec.reference for spec in LABS.values()}
     assert references <= set(files)
     assert not [str(e) for e in edges + notebooks if e.target in references], "a reference is read as text only"

@@ -120,14 +120,17 @@ class Eager(Manager):
         child.num_computed_tokens = parent.num_computed_tokens
 
 
-@pytest.mark.parametrize(("manager", "kind", "words"), [
-    (InPlace, "copy on write", "copy on write missed"),
-    (Leaky, "leak", "leaks"),
-    (SilentCopy, "other", "without returning the copy"),
-    (DoubleBooked, "block in two tables", "still holds"),
-    (Eager, "fork", "forked sequences share every block"),
-    (reference("block_manager").__mro__[1], "raised", "write it (lab A"),
-])
+@pytest.mark.parametrize(
+    ("manager", "kind", "words"),
+    [
+        (InPlace, "copy on write", "copy on write missed"),
+        (Leaky, "leak", "leaks"),
+        (SilentCopy, "other", "without returning the copy"),
+        (DoubleBooked, "block in two tables", "still holds"),
+        (Eager, "fork", "forked sequences share every block"),
+        (reference("block_manager").__mro__[1], "raised", "write it (lab A"),
+    ],
+)
 def test_block_manager_mistakes_score_zero_with_the_rule(manager, kind, words):
     results = _judge("block_manager", manager, public_traces("block_manager"))
     failed = [r for r in results if not r.passed]
@@ -181,15 +184,17 @@ def test_the_traces_tell_policies_apart_as_lesson_19_says():
     a choice that ignores what a block is worth (the lowest id) loses on half the drawn traces or more."""
     mru = _judge("eviction", MostRecent, public_traces("eviction"))
     assert all(not r.passed for r in mru), [(r.name, r.metrics, r.reference) for r in mru]
-    lfu = [r.metrics["hit rate"] - r.reference["hit rate"] for r in _judge("eviction", MostHits,
-                                                                             public_traces("eviction"))]
+    lfu = [
+        r.metrics["hit rate"] - r.reference["hit rate"] for r in _judge("eviction", MostHits, public_traces("eviction"))
+    ]
     assert lfu[0] > 0 and all(d < 0 for d in lfu[1:]), lfu
     drawn = [draw_trace("eviction", seed) for seed in range(1000, 1010)]
     assert sum(not r.passed for r in _judge("eviction", LowestId, drawn)) >= 5
 
 
-@pytest.mark.parametrize(("policy", "kind", "words"), [(Heads, "hash chain", "breaks the hash chain"),
-                                                      (Busy, "in use", "in use")])
+@pytest.mark.parametrize(
+    ("policy", "kind", "words"), [(Heads, "hash chain", "breaks the hash chain"), (Busy, "in use", "in use")]
+)
 def test_an_eviction_the_pool_must_refuse_scores_zero(policy, kind, words):
     results = _judge("eviction", policy, public_traces("eviction"))
     failed = [r for r in results if not r.passed]
@@ -221,8 +226,9 @@ class Shedder(Idle):
         return None if not waiting or waiting[0].preempted_this_step else 0
 
 
-@pytest.mark.parametrize(("policy", "kind", "words"), [(Idle, "lost", "stood idle"),
-                                                      (Mute, "no reason", "needs a reason")])
+@pytest.mark.parametrize(
+    ("policy", "kind", "words"), [(Idle, "lost", "stood idle"), (Mute, "no reason", "needs a reason")]
+)
 def test_a_scheduler_that_loses_a_request_scores_zero(policy, kind, words):
     results = _judge("scheduler", policy, public_traces("scheduler"))
     assert all(r.score == 0 and r.kind == kind and words in r.reason for r in results)

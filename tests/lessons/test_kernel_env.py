@@ -28,5 +28,7 @@ def test_one_thread_unless_omp_num_threads_says_otherwise(monkeypatch):
 
 def test_jupyter_home_puts_every_folder_under_home(tmp_path: Path):
     env = jupyter_home(tmp_path)
-    assert {"JUPYTER_CONFIG_DIR", "JUPYTER_DATA_DIR", "JUPYTER_RUNTIME_DIR", "IPYTHONDIR", "KVCOURSE_PROGRESS"} == set(env)
+    assert {"JUPYTER_CONFIG_DIR", "JUPYTER_DATA_DIR", "JUPYTER_RUNTIME_DIR", "IPYTHONDIR", "KVCOURSE_PROGRESS"} == set(
+        env
+    )
     assert all(Path(value).parent == tmp_path for value in env.values())

@@ -49,8 +49,9 @@ def test_01_simulator_with_the_measured_costs_and_the_one_second_bandwidth(bytes
     num_words, num_passes = 200, 233
     per_pass = costs.weight_bytes_read_per_pass(SMOLLM2, bytes_per_value)
     one_second = num_passes * per_pass / 1e9
-    sim = WordCost(WordCostConfig(num_words, num_passes / num_words, costs.forward_flops(SMOLLM2, 1, 1),
-                                  per_pass, one_second))
+    sim = WordCost(
+        WordCostConfig(num_words, num_passes / num_words, costs.forward_flops(SMOLLM2, 1, 1), per_pass, one_second)
+    )
     assert sim.config.num_passes == num_passes
     assert sim.total_weight_bytes == num_passes * per_pass
     assert math.isclose(sim.min_total_seconds, 1.0)
@@ -63,9 +64,12 @@ def test_01_simulator_with_the_measured_costs_and_the_one_second_bandwidth(bytes
 def test_02_a_cache_feeds_every_token_once_except_the_last(tiny_model, prompt_len, num_new):
     """02-07/02-08: P + n - 1 tokens with a cache (the last token written is never fed); the triangle without."""
     prompt = [(3 * i + 5) % tiny_model.config.vocab_size for i in range(prompt_len)]
-    fed = {cache: [s.num_tokens_processed for s in generate(tiny_model, prompt, num_new, cache=cache,
-                                                                eos_token_id=[]).stats]
-           for cache in ("none", "contiguous")}
+    fed = {
+        cache: [
+            s.num_tokens_processed for s in generate(tiny_model, prompt, num_new, cache=cache, eos_token_id=[]).stats
+        ]
+        for cache in ("none", "contiguous")
+    }
     assert sum(fed["contiguous"]) == costs.tokens_processed(prompt_len, num_new, True) == prompt_len + num_new - 1
     assert sum(fed["none"]) == costs.tokens_processed(prompt_len, num_new, False)
     assert sum(fed["none"]) == num_new * prompt_len + num_new * (num_new - 1) // 2
@@ -90,8 +94,11 @@ def _random_qkv(t: int, dtype: torch.dtype):
 def test_03_simulator_grid_bytes_equal_naive_attention_in_either_dtype(dtype):
     """03-24 and 03-15: scores are float32 whatever the model's dtype; the simulator predicts the measured grid."""
     torch.manual_seed(0)
-    sim = ScoreGrid(ScoreGridConfig(1, SMOLLM2.num_layers, SMOLLM2.num_heads, SMOLLM2.head_dim, 4,
-                                    costs.matmul_flops_per_token(SMOLLM2)))
+    sim = ScoreGrid(
+        ScoreGridConfig(
+            1, SMOLLM2.num_layers, SMOLLM2.num_heads, SMOLLM2.head_dim, 4, costs.matmul_flops_per_token(SMOLLM2)
+        )
+    )
     measured = []
     for t in (32, 64, 128):
         stats = AttentionStats()
@@ -118,8 +125,11 @@ def test_03_tiled_attention_holds_one_tile_and_agrees_to_the_last_bit(dtype):
 
 def test_03_simulator_crossover_is_where_the_cost_model_splits_half_and_half():
     """03-10: the simulator's crossover and attention's share from costs.forward_flops agree."""
-    sim = ScoreGrid(ScoreGridConfig(1, SMOLLM2.num_layers, SMOLLM2.num_heads, SMOLLM2.head_dim, 4,
-                                    costs.matmul_flops_per_token(SMOLLM2)))
+    sim = ScoreGrid(
+        ScoreGridConfig(
+            1, SMOLLM2.num_layers, SMOLLM2.num_heads, SMOLLM2.head_dim, 4, costs.matmul_flops_per_token(SMOLLM2)
+        )
+    )
     for t in (1, 100, 4_000, 100_000):
         attention = costs.forward_flops(SMOLLM2, t, t) - t * costs.matmul_flops_per_token(SMOLLM2)
         assert math.isclose(sim.attention_flops_at(t), attention)
@@ -135,13 +145,22 @@ def test_03_attention_costs_four_head_dims_per_score_cell_and_the_crossover_form
     for t in (1, 77, 4_096):
         attention = costs.forward_flops(SMOLLM2, t, t) - t * per_token
         assert attention == per_cell * heads_layers * t * (t + 1) // 2
-    crossover = ScoreGrid(ScoreGridConfig(1, SMOLLM2.num_layers, SMOLLM2.num_heads, SMOLLM2.head_dim, 4,
-                                          per_token)).crossover_tokens
+    crossover = ScoreGrid(
+        ScoreGridConfig(1, SMOLLM2.num_layers, SMOLLM2.num_heads, SMOLLM2.head_dim, 4, per_token)
+    ).crossover_tokens
     assert math.isclose(crossover + 1, 2 * per_token / (per_cell * heads_layers))
     full_square = per_token / (per_cell * heads_layers)  # the reveal's "about half that"
     assert abs(full_square - crossover / 2) < 1
-    prefill = ScoreGrid(ScoreGridConfig(1, SMOLLM2.num_layers, SMOLLM2.num_heads, SMOLLM2.head_dim, 4,
-                                        costs.matmul_flops_per_token(SMOLLM2, with_lm_head=False))).crossover_tokens
+    prefill = ScoreGrid(
+        ScoreGridConfig(
+            1,
+            SMOLLM2.num_layers,
+            SMOLLM2.num_heads,
+            SMOLLM2.head_dim,
+            4,
+            costs.matmul_flops_per_token(SMOLLM2, with_lm_head=False),
+        )
+    ).crossover_tokens
     assert prefill < crossover  # the output layer at the last position only: a smaller M, an earlier crossover
 
 

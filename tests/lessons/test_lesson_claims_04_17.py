@@ -70,9 +70,14 @@ def test_04_the_pronoun_is_not_the_only_token_that_looks_at_cat(dtype, real_mode
     hf_model, tokenizer = real_model if dtype == "float32" else request.getfixturevalue("bf16_model")
     qkv, _ = record_qkv(hf_model, tokenizer(SENTENCE)["input_ids"], tokenizer)
     cat = qkv.tokens.index(" cat")
-    favourites = [qkv.tokens[int(np.argmax(QKVExplorer(qkv, 13, 8, p).lookup().weights))]
-                  for p in range(cat + 1, len(qkv.tokens))]
-    others = [token for token, favourite in zip(qkv.tokens[cat + 1:], favourites, strict=False) if favourite == " cat" and token != " it"]
+    favourites = [
+        qkv.tokens[int(np.argmax(QKVExplorer(qkv, 13, 8, p).lookup().weights))] for p in range(cat + 1, len(qkv.tokens))
+    ]
+    others = [
+        token
+        for token, favourite in zip(qkv.tokens[cat + 1 :], favourites, strict=False)
+        if favourite == " cat" and token != " it"
+    ]
     assert len(others) >= 3, others
 
 
@@ -181,8 +186,13 @@ def test_17_hf_generate_writes_the_same_tokens_with_and_without_the_cache_fp32(r
     """fp32: identical. In bf16 the two runs round differently and may part ways after some tokens."""
     hf_model, tokenizer = real_model
     ids = tokenizer(LAB_PROMPT, return_tensors="pt").input_ids
-    settings = dict(attention_mask=torch.ones_like(ids), do_sample=False, eos_token_id=[],
-                    pad_token_id=tokenizer.eos_token_id, max_new_tokens=32)
+    settings = dict(
+        attention_mask=torch.ones_like(ids),
+        do_sample=False,
+        eos_token_id=[],
+        pad_token_id=tokenizer.eos_token_id,
+        max_new_tokens=32,
+    )
     with torch.no_grad():
         cached = hf_model.generate(ids, use_cache=True, **settings)
         uncached = hf_model.generate(ids, use_cache=False, **settings)
@@ -198,8 +208,15 @@ def test_17_the_cache_holds_prompt_plus_new_minus_one_tokens(real_model):
     hf_model, tokenizer = real_model
     ids = tokenizer(LAB_PROMPT, return_tensors="pt").input_ids
     with torch.no_grad():
-        out = hf_model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, eos_token_id=[],
-                                pad_token_id=tokenizer.eos_token_id, max_new_tokens=8, return_dict_in_generate=True)
+        out = hf_model.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            do_sample=False,
+            eos_token_id=[],
+            pad_token_id=tokenizer.eos_token_id,
+            max_new_tokens=8,
+            return_dict_in_generate=True,
+        )
     cache = out.past_key_values
     assert cache.get_seq_length() == ids.shape[1] + 8 - 1
     held = sum(layer.keys.nbytes + layer.values.nbytes for layer in cache.layers)

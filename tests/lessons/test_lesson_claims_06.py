@@ -54,7 +54,9 @@ def test_interleaved_decoding_matches_generate(tiny_model):
     run = generate(tiny_model, prompt, steps + 1, cache="contiguous", eos_token_id=[])
     n = len(prompt) + steps
     assert decoding.cache.num_computed_tokens == run.backend.num_computed_tokens == n
-    for mine, theirs in zip(decoding.cache.k_cache + decoding.cache.v_cache, run.backend.k_cache + run.backend.v_cache, strict=True):
+    for mine, theirs in zip(
+        decoding.cache.k_cache + decoding.cache.v_cache, run.backend.k_cache + run.backend.v_cache, strict=True
+    ):
         torch.testing.assert_close(mine[:, :n], theirs[:, :n])
     assert decoding.next_token == run.tokens[-1]
 

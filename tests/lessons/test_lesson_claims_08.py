@@ -36,8 +36,16 @@ def _expect(condition, sentence):
 @pytest.fixture(scope="module")
 def card():
     revealed: dict = {}
-    ns = dict(math=math, costs=costs, EXAMPLE_13B=EXAMPLE_13B, MemoryWall=MemoryWall, MemoryWallConfig=MemoryWallConfig,
-              predict=lambda *a, **k: None, reveal=lambda key, value: revealed.__setitem__(key, value), expect=_expect)
+    ns = dict(
+        math=math,
+        costs=costs,
+        EXAMPLE_13B=EXAMPLE_13B,
+        MemoryWall=MemoryWall,
+        MemoryWallConfig=MemoryWallConfig,
+        predict=lambda *a, **k: None,
+        reveal=lambda key, value: revealed.__setitem__(key, value),
+        expect=_expect,
+    )
     for cell_id in ("08-21", "08-22"):
         exec(_cells()[cell_id], ns)  # noqa: S102  (the lesson's own code)
     return ns, revealed
@@ -99,5 +107,6 @@ def test_the_same_answers_verdict_checks_in_float32_and_explains_in_bfloat16(cap
     assert "same" in capsys.readouterr().out
     expect_same_answers(5, 6, torch.bfloat16, claim="same", cause="other batches")
     out = " ".join(capsys.readouterr().out.split())
-    assert out.startswith("Only 5 of 6 answers agree in this run. In torch.bfloat16 identical answers are not "
-                          "guaranteed: other batches")
+    assert out.startswith(
+        "Only 5 of 6 answers agree in this run. In torch.bfloat16 identical answers are not guaranteed: other batches"
+    )

@@ -50,13 +50,27 @@ def run_cells(*cell_ids: str, **names) -> tuple[dict, dict]:
     def expect(condition, sentence):
         assert condition, sentence
 
-    namespace = dict(dataclasses=dataclasses, np=np, workload=workload, simulate_reservation=simulate_reservation,
-                     ReservationReplay=ReservationReplay, LITERATURE_RANGE=LITERATURE_RANGE, oracle_trace=oracle_trace,
-                     share_inside_regions=share_inside_regions, sweep=sweep, headless=lambda: True,
-                     REAL=REAL, lever_shares=lever_shares, literature_table=literature_table, row=row,
-                     sweep_table=sweep_table,
-                     predict=lambda *a, **k: None, reveal=lambda key, value: revealed.__setitem__(key, value),
-                     expect=expect, **names)
+    namespace = dict(
+        dataclasses=dataclasses,
+        np=np,
+        workload=workload,
+        simulate_reservation=simulate_reservation,
+        ReservationReplay=ReservationReplay,
+        LITERATURE_RANGE=LITERATURE_RANGE,
+        oracle_trace=oracle_trace,
+        share_inside_regions=share_inside_regions,
+        sweep=sweep,
+        headless=lambda: True,
+        REAL=REAL,
+        lever_shares=lever_shares,
+        literature_table=literature_table,
+        row=row,
+        sweep_table=sweep_table,
+        predict=lambda *a, **k: None,
+        reveal=lambda key, value: revealed.__setitem__(key, value),
+        expect=expect,
+        **names,
+    )
     for cell_id in cell_ids:
         exec(cells[cell_id], namespace)  # noqa: S102  (the lesson's own code)
     return namespace, revealed
@@ -72,7 +86,9 @@ def lesson():
 
 def test_the_lesson_trace_is_deterministic_and_as_printed(lesson):
     ns, _ = lesson
-    assert ns["trace"] == workload.request_trace(workload.TraceConfig()) == workload.request_trace(workload.LESSON_TRACE)
+    assert (
+        ns["trace"] == workload.request_trace(workload.TraceConfig()) == workload.request_trace(workload.LESSON_TRACE)
+    )
     summary = ns["summary"]
     assert (summary["num_requests"], summary["last_arrival_step"]) == (200, 736)
     assert (round(summary["mean_prompt"]), round(summary["mean_answer"])) == (143, 325)
@@ -104,7 +120,12 @@ def test_the_first_refusal_is_the_first_step_the_simulator_shows_one(lesson):
         sim.step()
     first = ns["first"]
     assert sim.blocked == first and (first.step, first.request, first.needed, first.free, first.largest_gap) == (
-        214, 16, 1237, 1967, 1053)
+        214,
+        16,
+        1237,
+        1967,
+        1053,
+    )
     assert ns["holes"] == [h.num_slots for h in sim.holes] == [128, 1053, 99, 687]
     assert len(ns["report"].turned_away) == 142
 
@@ -168,8 +189,9 @@ def test_the_two_oracles_side_by_side(lesson):
 
 def test_the_share_inside_the_reservations_is_the_traces_own():
     trace = workload.request_trace(workload.LESSON_TRACE)
-    used = sum(r.num_prompt_tokens * r.num_output_tokens + r.num_output_tokens * (r.num_output_tokens + 1) // 2
-               for r in trace)
+    used = sum(
+        r.num_prompt_tokens * r.num_output_tokens + r.num_output_tokens * (r.num_output_tokens + 1) // 2 for r in trace
+    )
     held = sum(r.max_len * r.num_output_tokens for r in trace)
     assert f"{used / held:.1%}" == "37.5%"
     for report in sweep("pool_slots", [16384, 65536]):

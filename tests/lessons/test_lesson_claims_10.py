@@ -72,7 +72,9 @@ def test_the_sources_the_lesson_shows_side_by_side_still_have_their_landmarks():
     assert start < end and "block_tables_ptr" in triton_source[start:end] and "running_max" in triton_source[start:end]
     assert "    batch, num_heads" in inspect.getsource(paged_decode_attention)
     twin = inspect.getsource(cpu_paged._kernel)  # the CPU twin's walk, cut by the lesson's two markers
-    walk = twin[twin.index("        for logical_block"):twin.index("\n        for g in range(group):\n            for d")]
+    walk = twin[
+        twin.index("        for logical_block") : twin.index("\n        for g in range(group):\n            for d")
+    ]
     assert "block_tables[seq, logical_block]" in walk and "k_cache[block, t, kv_head, d]" in walk
     assert "running_max" in walk and "out[" not in walk
 
@@ -82,7 +84,7 @@ def test_on_the_tiny_model_paged_with_scattered_blocks_equals_contiguous(tiny_mo
     engine, tables, lengths, keys, paged = _run(tiny_model, prompts)
     contiguous = [generate(tiny_model, p, NUM_NEW, cache="contiguous", eos_token_id=[]) for p in prompts]
     assert paged == [c.tokens for c in contiguous]
-    contiguous_keys = contiguous[0].backend.k_cache[-1].transpose(0, 1)[:lengths[0]]
+    contiguous_keys = contiguous[0].backend.k_cache[-1].transpose(0, 1)[: lengths[0]]
     torch.testing.assert_close(keys, contiguous_keys, rtol=1e-5, atol=1e-5)
     per_block = engine.pool.nbytes // NUM_BLOCKS
     assert per_block == costs.kv_bytes_per_token(tiny_model.config, 4) * BLOCK_SIZE  # the lesson's expect, exactly
@@ -103,8 +105,8 @@ def test_on_the_tiny_model_the_batched_decode_path_equals_the_definition(tiny_mo
     q = torch.randn(3, cfg.num_heads, cfg.head_dim)
     padded = torch.tensor([t + [0] * (max(map(len, tables)) - len(t)) for t in tables])
     k_pool, v_pool = engine.pool.k[layer], engine.pool.v[layer]
-    ref = paged_attention_reference(q, k_pool, v_pool, padded, lengths, [1, 1, 1], cfg.head_dim ** -0.5)
-    out = paged_decode_attention(q, k_pool, v_pool, padded, torch.tensor(lengths), cfg.head_dim ** -0.5)
+    ref = paged_attention_reference(q, k_pool, v_pool, padded, lengths, [1, 1, 1], cfg.head_dim**-0.5)
+    out = paged_decode_attention(q, k_pool, v_pool, padded, torch.tensor(lengths), cfg.head_dim**-0.5)
     gap, size = (ref - out).abs().max().item(), out.abs().max().item()
     assert gap <= 16 * torch.finfo(torch.float32).eps * size  # the lesson's tolerance
 
@@ -116,8 +118,10 @@ def test_the_unshuffled_pool_of_exercise_1_keeps_only_the_prompt_blocks_together
 
 
 def test_exercise_2_bigger_blocks_shorter_tables_more_empty_slots_on_average():
-    by_size = {size: BlockTables(BlockTableConfig(size, NUM_BLOCKS, (36, 37, 37), True, 0, 0, NUM_STEPS - 1))
-               for size in (8, 16)}
+    by_size = {
+        size: BlockTables(BlockTableConfig(size, NUM_BLOCKS, (36, 37, 37), True, 0, 0, NUM_STEPS - 1))
+        for size in (8, 16)
+    }
     assert [len(t) for t in by_size[16].tables] == [3, 3, 3] and [len(t) for t in by_size[8].tables] == [6, 6, 6]
     average = {}
     for size, sim in by_size.items():
@@ -133,18 +137,21 @@ def test_exercise_2_bigger_blocks_shorter_tables_more_empty_slots_on_average():
 def test_lesson_10_run_on_smollm2_in_float32(real_model, smol_model):
     """The lesson's run: prompt lengths, the table it prints, the simulator's equal table, same tokens and keys."""
     tokenizer, model = real_model[1], smol_model
-    prompts = [tokenizer.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True)["input_ids"]
-               for q in QUESTIONS]
+    prompts = [
+        tokenizer.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True)["input_ids"]
+        for q in QUESTIONS
+    ]
     assert [len(p) for p in prompts] == [36, 37, 37]
     engine, tables, lengths, keys, paged = _run(model, prompts)
-    sim = BlockTables(BlockTableConfig(BLOCK_SIZE, NUM_BLOCKS, tuple(len(p) for p in prompts), True, SEED, 0,
-                                       NUM_STEPS - 1))
+    sim = BlockTables(
+        BlockTableConfig(BLOCK_SIZE, NUM_BLOCKS, tuple(len(p) for p in prompts), True, SEED, 0, NUM_STEPS - 1)
+    )
     assert (tables, lengths) == (sim.tables, sim.lengths)
     assert lengths == [47, 48, 48] and [len(t) for t in tables] == [6, 6, 6]
     assert sum(num_adjacent(t) for t in tables) == 0  # "0 of 15 neighbours" with seed 0
     contiguous = [generate(model, p, NUM_NEW, cache="contiguous", eos_token_id=[]) for p in prompts]
     assert paged == [c.tokens for c in contiguous]  # token for token, all three
-    contiguous_keys = contiguous[0].backend.k_cache[-1].transpose(0, 1)[:lengths[0]]
+    contiguous_keys = contiguous[0].backend.k_cache[-1].transpose(0, 1)[: lengths[0]]
     assert (keys - contiguous_keys).abs().max() <= 1e-4 * contiguous_keys.abs().max()  # the lesson's fp32 tolerance
 
 

@@ -42,8 +42,10 @@ def lesson_replays():
     sim = PagingSim(PagingConfig(block_size=BLOCK_SIZE, pool_slots=workload.LESSON_POOL_SLOTS))
     notebook = sim.run()
     trace = workload.request_trace(workload.LESSON_TRACE)
-    independent = (simulate_reservation(trace, workload.LESSON_POOL_SLOTS),
-                   simulate_paging(trace, workload.LESSON_POOL_SLOTS // BLOCK_SIZE, BLOCK_SIZE))
+    independent = (
+        simulate_reservation(trace, workload.LESSON_POOL_SLOTS),
+        simulate_paging(trace, workload.LESSON_POOL_SLOTS // BLOCK_SIZE, BLOCK_SIZE),
+    )
     return sim, notebook, independent
 
 
@@ -127,8 +129,13 @@ def test_blocks_on_demand_on_the_engine(block_size):
 def test_blocks_on_demand_on_smollm2_as_the_lesson_runs_it(real_model, smol_model):
     tokenizer = real_model[1]
     code = _code()
-    questions = ["What is the capital of France?", "Write a short poem about the sea.", "Name three primary colours.",
-                 "Explain in a few sentences why the sky is blue.", "What is two plus two?"]
+    questions = [
+        "What is the capital of France?",
+        "Write a short poem about the sea.",
+        "Name three primary colours.",
+        "Explain in a few sentences why the sky is blue.",
+        "What is two plus two?",
+    ]
     limits, late_question, late_limit = [8, 32, 16, 24, 3], "Give me one tip for learning to cook.", 12
     assert all(q in code for q in questions) and late_question in code and f"limits = {limits}" in code
 
@@ -136,8 +143,9 @@ def test_blocks_on_demand_on_smollm2_as_the_lesson_runs_it(real_model, smol_mode
         return tokenizer.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True)["input_ids"]
 
     model = smol_model
-    run = _serve_with_a_late_request(model, [chat(q) for q in questions], limits, chat(late_question), late_limit,
-                                     BLOCK_SIZE)
+    run = _serve_with_a_late_request(
+        model, [chat(q) for q in questions], limits, chat(late_question), late_limit, BLOCK_SIZE
+    )
     _check_blocks_on_demand(*run, BLOCK_SIZE)
 
 
@@ -150,7 +158,8 @@ def test_the_block_table_watch_is_the_lesson_s_loop():
     prompts = [torch.randint(3, 96, (n,), generator=gen).tolist() for n in (37, 38, 35, 41, 36)]
     late_prompt = torch.randint(3, 96, (39,), generator=gen).tolist()
     engine_ref, seen, first_done, freed, freed_step, late_ref = _serve_with_a_late_request(
-        model, prompts, [8, 32, 16, 24, 3], late_prompt, 12, BLOCK_SIZE)
+        model, prompts, [8, 32, 16, 24, 3], late_prompt, 12, BLOCK_SIZE
+    )
     engine = LLMEngine(model, EngineConfig(block_size=BLOCK_SIZE, num_blocks=768 // BLOCK_SIZE))
     for prompt, limit in zip(prompts, [8, 32, 16, 24, 3], strict=True):
         engine.add_request(prompt, SamplingParams(max_new_tokens=limit))

@@ -69,7 +69,7 @@ def reference_beams(hf_model, prompt: list[int], width: int, steps: int) -> tupl
 def distinct_blocks(beams: list[list[int]], block_size: int) -> int:
     """Blocks in use while these beams write their last token: shared full blocks once, the written block per beam."""
     written = (len(beams[0]) - 1) // block_size  # the block that receives this step's key and value
-    shared = sum(len({tuple(b[:(i + 1) * block_size]) for b in beams}) for i in range(written))
+    shared = sum(len({tuple(b[: (i + 1) * block_size]) for b in beams}) for i in range(written))
     return shared + len(beams)
 
 
@@ -96,7 +96,9 @@ def test_sharing_saves_n_minus_1_full_prompt_blocks_and_changes_no_answer(tiny_m
 
 
 @pytest.mark.parametrize("prompt_len, width, steps, block_size", [(10, 3, 8, 4), (17, 4, 12, 4), (30, 4, 9, 8)])
-def test_beam_search_peak_is_the_distinct_blocks_of_the_beams(tiny_hf, tiny_model, prompt_len, width, steps, block_size):
+def test_beam_search_peak_is_the_distinct_blocks_of_the_beams(
+    tiny_hf, tiny_model, prompt_len, width, steps, block_size
+):
     prompt = [3 + (5 * i) % 90 for i in range(prompt_len)]
     history, scores = reference_beams(tiny_hf, prompt, width, steps)
     result = beam_search(tiny_model, prompt, beam_width=width, max_new_tokens=steps, block_size=block_size)
@@ -143,7 +145,7 @@ def test_real_model_beam_peaks_as_printed(real_model, smol_model, lesson):
     prompt, width, steps = lesson["prompt"], lesson["beam_width"], lesson["beam_tokens"]
     result = beam_search(smol_model, prompt, beam_width=width, max_new_tokens=steps, block_size=lesson["block_size"])
     history, scores = reference_beams(hf_model, prompt, width, steps)
-    assert result.beams == [b[len(prompt):] for b in history[-1]]
+    assert result.beams == [b[len(prompt) :] for b in history[-1]]
     assert result.scores == pytest.approx(scores, abs=1e-3)
     peak, unshared = expected_peaks(history, lesson["block_size"])
     assert (result.peak_blocks_shared, result.peak_blocks_unshared) == (peak, unshared)

@@ -25,12 +25,15 @@ pytestmark = pytest.mark.usefixtures("one_cpu_thread")  # one thread: the lesson
 BLOCK_SIZE = 16  # the lesson's block size
 EDITS = {"near the start": ("You are", "You're"), "near the end": ("calm.", "kind.")}  # the lesson's edits
 SHOPS = {  # the lesson's three short system prompts and their questions
-    "library": ("You are the help desk of a public library. Answer politely, in one short sentence.",
-                "When do you open?"),
-    "bakery": ("You take orders for a small bakery. Answer politely, in one short sentence.",
-               "Do you sell rye bread?"),
-    "museum": ("You are the guide of a science museum. Answer politely, in one short sentence.",
-               "Where is the dinosaur?"),
+    "library": (
+        "You are the help desk of a public library. Answer politely, in one short sentence.",
+        "When do you open?",
+    ),
+    "bakery": ("You take orders for a small bakery. Answer politely, in one short sentence.", "Do you sell rye bread?"),
+    "museum": (
+        "You are the guide of a science museum. Answer politely, in one short sentence.",
+        "Where is the dinosaur?",
+    ),
 }
 VISITS = ["library", "bakery", "library", "museum", "bakery"]
 
@@ -69,7 +72,9 @@ def test_13_the_tokens_a_hit_skips_are_the_whole_blocks_of_the_shared_opening(le
     skipped = expected_reuse(first, second)
     assert out_first.num_cached_tokens == 0
     assert out_second.num_cached_tokens == skipped == len(engine.events.of_kind(EventKind.PREFIX_HIT)) * BLOCK_SIZE
-    assert 300 < skipped < len(second) and len(second) - skipped < 2 * BLOCK_SIZE  # several hundred tokens, a short tail
+    assert (
+        300 < skipped < len(second) and len(second) - skipped < 2 * BLOCK_SIZE
+    )  # several hundred tokens, a short tail
     sim = PrefixCache(PrefixCacheConfig((tuple(first), tuple(second)), BLOCK_SIZE, engine.num_blocks), 2)
     assert sim.results[1].num_cached_tokens == skipped
 
@@ -130,12 +135,20 @@ def test_13_the_eviction_tables_read_the_event_log_as_the_lesson_prints_it(lesso
     outs = [engine.generate([encode(*SHOPS[name])], SamplingParams(max_new_tokens=1))[0] for name in VISITS]
     evicted = evictions(engine, VISITS)
     assert list(zip(evicted["taken by visit"], evicted["held the prefix of"], strict=True)) == [
-        (4, "bakery"), (4, "bakery"), (5, "library"), (5, "library")]
+        (4, "bakery"),
+        (4, "bakery"),
+        (5, "library"),
+        (5, "library"),
+    ]
     table = visit_table(VISITS, outs, evicted)
     assert list(table["tokens reused"]) == [0, 0, 2 * BLOCK_SIZE, 0, 0]
     assert table.loc[1, "evicted"] == "nothing" and "bakery, visit 2" in table.loc[4, "evicted"]
     assert [entry.split(" (")[1] for entry in eviction_queue(engine, VISITS)] == [
-        "museum)", "museum)", "bakery)", "bakery)"]
+        "museum)",
+        "museum)",
+        "bakery)",
+        "bakery)",
+    ]
 
 
 def test_13_a_reused_token_costs_about_one_percent_of_a_computed_one():

@@ -69,8 +69,9 @@ def tiny() -> Transformer:
 
 def _serve_both(model, trace, prompts):
     """The lesson's two servers, stepped in turn as the lesson steps them (one round)."""
-    served = stream.serve_both(model, trace, prompts, round(workload.LESSON_POOL_SLOTS * SCALE) // BLOCK_SIZE,
-                               BLOCK_SIZE)
+    served = stream.serve_both(
+        model, trace, prompts, round(workload.LESSON_POOL_SLOTS * SCALE) // BLOCK_SIZE, BLOCK_SIZE
+    )
     return served.paged, served.reserved
 
 
@@ -105,12 +106,19 @@ def _by_hand(card: str, config, context: int = 4096) -> dict:
     step = (weights + fit * per_seq_kv) / bandwidth  # memory-bound: the reads set the step
     assert fit * costs.forward_flops(config, 1, context, num_logits=1) / flops < step
     weights_only_ridge = math.ceil(weights / bandwidth / (costs.decode_step_flops(config, 1, 1) / flops))
-    return {"weights": weights, "batch_1_s": (weights + per_seq_kv) / bandwidth, "fit": fit,
-            "best": fit / step, "per_user": 1 / step, "ridge": weights_only_ridge}
+    return {
+        "weights": weights,
+        "batch_1_s": (weights + per_seq_kv) / bandwidth,
+        "fit": fit,
+        "best": fit / step,
+        "per_user": 1 / step,
+        "ridge": weights_only_ridge,
+    }
 
 
-@pytest.mark.parametrize("card, name, fit, ridge", [("H100 SXM", "llama-2-13b", 17, 296),
-                                                     ("H200 SXM", "smollm2-135m", 1601, 207)])
+@pytest.mark.parametrize(
+    "card, name, fit, ridge", [("H100 SXM", "llama-2-13b", 17, 296), ("H200 SXM", "smollm2-135m", 1601, 207)]
+)
 def test_the_cards_on_paper(card, name, fit, ridge):
     config, hw = MODEL_CONFIGS[name], HARDWARE[card]
     sim = Throughput(ThroughputConfig(name, 2, hw.bandwidth_gbs, hw.tflops, kv_budget_on_card(hw, config), 4096))
@@ -163,7 +171,9 @@ def test_a_quarter_of_the_memory_per_conversation_shorter_or_shared():
     shorter = quarter_fit / ((weights + quarter_fit * 1024 * per_token) / bandwidth) / base
     shared = quarter_fit / ((weights + quarter_fit * 4096 * per_token) / bandwidth) / base  # each reads all 4,096
     assert round(shorter, 2) == 4.05 and round(shared, 2) == 1.31  # 4.2x the conversations either way
-    sim = Throughput(ThroughputConfig("llama-2-13b", 2, hw.bandwidth_gbs, hw.tflops, kv_budget_on_card(hw, config), 4096))
+    sim = Throughput(
+        ThroughputConfig("llama-2-13b", 2, hw.bandwidth_gbs, hw.tflops, kv_budget_on_card(hw, config), 4096)
+    )
     quarter = Throughput(ThroughputConfig("llama-2-13b", 2, hw.bandwidth_gbs, hw.tflops, sim.config.kv_budget_gb, 1024))
     assert quarter.max_batch == quarter_fit
     assert quarter.best_tokens_per_second / sim.best_tokens_per_second == pytest.approx(shorter)

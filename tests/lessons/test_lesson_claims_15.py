@@ -61,15 +61,25 @@ def test_the_window_the_lesson_prints_is_the_engines_admission_limit(real_model,
     model = Transformer.from_hf(copy.deepcopy(hf_model).to(dtype)).accelerate()
     window, budget = lesson_window(model.config, bytes_per_value)
     engine = LLMEngine(model, EngineConfig(block_size=BLOCK_SIZE, memory_budget=budget))
-    assert engine.pool.nbytes == engine.num_blocks * BLOCK_SIZE * costs.kv_bytes_per_token(model.config, bytes_per_value)
+    assert engine.pool.nbytes == engine.num_blocks * BLOCK_SIZE * costs.kv_bytes_per_token(
+        model.config, bytes_per_value
+    )
     prompt = list(range(100, 100 + window - 3))
     fits = SamplingParams(max_new_tokens=3, stop_on_eos=False)
     served, refused = engine.generate([prompt, prompt], [fits, SamplingParams(max_new_tokens=4, stop_on_eos=False)])
-    assert served.refusal is None and served.finish_reasons == ("length",) and len(prompt) + len(served.tokens) == window
-    assert refused.refusal == (f"a sequence of {window + 1} tokens needs {window // BLOCK_SIZE + 1} blocks of 16, "
-                               f"but the whole KV pool holds {window // BLOCK_SIZE}: it could never fit, even alone")
-    sim = ContextWindowView(card_gib=budget.total_bytes / 2**30, model="smollm2-135m", bytes_per_value=bytes_per_value,
-                            block_size=BLOCK_SIZE)
+    assert (
+        served.refusal is None and served.finish_reasons == ("length",) and len(prompt) + len(served.tokens) == window
+    )
+    assert refused.refusal == (
+        f"a sequence of {window + 1} tokens needs {window // BLOCK_SIZE + 1} blocks of 16, "
+        f"but the whole KV pool holds {window // BLOCK_SIZE}: it could never fit, even alone"
+    )
+    sim = ContextWindowView(
+        card_gib=budget.total_bytes / 2**30,
+        model="smollm2-135m",
+        bytes_per_value=bytes_per_value,
+        block_size=BLOCK_SIZE,
+    )
     assert sim.model.window == window and sim.model.budget == budget  # the preset's shape is SmolLM2's
 
 
@@ -80,7 +90,10 @@ def test_one_user_on_real_cards_by_hand():
         spare = gb * 2**30 - costs.num_parameters(shape) * 2  # a card sold as "80 GB" holds 80 GiB
         return spare // (per_token * 16) * 16 if spare > 0 else 0
 
-    names, cards = ["llama-2-7b", "llama-2-13b", "llama-3-8b", "mistral-7b", "qwen2.5-7b", "llama-3-70b"], (24, 40, 80, 141)
+    names, cards = (
+        ["llama-2-7b", "llama-2-13b", "llama-3-8b", "mistral-7b", "qwen2.5-7b", "llama-3-70b"],
+        (24, 40, 80, 141),
+    )
     table = context_windows.one_user_table(names, {f"{gb} GB": gb for gb in cards})  # the lesson's table
     for name in names:
         for gb in cards:
@@ -89,8 +102,9 @@ def test_one_user_on_real_cards_by_hand():
     # 141 GiB is 151.4e9 bytes: llama-3-70b's 141.1e9 bytes of 16-bit weights fit the H200 alone, barely
     assert by_hand("llama-3-70b", 141) == 31_392 and by_hand("llama-3-70b", 80) == 0
     # every model that fits reads fewer tokens than one user's memory allows
-    assert all(by_hand(n, gb) > MODEL_CONFIGS[n].max_position_embeddings or by_hand(n, gb) == 0
-               for n in names for gb in cards)
+    assert all(
+        by_hand(n, gb) > MODEL_CONFIGS[n].max_position_embeddings or by_hand(n, gb) == 0 for n in names for gb in cards
+    )
 
 
 def test_many_users_of_qwen_with_half_of_each_conversation_shared():
@@ -101,8 +115,12 @@ def test_many_users_of_qwen_with_half_of_each_conversation_shared():
     # half shared, 64 users: k blocks each need k // 2 shared blocks + 64 x the rest (k even: k / 2 own)
     k = max(k for k in range(2, 5000, 2) if k // 2 + 64 * (k - k // 2) <= blocks)
     assert k * 16 == 37_888
-    for users, alone, shared, limit in ((1, 131_072, 131_072, MODEL), (8, 131_072, 131_072, MODEL),
-                                        (64, 19_248, 37_888, MEMORY), (512, 2_400, 4_800, MEMORY)):
+    for users, alone, shared, limit in (
+        (1, 131_072, 131_072, MODEL),
+        (8, 131_072, 131_072, MODEL),
+        (64, 19_248, 37_888, MEMORY),
+        (512, 2_400, 4_800, MEMORY),
+    ):
         a = ContextWindow(ContextWindowConfig(80.0, "qwen2.5-7b", 2, users, 0.0, 16))
         s = ContextWindow(ContextWindowConfig(80.0, "qwen2.5-7b", 2, users, 50.0, 16))
         assert (a.window, s.window, a.limit, s.limit) == (alone, shared, limit, limit)
@@ -128,8 +146,11 @@ def test_prefill_flops_grow_faster_than_the_prompt_and_attention_with_its_square
 def test_the_exercises_answers():
     assert costs.context_window(SMOL, 200 * 46_080, 4, block_size=128) == 128
     for percent, bpv, users in ((0.0, 2, 18), (50.0, 2, 35), (50.0, 1, 75)):  # 141 GiB
-        fit = [u for u in range(1, 200)
-               if ContextWindow(ContextWindowConfig(141.0, "qwen2.5-7b", bpv, u, percent, 16)).window >= 131_072]
+        fit = [
+            u
+            for u in range(1, 200)
+            if ContextWindow(ContextWindowConfig(141.0, "qwen2.5-7b", bpv, u, percent, 16)).window >= 131_072
+        ]
         assert max(fit) == users
 
 

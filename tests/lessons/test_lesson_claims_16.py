@@ -106,7 +106,7 @@ def test_16_int8_bytes_per_token_count_the_scales_exactly(lesson):
     c = model.config
     assert all(t.dtype == torch.int8 for t in cache.k_q + cache.v_q)
     assert all(t.dtype == torch.float32 for t in cache.k_scale + cache.v_scale)
-    stored = sum(t[:, :cache.num_tokens].nbytes for t in cache.k_q + cache.v_q + cache.k_scale + cache.v_scale)
+    stored = sum(t[:, : cache.num_tokens].nbytes for t in cache.k_q + cache.v_q + cache.k_scale + cache.v_scale)
     by_hand = c.num_layers * 2 * c.num_kv_heads * (c.head_dim * 1 + 4)
     assert per_token * cache.num_tokens == cache.kv_cache_bytes == stored
     assert per_token == by_hand == costs.quantized_kv_bytes_per_token(c, 1, 4) == 12_240
@@ -136,7 +136,7 @@ def test_16_the_last_token_s_attention_on_token_0_recomputed_with_torch(lesson, 
     for layer in range(model.config.num_layers):
         q = recorder.q[layer][-1].float()  # (heads, D), the last token's queries
         k = recorder.k[layer].float().repeat_interleave(model.config.num_queries_per_kv, dim=1)  # (T, heads, D)
-        weights = torch.softmax(torch.einsum("hd,thd->ht", q, k) / model.config.head_dim ** 0.5, dim=-1)
+        weights = torch.softmax(torch.einsum("hd,thd->ht", q, k) / model.config.head_dim**0.5, dim=-1)
         shares.append(weights[:, 0])
     mean = torch.stack(shares).mean().item()
     last = len(sequence) - 1
@@ -166,9 +166,15 @@ def test_16_each_later_reader_reuses_the_whole_blocks_of_the_common_opening(real
     from kvcourse.simulators.prefix_cache import PrefixCache, PrefixCacheConfig
 
     _, tokenizer = real_model
-    readers = [tuple(tokenizer.apply_chat_template([{"role": "system", "content": LIBRARY_SYSTEM_PROMPT},
-                                                    {"role": "user", "content": q}], add_generation_prompt=True)
-                     ["input_ids"]) for q in LIBRARY_QUESTIONS]
+    readers = [
+        tuple(
+            tokenizer.apply_chat_template(
+                [{"role": "system", "content": LIBRARY_SYSTEM_PROMPT}, {"role": "user", "content": q}],
+                add_generation_prompt=True,
+            )["input_ids"]
+        )
+        for q in LIBRARY_QUESTIONS
+    ]
     served = PrefixCache(PrefixCacheConfig(tuple(readers), 16, 256), len(readers))
     for earlier, later, result in zip(readers, readers[1:], served.results[1:], strict=False):
         common = next(i for i, (a, b) in enumerate(zip(earlier, later, strict=False)) if a != b)
@@ -183,7 +189,9 @@ def _chain_links() -> list[tuple[str, str]]:
     from kvcourse.syllabus import REPO_ROOT
 
     cells = json.loads((REPO_ROOT / "lessons" / "16_shrinking_the_cache.ipynb").read_text())["cells"]
-    source = next("".join(c["source"]) for c in cells if c["cell_type"] == "code" and "links = [" in "".join(c["source"]))
+    source = next(
+        "".join(c["source"]) for c in cells if c["cell_type"] == "code" and "links = [" in "".join(c["source"])
+    )
     assign = next(n for n in ast.parse(source).body if isinstance(n, ast.Assign) and n.targets[0].id == "links")
     return ast.literal_eval(assign.value)
 
@@ -198,5 +206,9 @@ def test_16_the_closing_chain_names_every_lesson_once_in_order():
     titles = {lesson.number: f"{lesson.number} · {lesson.title}" for lesson in load_syllabus()}
     ax = plots.chain([(head, "   ".join(titles[n] for n in lessons.split())) for head, lessons in links], title="t")
     texts = [t.get_text() for t in ax.texts]
-    assert all(head in texts for head, _ in links) and any("17 · Lab" in t for t in texts) and any("20 · Lab C" in t for t in texts)
+    assert (
+        all(head in texts for head, _ in links)
+        and any("17 · Lab" in t for t in texts)
+        and any("20 · Lab C" in t for t in texts)
+    )
     assert len(ax.texts) == 3 * len(links) - 1 and ax.get_title() == "t"  # a headline, a detail, an arrow between

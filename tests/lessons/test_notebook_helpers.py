@@ -173,8 +173,15 @@ def test_solution_is_a_collapsed_toggle_with_escaped_text():
 
 
 def test_plots_label_everything():
-    ax = plots.lines([1, 2, 4], {"no cache": [1, 4, 16], "cache": [1, 2, 4]}, title="the gap widens",
-                     xlabel="tokens", ylabel="work (tokens)", logx=True, logy=True)
+    ax = plots.lines(
+        [1, 2, 4],
+        {"no cache": [1, 4, 16], "cache": [1, 2, 4]},
+        title="the gap widens",
+        xlabel="tokens",
+        ylabel="work (tokens)",
+        logx=True,
+        logy=True,
+    )
     assert ax.get_title() == "the gap widens" and ax.get_xscale() == "log" and ax.get_yscale() == "log"
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["no cache", "cache"]
     left, right = plots.panels(2)

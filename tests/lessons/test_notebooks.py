@@ -21,8 +21,9 @@ DTYPES = ("float32", "bfloat16")
 def _committed_notebooks() -> list[Path]:
     """Notebooks git tracks under lessons/ (all present ones when git is unavailable)."""
     try:
-        out = subprocess.run(["git", "ls-files", "lessons/*.ipynb"], cwd=REPO_ROOT, capture_output=True,
-                             text=True, check=True).stdout
+        out = subprocess.run(
+            ["git", "ls-files", "lessons/*.ipynb"], cwd=REPO_ROOT, capture_output=True, text=True, check=True
+        ).stdout
     except (OSError, subprocess.CalledProcessError):
         return NOTEBOOKS
     return [REPO_ROOT / line for line in out.splitlines() if line and (REPO_ROOT / line).exists()]
@@ -45,8 +46,9 @@ FAST_PATHS_OFF_LESSON = LESSONS_DIR / "05_the_kv_cache.ipynb"  # the engine agai
 
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_a_lesson_runs_on_the_textbook_model_with_the_fast_paths_off(dtype: str, monkeypatch: pytest.MonkeyPatch,
-                                                                     tmp_path: Path, lesson_runs) -> None:
+def test_a_lesson_runs_on_the_textbook_model_with_the_fast_paths_off(
+    dtype: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, lesson_runs
+) -> None:
     """KVCOURSE_FAST_PATHS=0, as on a CPU where a fast path cannot run: the lesson's claims hold on the textbook."""
     monkeypatch.setenv("KVCOURSE_FAST_PATHS", "0")
     nb = nbformat.read(FAST_PATHS_OFF_LESSON, as_version=4)
@@ -93,8 +95,7 @@ def _code_sources(path: Path) -> list[str]:
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_no_bare_assert_in_front_of_the_learner(path: Path) -> None:
     """A learner-visible assert is a crash with no explanation: lessons use expect() (docs/lessons.md)."""
-    bad = [line.strip() for src in _code_sources(path) for line in src.splitlines()
-           if re.match(r"\s*assert\b", line)]
+    bad = [line.strip() for src in _code_sources(path) for line in src.splitlines() if re.match(r"\s*assert\b", line)]
     assert not bad, f"{path.name}: use kvcourse.notebook.expect instead of {bad}"
 
 
@@ -132,6 +133,11 @@ def test_lessons_refer_only_to_lessons_that_exist(path: Path) -> None:
 def test_solutions_are_hidden_until_asked_for(path: Path) -> None:
     """A cell that builds a "show a solution" toggle keeps its source collapsed, or the code gives the answer away."""
     cells = json.loads(path.read_text())["cells"]
-    shown = [c["id"] for c in cells if c["cell_type"] == "code" and "solution(" in "".join(c["source"])
-             and not c["metadata"].get("jupyter", {}).get("source_hidden")]
+    shown = [
+        c["id"]
+        for c in cells
+        if c["cell_type"] == "code"
+        and "solution(" in "".join(c["source"])
+        and not c["metadata"].get("jupyter", {}).get("source_hidden")
+    ]
     assert not shown, f"{path.name}: set metadata.jupyter.source_hidden on solution cells {shown}"

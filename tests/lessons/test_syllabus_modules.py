@@ -11,8 +11,11 @@ from kvcourse.syllabus import load_syllabus
 # The engine stands behind every lesson now; a lesson's simulator is due when its notebook exists
 # (lessons whose notebook is still to be written name the simulator they will use).
 ENGINES = sorted({lesson.engine for lesson in load_syllabus() if lesson.engine})
-SIMULATORS = [(lesson.number, lesson.simulator) for lesson in load_syllabus()
-              if lesson.simulator and lesson.notebook_path.exists()]
+SIMULATORS = [
+    (lesson.number, lesson.simulator)
+    for lesson in load_syllabus()
+    if lesson.simulator and lesson.notebook_path.exists()
+]
 
 
 @pytest.mark.parametrize("module", ENGINES)

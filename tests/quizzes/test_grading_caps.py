@@ -32,18 +32,24 @@ SAFE_MARGIN = 2 * GiB  # the machine's available memory never falls below this w
 INNOCENTS = ["alice", "carol"]
 ATTACKS = {
     "hog": "import numpy as np\nhog = np.ones(2**29)  # 4 GiB in one array",
-    "hog_procs": ("import os, time\nkids = []\nfor _ in range(3):  # 3 x 600 MiB: each below the cap, together above\n"
-                  "    pid = os.fork()\n    if pid == 0:\n        block = bytearray(600 * 2**20)\n        time.sleep(3)\n"
-                  "        os._exit(0)\n    kids.append(pid)\nfor pid in kids:\n    os.waitpid(pid, 0)"),
-    "filler": ("n = 0\ntry:\n    while True:\n        open(f'/tmp/fill{n}', 'wb').write(b'x' * 16 * 2**20)\n        n += 1\n"
-               "finally:\n    print(n, 'files in /tmp')\nwhile True:\n    open(f'fill{n}', 'wb').write(b'x' * 16 * 2**20)\n"
-               "    n += 1"),
+    "hog_procs": (
+        "import os, time\nkids = []\nfor _ in range(3):  # 3 x 600 MiB: each below the cap, together above\n"
+        "    pid = os.fork()\n    if pid == 0:\n        block = bytearray(600 * 2**20)\n        time.sleep(3)\n"
+        "        os._exit(0)\n    kids.append(pid)\nfor pid in kids:\n    os.waitpid(pid, 0)"
+    ),
+    "filler": (
+        "n = 0\ntry:\n    while True:\n        open(f'/tmp/fill{n}', 'wb').write(b'x' * 16 * 2**20)\n        n += 1\n"
+        "finally:\n    print(n, 'files in /tmp')\nwhile True:\n    open(f'fill{n}', 'wb').write(b'x' * 16 * 2**20)\n"
+        "    n += 1"
+    ),
     "storm": ("import os, time\nwhile True:\n    if os.fork() == 0:\n        time.sleep(60)\n        os._exit(0)"),
-    "spinner": ("import os, resource, time\nstart = time.time()\nkids = []\nfor _ in range(4):\n    pid = os.fork()\n"
-                "    if pid == 0:\n        end = time.time() + 3\n        while time.time() < end:\n            pass\n"
-                "        os._exit(0)\n    kids.append(pid)\nfor pid in kids:\n    os.waitpid(pid, 0)\n"
-                "used = resource.getrusage(resource.RUSAGE_CHILDREN)\n"
-                "print(f'SPIN {(used.ru_utime + used.ru_stime) / (time.time() - start):.2f}')"),
+    "spinner": (
+        "import os, resource, time\nstart = time.time()\nkids = []\nfor _ in range(4):\n    pid = os.fork()\n"
+        "    if pid == 0:\n        end = time.time() + 3\n        while time.time() < end:\n            pass\n"
+        "        os._exit(0)\n    kids.append(pid)\nfor pid in kids:\n    os.waitpid(pid, 0)\n"
+        "used = resource.getrusage(resource.RUSAGE_CHILDREN)\n"
+        "print(f'SPIN {(used.ru_utime + used.ru_stime) / (time.time() - start):.2f}')"
+    ),
 }
 FORCED = "hog_rlimits"  # the memory hog again, with the caps forced onto resource limits
 
@@ -61,7 +67,9 @@ def _grade(tmp: Path) -> dict:
     course_dir, course = hc.make_course(tmp, "kvcaps")
     for name in [*INNOCENTS, *ATTACKS, FORCED]:
         attack = ATTACKS.get(name, ATTACKS["hog"]) if name not in INNOCENTS else None
-        nb = hc.notebook(course_dir, hc.right_answers(course, name), extra={"test_main_cost": attack} if attack else None)
+        nb = hc.notebook(
+            course_dir, hc.right_answers(course, name), extra={"test_main_cost": attack} if attack else None
+        )
         hc._submit(course_dir, name, nb)
     log: list[str] = []
     results = autograde(course_dir, hc.ASSIGNMENT, INNOCENTS, LIMITS, log=log.append)
@@ -84,9 +92,18 @@ def _grade(tmp: Path) -> dict:
         text = "".join(o.get("text", "") for cell in nb.cells for o in cell.get("outputs", []))
         spins[name] = float(text.split("SPIN ")[1].split()[0])
     how = confine.enforcement(CAPS)
-    return {"course": str(course_dir), "results": {r.student: asdict(r) for r in results}, "log": log,
-            "before": before, "after": after, "lowest": lowest[0], "start": start_available, "spins": spins,
-            "via": how.via, "processes_capped": bool(how.processes)}
+    return {
+        "course": str(course_dir),
+        "results": {r.student: asdict(r) for r in results},
+        "log": log,
+        "before": before,
+        "after": after,
+        "lowest": lowest[0],
+        "start": start_available,
+        "spins": spins,
+        "via": how.via,
+        "processes_capped": bool(how.processes),
+    }
 
 
 @pytest.fixture(scope="module")
@@ -97,8 +114,10 @@ def graded(tmp_path_factory, worker_id):
 def test_every_capped_student_scores_what_its_honest_work_earns(graded, capsys):
     results = graded["results"]
     with capsys.disabled():
-        print(f"\n\ncaps enforced by {graded['via']}; available memory {graded['start'] / GiB:.1f} GiB at the "
-              f"start, {graded['lowest'] / GiB:.1f} GiB at the lowest")
+        print(
+            f"\n\ncaps enforced by {graded['via']}; available memory {graded['start'] / GiB:.1f} GiB at the "
+            f"start, {graded['lowest'] / GiB:.1f} GiB at the lowest"
+        )
         for name, result in results.items():
             print(f"{name:<12} {result['score']:g} of 8  {result['seconds']:5.1f} s  {'; '.join(result['notes'])}")
     assert {name: r["score"] for name, r in results.items()} == dict.fromkeys(results, 8.0)
@@ -149,8 +168,12 @@ def test_no_cgroup_outlives_its_submission(graded):
     if how.backend is None:
         pytest.skip(f"no cgroups here ({how.why})")
     folders = [how.backend.parent] if hasattr(how.backend, "parent") else [how.backend.memory]
-    left = [p.name for folder in folders for p in folder.iterdir() if p.name.startswith("kvgrade-") and
-            not p.name.startswith("kvgrade-grader-")]
+    left = [
+        p.name
+        for folder in folders
+        for p in folder.iterdir()
+        if p.name.startswith("kvgrade-") and not p.name.startswith("kvgrade-grader-")
+    ]
     assert not [name for name in left if name.split("-")[1] == str(os.getpid())]
 
 

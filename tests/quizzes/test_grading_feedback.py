@@ -32,8 +32,8 @@ from kvcourse.quizzes.units import format_quantity
 SALT = "0123456789ab"
 COURSE = Course(Path("/nonexistent"), "kvtest", SALT, "ab" * 32, "/nonexistent/exchange")
 STUB = "# YOUR CODE HERE\nraise NotImplementedError()"
-QUERY_HEADS = "only the key/value heads are cached"   # lesson 07 per_token_gqa's planted mistake, in part
-TOO_FEW = "still weigh less than the weights"          # lesson 07 users_to_outweigh_13b's 7, in part
+QUERY_HEADS = "only the key/value heads are cached"  # lesson 07 per_token_gqa's planted mistake, in part
+TOO_FEW = "still weigh less than the weights"  # lesson 07 users_to_outweigh_13b's 7, in part
 
 
 def _query_heads_mistake(student: str) -> float:
@@ -72,7 +72,7 @@ def test_a_parameterised_mistake_is_computed_from_that_students_values():
             assert QUERY_HEADS not in other  # a neighbour's numbers are not this student's mistake
 
 
-BANK = '''lesson = "07"
+BANK = """lesson = "07"
 [[question]]
 id = "n"
 kind = "numeric"
@@ -84,15 +84,18 @@ abs_tol = 0.5
 answer = 250
 explanation = "e"
 mistakes = [{ value = VALUE, why = "WHY" }]
-'''
+"""
 
 
-@pytest.mark.parametrize("value, why, message", [
-    ("250.2", "a slip", "within the tolerance of the right answer"),
-    ("249", "you meant 250", "its words give the right answer"),
-    ("249", "{answer} it is", "plain sentence"),
-    ('"answer - 1"', "a slip", "a finite number"),
-])
+@pytest.mark.parametrize(
+    "value, why, message",
+    [
+        ("250.2", "a slip", "within the tolerance of the right answer"),
+        ("249", "you meant 250", "its words give the right answer"),
+        ("249", "{answer} it is", "plain sentence"),
+        ('"answer - 1"', "a slip", "a finite number"),
+    ],
+)
 def test_the_bank_refuses_a_mistake_that_gives_the_answer_away(value, why, message):
     with pytest.raises(ValueError, match=message):
         parse_quiz(BANK.replace("VALUE", value).replace("WHY", why), "quizzes/bank/07.toml")
@@ -149,12 +152,19 @@ def test_feedback_says_a_written_answer_waits_for_a_human_and_hides_the_set_up_c
 
 
 def test_a_run_cut_by_the_limits_leaves_notes_for_the_export():
-    timeout = nbformat.v4.new_output("error", ename="TimeoutError", traceback=[],
-                                     evalue="Stopped: this cell ran for more than 30 s (the grader's time limit).")
+    timeout = nbformat.v4.new_output(
+        "error",
+        ename="TimeoutError",
+        traceback=[],
+        evalue="Stopped: this cell ran for more than 30 s (the grader's time limit).",
+    )
     cut = nbformat.v4.new_output("stream", name="stdout", text="x\n[... output cut: this cell printed more ...]\n")
     own = nbformat.v4.new_output("error", ename="TimeoutError", evalue="my own", traceback=[])
     notes = limit_notes([[timeout], [cut], [own], []], 30, 1_000_000)
-    assert notes == ["1 cell(s) stopped at the time limit of 30 s per cell", "output cut at 1,000,000 bytes in 1 cell(s)"]
+    assert notes == [
+        "1 cell(s) stopped at the time limit of 30 s per cell",
+        "output cut at 1,000,000 bytes in 1 cell(s)",
+    ]
     assert limit_notes([[own], []], 30, 1_000_000) == []
 
 
@@ -208,8 +218,9 @@ def course(tmp_path_factory):
         nbformat.write(nb, folder / "lesson07.ipynb")
         (folder / "timestamp.txt").write_text("2026-01-05 09:00:00.000000 UTC")
     log: list[str] = []
-    results = autograde(course_dir, "lesson07", ["carol"], Limits(30, 1_000_000, 120),
-                        sandbox=bwrap_path() is not None, log=log.append)
+    results = autograde(
+        course_dir, "lesson07", ["carol"], Limits(30, 1_000_000, 120), sandbox=bwrap_path() is not None, log=log.append
+    )
     assert [r.status for r in results] == ["graded"], log
     return {"dir": course_dir, "env": env, "tmp": tmp, "log": log}
 

@@ -43,7 +43,7 @@ NOT_GRADED = None  # the due "score" of a submission that must be reported, not 
 @dataclass(frozen=True)
 class Case:
     name: str
-    due: float | None     # the automatic points its honest work earns (None: reported as not graded)
+    due: float | None  # the automatic points its honest work earns (None: reported as not graded)
     what: str
 
 
@@ -89,10 +89,13 @@ def neighbour(course: Course, student: str) -> str:
 
 def build_submissions(course_dir: Path, course: Course, names: list[str]) -> None:
     """Write each named student's submission under submitted/, as `nbgrader collect` would."""
-    wrong = {"main_cost": 'answer_main_cost = "a"', "per_token_gqa": "answer_per_token_gqa = 1",
-             "users_to_outweigh_13b": "answer_users_to_outweigh_13b = 80",
-             "cache_bytes_param": "answer_cache_bytes_param = 3",
-             "formula_code": "def kv_cache_bytes(*args):\n    return 0"}
+    wrong = {
+        "main_cost": 'answer_main_cost = "a"',
+        "per_token_gqa": "answer_per_token_gqa = 1",
+        "users_to_outweigh_13b": "answer_users_to_outweigh_13b = 80",
+        "cache_bytes_param": "answer_cache_bytes_param = 3",
+        "formula_code": "def kv_cache_bytes(*args):\n    return 0",
+    }
     only_main = {**wrong, "main_cost": 'answer_main_cost = "b"'}
     paths = {"COURSE": str(course_dir), "QUIZZES": str(quizzes_dir()), "EXCHANGE": course.exchange}
     header = "".join(f"{k} = {v!r}\n" for k, v in paths.items())
@@ -102,44 +105,74 @@ def build_submissions(course_dir: Path, course: Course, names: list[str]) -> Non
         if name == "alice":
             content = notebook(course_dir, right)
         elif name == "carol":
-            content = notebook(course_dir, {**wrong, "main_cost": 'answer_main_cost = "B"',
-                                            "cache_bytes_param": "answer_cache_bytes_param = None"})
+            content = notebook(
+                course_dir,
+                {
+                    **wrong,
+                    "main_cost": 'answer_main_cost = "B"',
+                    "cache_bytes_param": "answer_cache_bytes_param = None",
+                },
+            )
         elif name == "patcher":
-            patch = ("import json\ntry:\n    import kvcourse.quizzes.graded as g\n    g.grade_numeric = lambda *a: None\n"
-                     "except ImportError:\n    pass\n"
-                     "def record(q, name, *rest):\n"
-                     "    open(RESULTS, 'a').write(json.dumps({'q': q, 'passed': True, 'points': 99}) + '\\n')\n"
-                     "record_calls = record\nrecord_missing = lambda *a: None\n"
-                     "check_form = lambda *a, **k: print('passed')\n")
+            patch = (
+                "import json\ntry:\n    import kvcourse.quizzes.graded as g\n    g.grade_numeric = lambda *a: None\n"
+                "except ImportError:\n    pass\n"
+                "def record(q, name, *rest):\n"
+                "    open(RESULTS, 'a').write(json.dumps({'q': q, 'passed': True, 'points': 99}) + '\\n')\n"
+                "record_calls = record\nrecord_missing = lambda *a: None\n"
+                "check_form = lambda *a, **k: print('passed')\n"
+            )
             content = notebook(course_dir, {**only_main, "per_token_gqa": patch + wrong["per_token_gqa"]})
         elif name == "always_equal":
-            objects = ("class Always:\n    def __eq__(self, other):\n        return True\n"
-                       "    def __ne__(self, other):\n        return False\n    __hash__ = object.__hash__\n"
-                       "class AlwaysStr(str):\n    def __eq__(self, other):\n        return True\n"
-                       "    __hash__ = str.__hash__\n")
-            content = notebook(course_dir, {
-                "main_cost": objects + "answer_main_cost = AlwaysStr('z')",
-                "per_token_gqa": "answer_per_token_gqa = Always()",
-                "users_to_outweigh_13b": "answer_users_to_outweigh_13b = [Always()]",
-                "cache_bytes_param": "class F(float):\n    def __eq__(self, o):\n        return True\n"
-                                     "answer_cache_bytes_param = F(1.0)",
-                "formula_code": "def kv_cache_bytes(*args):\n    return Always()"})
+            objects = (
+                "class Always:\n    def __eq__(self, other):\n        return True\n"
+                "    def __ne__(self, other):\n        return False\n    __hash__ = object.__hash__\n"
+                "class AlwaysStr(str):\n    def __eq__(self, other):\n        return True\n"
+                "    __hash__ = str.__hash__\n"
+            )
+            content = notebook(
+                course_dir,
+                {
+                    "main_cost": objects + "answer_main_cost = AlwaysStr('z')",
+                    "per_token_gqa": "answer_per_token_gqa = Always()",
+                    "users_to_outweigh_13b": "answer_users_to_outweigh_13b = [Always()]",
+                    "cache_bytes_param": "class F(float):\n    def __eq__(self, o):\n        return True\n"
+                    "answer_cache_bytes_param = F(1.0)",
+                    "formula_code": "def kv_cache_bytes(*args):\n    return Always()",
+                },
+            )
         elif name == "exiter":
-            content = notebook(course_dir, {
-                **wrong, "main_cost": 'answer_main_cost = "b"',
-                "per_token_gqa": right["per_token_gqa"] + "\nimport os\nos._exit(1)",
-                "users_to_outweigh_13b": right["users_to_outweigh_13b"],
-                "cache_bytes_param": right["cache_bytes_param"] + "\nraise SystemExit(0)",
-                "formula_code": "def kv_cache_bytes(*args):\n    import os\n    os._exit(0)"})
+            content = notebook(
+                course_dir,
+                {
+                    **wrong,
+                    "main_cost": 'answer_main_cost = "b"',
+                    "per_token_gqa": right["per_token_gqa"] + "\nimport os\nos._exit(1)",
+                    "users_to_outweigh_13b": right["users_to_outweigh_13b"],
+                    "cache_bytes_param": right["cache_bytes_param"] + "\nraise SystemExit(0)",
+                    "formula_code": "def kv_cache_bytes(*args):\n    import os\n    os._exit(0)",
+                },
+            )
         elif name == "tamperer":
             nb = notebook(course_dir, only_main)
             for cell in nb.cells:
                 if _role(cell)[0] == "test":
                     cell.source = "print('All tests passed. Score: 10/10')\n10.0"
             nb.cells = [c for c in nb.cells if _role(c) != ("test", "formula_code")]
-            bonus = nbformat.v4.new_code_cell("print('Score: 100/100')\n100.0", metadata={"nbgrader": {
-                "grade": True, "grade_id": "bonus", "locked": False, "points": 100, "schema_version": 3,
-                "solution": False, "task": False}})
+            bonus = nbformat.v4.new_code_cell(
+                "print('Score: 100/100')\n100.0",
+                metadata={
+                    "nbgrader": {
+                        "grade": True,
+                        "grade_id": "bonus",
+                        "locked": False,
+                        "points": 100,
+                        "schema_version": 3,
+                        "solution": False,
+                        "task": False,
+                    }
+                },
+            )
             nb.cells.append(bonus)
             content = nb
         elif name == "reader":
@@ -168,7 +201,8 @@ def build_submissions(course_dir: Path, course: Course, names: list[str]) -> Non
                 "    except Exception as err:\n"
                 "        print('BLOCKED', module, type(err).__name__)\n"
                 "m = re.search(r\"answer_main_cost = '(\\w)'\", found)\n"
-                "answer_main_cost = m.group(1) if m else 'z'\n")
+                "answer_main_cost = m.group(1) if m else 'z'\n"
+            )
             content = notebook(course_dir, {**wrong, "main_cost": attack})
         elif name == "vandal":
             attack = header + (
@@ -189,56 +223,84 @@ def build_submissions(course_dir: Path, course: Course, names: list[str]) -> Non
                 "        open(t, 'a').write('# was here'); print('DAMAGED', t)\n"
                 "    except Exception as err:\n"
                 "        print('BLOCKED', t, type(err).__name__)\n"
-                )
-            content = notebook(course_dir, {**only_main, "per_token_gqa": attack,
-                                            "users_to_outweigh_13b": "import os, signal\n"
-                                                                     "os.kill(os.getppid(), signal.SIGKILL)"})
+            )
+            content = notebook(
+                course_dir,
+                {
+                    **only_main,
+                    "per_token_gqa": attack,
+                    "users_to_outweigh_13b": "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)",
+                },
+            )
         elif name == "looper":
             loop = "while True:\n    try:\n        pass\n    except BaseException:\n        pass"
-            content = notebook(course_dir, {**only_main, "per_token_gqa": loop,
-                                            "users_to_outweigh_13b": right["users_to_outweigh_13b"]})
+            content = notebook(
+                course_dir,
+                {**only_main, "per_token_gqa": loop, "users_to_outweigh_13b": right["users_to_outweigh_13b"]},
+            )
         elif name == "sleeper":
-            loop = ("import time\nwhile True:\n    try:\n        time.sleep(1)\n    except BaseException:\n"
-                    "        pass")
-            content = notebook(course_dir, {**only_main, "per_token_gqa": loop,
-                                            "users_to_outweigh_13b": right["users_to_outweigh_13b"]})
+            loop = "import time\nwhile True:\n    try:\n        time.sleep(1)\n    except BaseException:\n        pass"
+            content = notebook(
+                course_dir,
+                {**only_main, "per_token_gqa": loop, "users_to_outweigh_13b": right["users_to_outweigh_13b"]},
+            )
         elif name == "flooder":
             flood = right["main_cost"] + "\nfor _ in range(30):\n    print('x' * 1_000_000)"
             content = notebook(course_dir, {**right, "main_cost": flood})
         elif name == "forker":
-            spawn = ("import subprocess, sys\nfor _ in range(2):\n"
-                     "    subprocess.Popen([sys.executable, '-c', 'import time\\nwhile True: time.sleep(0.2)',"
-                     " 'kvgrade-forker-marker'], start_new_session=True)")
+            spawn = (
+                "import subprocess, sys\nfor _ in range(2):\n"
+                "    subprocess.Popen([sys.executable, '-c', 'import time\\nwhile True: time.sleep(0.2)',"
+                " 'kvgrade-forker-marker'], start_new_session=True)"
+            )
             content = notebook(course_dir, {**only_main, "per_token_gqa": spawn})
         elif name == "hardcoder":
             q = load_quiz("07").question("formula_code")
             table = {tuple(case): 2 * math.prod(case) for case in q.cases}
-            content = notebook(course_dir, {**only_main, "formula_code": f"def kv_cache_bytes(*args):\n"
-                                                                        f"    return {table!r}[args]"})
+            content = notebook(
+                course_dir, {**only_main, "formula_code": f"def kv_cache_bytes(*args):\n    return {table!r}[args]"}
+            )
         elif name == "copier":
             friend = neighbour(course, name)
             theirs = right_answers(course, friend)
             spoof = f"import os\nos.environ['KVCOURSE_STUDENT_ID'] = {friend!r}\nSTUDENT_ID = {friend!r}\n"
-            content = notebook(course_dir, {**only_main, "per_token_gqa": spoof + theirs["per_token_gqa"],
-                                            "cache_bytes_param": theirs["cache_bytes_param"]})
+            content = notebook(
+                course_dir,
+                {
+                    **only_main,
+                    "per_token_gqa": spoof + theirs["per_token_gqa"],
+                    "cache_bytes_param": theirs["cache_bytes_param"],
+                },
+            )
         elif name == "transformer":
             blank = "get_ipython().input_transformers_cleanup.append(lambda lines: ['pass\\n'])"
             content = notebook(course_dir, {**right, "per_token_gqa": right["per_token_gqa"] + "\n" + blank})
         elif name == "forger":
-            forge = ("import json\nwith open(RESULTS, 'a') as f:\n"
-                     "    f.write(json.dumps({'q': 'formula_code', 'calls': [{'ok': 819200}] * 8}) + '\\n')\n"
-                     "    f.write(json.dumps({'q': 'per_token_gqa', 'value': {'ok': True}, 'passed': True}) + '\\n')\n"
-                     "    f.write(json.dumps({'q': 'cache_bytes_param', 'passed': True}) + '\\n')\n"
-                     "    f.write('[' * 100000 + '\\n' + 'x' * 300000 + '\\nnot json\\n')\n")
+            forge = (
+                "import json\nwith open(RESULTS, 'a') as f:\n"
+                "    f.write(json.dumps({'q': 'formula_code', 'calls': [{'ok': 819200}] * 8}) + '\\n')\n"
+                "    f.write(json.dumps({'q': 'per_token_gqa', 'value': {'ok': True}, 'passed': True}) + '\\n')\n"
+                "    f.write(json.dumps({'q': 'cache_bytes_param', 'passed': True}) + '\\n')\n"
+                "    f.write('[' * 100000 + '\\n' + 'x' * 300000 + '\\nnot json\\n')\n"
+            )
             content = notebook(course_dir, {**only_main, "formula_code": forge + wrong["formula_code"]})
         elif name == "unsealer":
             sealing = (quizzes_dir() / "sealing.py").read_text()
-            sealed = next(line.split('"')[1] for line in (quizzes_dir() / "bank" / "07.toml").read_text().splitlines()
-                          if line.startswith("sealed"))
+            sealed = next(
+                line.split('"')[1]
+                for line in (quizzes_dir() / "bank" / "07.toml").read_text().splitlines()
+                if line.startswith("sealed")
+            )
             lookup = f"{sealing}\nanswer_main_cost = unseal({sealed!r}, '07', 'main_cost')['correct']"
-            content = notebook(course_dir, {**wrong, "main_cost": lookup,
-                                            "per_token_gqa": "from kvcourse.quizzes.graded import solve\n"
-                                                             "answer_per_token_gqa = solve('07', 'per_token_gqa', 'x')"})
+            content = notebook(
+                course_dir,
+                {
+                    **wrong,
+                    "main_cost": lookup,
+                    "per_token_gqa": "from kvcourse.quizzes.graded import solve\n"
+                    "answer_per_token_gqa = solve('07', 'per_token_gqa', 'x')",
+                },
+            )
         elif name == "symlinker":
             path = _submit(course_dir, name, None)
             path.symlink_to(course_dir / "source" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb")
@@ -268,7 +330,7 @@ def build_submissions(course_dir: Path, course: Course, names: list[str]) -> Non
             text = nbformat.writes(notebook(course_dir, right))
             cut = text.index('"cell_type": "markdown"', len(text) // 2)
             comma = text.rindex("},", 0, cut)
-            content = (text[:comma + 1] + text[comma + 2:]).encode()
+            content = (text[: comma + 1] + text[comma + 2 :]).encode()
         elif name == "garbage":
             content = b"this is not a notebook {"
         elif name == "empty":
@@ -292,8 +354,13 @@ def _grade_everyone(tmp: Path) -> dict:
     results += autograde(course_dir, ASSIGNMENT, others, LIMITS, log=log.append)
     results += autograde(course_dir, ASSIGNMENT, [SLEEPER.name], log=log.append)
     after = _snapshot(course_dir, INNOCENTS, course.course_id)
-    return {"course": str(course_dir), "results": {r.student: asdict(r) for r in results},
-            "before": before, "after": after, "log": log}
+    return {
+        "course": str(course_dir),
+        "results": {r.student: asdict(r) for r in results},
+        "before": before,
+        "after": after,
+        "log": log,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -308,8 +375,15 @@ def test_every_student_scores_exactly_what_its_honest_work_earns(graded, capsys)
     for case in [*CASES, SLEEPER]:
         result = results[case.name]
         got = result["score"] if result["status"] == "graded" else None
-        rows.append((case.name, "not graded" if got is None else f"{got:g}",
-                     "not graded" if case.due is None else f"{case.due:g}", f"{result['seconds']:.1f}", case.what))
+        rows.append(
+            (
+                case.name,
+                "not graded" if got is None else f"{got:g}",
+                "not graded" if case.due is None else f"{case.due:g}",
+                f"{result['seconds']:.1f}",
+                case.what,
+            )
+        )
     with capsys.disabled():
         print("\n\nstudent         got         due         seconds  what it did")
         for row in rows:
@@ -348,7 +422,7 @@ def test_no_background_process_outlives_its_sandbox(graded):
 
 def test_a_looping_submission_finishes_in_under_a_minute(graded):
     assert graded["results"]["sleeper"]["seconds"] < 60  # the default limits: 30 s per cell
-    assert graded["results"]["looper"]["seconds"] < 40   # 5 s per cell here
+    assert graded["results"]["looper"]["seconds"] < 40  # 5 s per cell here
 
 
 def test_output_is_capped_per_cell(graded):
@@ -381,7 +455,7 @@ def test_graded_notebooks_show_verdicts_never_hidden_cases_or_right_values(grade
     course = Course.load(graded["course"])
     q = load_quiz("07").question("formula_code")
     text = (graded["course"] / "autograded" / "carol" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb").read_text()
-    for args in code_cases(q, course, "carol")[len(q.cases):]:
+    for args in code_cases(q, course, "carol")[len(q.cases) :]:
         assert repr(args)[1:-1] not in text  # a hidden case's arguments
     for qid in ("per_token_gqa", "cache_bytes_param"):
         value = expected_answer(load_quiz("07").question(qid), course, "carol")

@@ -71,12 +71,15 @@ def test_each_lab_lesson_holds_its_lab_and_choice_questions_that_explain_every_o
             assert set(q.explanations) == set(q.option_keys) and all(len(w) > 40 for w in q.explanations.values())
 
 
-@pytest.mark.parametrize("change, message", [
-    ('lab = "block_manager"', r"question 'x': lab must be one of"),
-    ('lab = "scheduler"', r"lab 'scheduler' is the lab of lesson 20, not of lesson 18"),
-    ('lab = "block_manager"\nsealed = "e30="', r"a lab question has no secret"),
-    ('lab = "block_manager"\noptions = ["a", "b"]', r"unknown fields \['options'\]"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ('lab = "block_manager"', r"question 'x': lab must be one of"),
+        ('lab = "scheduler"', r"lab 'scheduler' is the lab of lesson 20, not of lesson 18"),
+        ('lab = "block_manager"\nsealed = "e30="', r"a lab question has no secret"),
+        ('lab = "block_manager"\noptions = ["a", "b"]', r"unknown fields \['options'\]"),
+    ],
+)
 def test_a_malformed_lab_question_is_named(change, message):
     text = f'lesson = "18"\n[[question]]\nid = "x"\nkind = "lab"\nprompt = "Write it."\n{change}\n'
     if "must be one of" in message:
@@ -126,8 +129,11 @@ def test_lab_notebooks_have_valid_nbgrader_metadata_and_points():
         quiz = load_quiz(lesson)
         nb = build_notebook(quiz, "salt")
         MetadataValidator().validate_nb(nb)
-        graded = {c.metadata["nbgrader"]["grade_id"]: c.metadata["nbgrader"]["points"] for c in nb.cells
-                  if c.metadata["nbgrader"]["grade"]}
+        graded = {
+            c.metadata["nbgrader"]["grade_id"]: c.metadata["nbgrader"]["points"]
+            for c in nb.cells
+            if c.metadata["nbgrader"]["grade"]
+        }
         assert sum(graded.values()) == quiz.total_points == 13, lesson
         assert "completing a function or a class" in nb.cells[0].source
 
@@ -151,7 +157,11 @@ def test_hidden_traces_are_drawn_per_student_and_course_and_never_public():
     q = _lab("20")
     alice, again, bob = (lab_traces(q, COURSE, s) for s in ("alice", "alice", "bob"))
     other = lab_traces(q, Course(Path("/x"), "kvtest", "0123456789ab", "ef" * 32, "/x"), "alice")
-    assert len(alice) == 3 + LABS["scheduler"].num_hidden_traces and [t.name for t in alice[3:]] == ["hidden 1", "hidden 2", "hidden 3"]
+    assert len(alice) == 3 + LABS["scheduler"].num_hidden_traces and [t.name for t in alice[3:]] == [
+        "hidden 1",
+        "hidden 2",
+        "hidden 3",
+    ]
     assert [t.to_plain() for t in alice] == [t.to_plain() for t in again]
     assert alice[:3] == bob[:3] and all(t.public for t in alice[:3]) and not any(t.public for t in alice[3:])
     assert alice[3:] != bob[3:] and alice[3:] != other[3:]
@@ -160,68 +170,86 @@ def test_hidden_traces_are_drawn_per_student_and_course_and_never_public():
 # -- the static guard -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("code, found", [
-    ("from kvcourse.kernels import KVCacheManager\nclass MyBlockManager(KVCacheManager): pass", "KVCacheManager"),
-    ("import kvcourse.kernels.memory.block_pool as bp", "kvcourse.kernels.memory"),
-    ("from kvcourse.kernels.engine import policy", "kvcourse.kernels.engine"),
-    ("from kvcourse.kernels import engine", "kvcourse.kernels.engine"),
-    ("x = FCFSPolicy()", "FCFSPolicy"),
-    ("s = Scheduler(config, manager)", "the engine's own Scheduler"),
-    ("from kvcourse.labs import record_runs", "record_runs"),
-    ("import kvcourse.labs.run as run\nrun.record_runs = print", "kvcourse.labs.run"),
-    ("from kvcourse import labs\nlabs.judge_runs = print", "judge_runs"),
-    ("from kvcourse.labs.block_manager import ReplayManager", "kvcourse.labs.block_manager"),
-    ("m = __import__('kvcourse')", "__import__"),
-    ("import importlib", "importlib"),
-    ("import sys\nsys.modules['kvcourse.labs'].check = print", "sys.modules"),
-    ("getattr(engine_module, 'LRUEviction')", "LRUEviction"),
-    ("%time x = 1\nfrom kvcourse.kernels import BlockPool", "BlockPool"),
-    ("this is not python {\nBlockPool", "BlockPool"),
-    ("from kvcourse.quizzes.labs import reference", "kvcourse.quizzes"),
-])
+@pytest.mark.parametrize(
+    "code, found",
+    [
+        ("from kvcourse.kernels import KVCacheManager\nclass MyBlockManager(KVCacheManager): pass", "KVCacheManager"),
+        ("import kvcourse.kernels.memory.block_pool as bp", "kvcourse.kernels.memory"),
+        ("from kvcourse.kernels.engine import policy", "kvcourse.kernels.engine"),
+        ("from kvcourse.kernels import engine", "kvcourse.kernels.engine"),
+        ("x = FCFSPolicy()", "FCFSPolicy"),
+        ("s = Scheduler(config, manager)", "the engine's own Scheduler"),
+        ("from kvcourse.labs import record_runs", "record_runs"),
+        ("import kvcourse.labs.run as run\nrun.record_runs = print", "kvcourse.labs.run"),
+        ("from kvcourse import labs\nlabs.judge_runs = print", "judge_runs"),
+        ("from kvcourse.labs.block_manager import ReplayManager", "kvcourse.labs.block_manager"),
+        ("m = __import__('kvcourse')", "__import__"),
+        ("import importlib", "importlib"),
+        ("import sys\nsys.modules['kvcourse.labs'].check = print", "sys.modules"),
+        ("getattr(engine_module, 'LRUEviction')", "LRUEviction"),
+        ("%time x = 1\nfrom kvcourse.kernels import BlockPool", "BlockPool"),
+        ("this is not python {\nBlockPool", "BlockPool"),
+        ("from kvcourse.quizzes.labs import reference", "kvcourse.quizzes"),
+    ],
+)
 def test_the_guard_names_what_a_lab_answer_borrows(code, found):
     assert found in (lab_shortcut(code) or "")
 
 
-@pytest.mark.parametrize("code", [
-    solution_source("block_manager"), solution_source("eviction"), solution_source("scheduler"),
-    "from kvcourse.labs import check, Refuse, SchedulerBase, SeqView, EvictionCandidate, BlockCopy\n"
-    "check('scheduler', MyScheduler)",
-    "class MyScheduler(SchedulerBase):\n    # better than FCFSPolicy, and than the Scheduler's default\n    pass",
-    "import kvcourse.labs\nkvcourse.labs.check('eviction', MyEviction)",
-    "%time check('eviction', MyEviction)",
-    "class MyEviction(EvictionBase):\n    def judge(self, c):\n        return c.num_hits\n"
-    "    def choose(self, candidates):\n        return max(candidates, key=self.judge).block_id",
-    "from kvcourse.kernels import LLMEngine  # trying the engine by hand is allowed",
-])
+@pytest.mark.parametrize(
+    "code",
+    [
+        solution_source("block_manager"),
+        solution_source("eviction"),
+        solution_source("scheduler"),
+        "from kvcourse.labs import check, Refuse, SchedulerBase, SeqView, EvictionCandidate, BlockCopy\n"
+        "check('scheduler', MyScheduler)",
+        "class MyScheduler(SchedulerBase):\n    # better than FCFSPolicy, and than the Scheduler's default\n    pass",
+        "import kvcourse.labs\nkvcourse.labs.check('eviction', MyEviction)",
+        "%time check('eviction', MyEviction)",
+        "class MyEviction(EvictionBase):\n    def judge(self, c):\n        return c.num_hits\n"
+        "    def choose(self, candidates):\n        return max(candidates, key=self.judge).block_id",
+        "from kvcourse.kernels import LLMEngine  # trying the engine by hand is allowed",
+    ],
+)
 def test_the_guard_lets_honest_code_through(code):
     assert lab_shortcut(code) is None
 
 
 def test_a_shortcut_scores_0_with_the_reason_even_when_its_runs_look_perfect():
     q = _lab("20")
-    logs = record_runs("scheduler", _class(solution_source("scheduler"), "MyScheduler"),
-                       [t.to_plain() for t in lab_traces(q, COURSE, "eve")])
+    logs = record_runs(
+        "scheduler",
+        _class(solution_source("scheduler"), "MyScheduler"),
+        [t.to_plain() for t in lab_traces(q, COURSE, "eve")],
+    )
     assert decide(q, {"q": q.id, "lab": logs}, COURSE, "eve").right
     source = "from kvcourse.kernels import FCFSPolicy\n\n\nclass MyScheduler(FCFSPolicy, SchedulerBase):\n    pass"
     decision = decide(q, {"q": q.id, "lab": logs}, COURSE, "eve", source)
     assert decision.points == 0
-    assert decision.verdict.startswith("Not graded on its runs: your code uses the engine's own FCFSPolicy: "
-                                       "write your own scheduler")
+    assert decision.verdict.startswith(
+        "Not graded on its runs: your code uses the engine's own FCFSPolicy: write your own scheduler"
+    )
 
 
 def test_lab_points_verdict_and_details_from_a_record():
     q = _lab("20")
     traces = lab_traces(q, COURSE, "ann")
     plain = [t.to_plain() for t in traces]
-    right = decide(q, {"q": q.id, "lab": record_runs("scheduler", _class(solution_source("scheduler"), "MyScheduler"),
-                                                      plain)}, COURSE, "ann")
+    right = decide(
+        q,
+        {"q": q.id, "lab": record_runs("scheduler", _class(solution_source("scheduler"), "MyScheduler"), plain)},
+        COURSE,
+        "ann",
+    )
     assert right.right and right.verdict == "Right: all 6 traces pass (3 public, 3 hidden)."
-    assert [(t["name"], t["public"], t["score"]) for t in right.details["traces"]] == \
-        [(t.name, t.public, 1.0) for t in traces]
+    assert [(t["name"], t["public"], t["score"]) for t in right.details["traces"]] == [
+        (t.name, t.public, 1.0) for t in traces
+    ]
 
-    partial = decide(q, {"q": q.id, "lab": record_runs("scheduler", _class(NEWEST_FIRST, "MyScheduler"), plain)},
-                     COURSE, "ann")
+    partial = decide(
+        q, {"q": q.id, "lab": record_runs("scheduler", _class(NEWEST_FIRST, "MyScheduler"), plain)}, COURSE, "ann"
+    )
     scores = [t["score"] for t in partial.details["traces"]]
     assert 0 < partial.points < 10 and partial.points == int(100 * sum(scores) / len(scores)) / 10
     assert f"{sum(s >= 1 for s in scores)} of 6 traces pass" in partial.verdict
@@ -231,12 +259,14 @@ def test_lab_points_verdict_and_details_from_a_record():
         assert "a hidden trace" in partial.verdict
 
     forged = [{"entries": [], "error": None}] * 6
-    for record, why in [({"q": q.id, "lab": forged}, "cannot be replayed"),
-                        ({"q": q.id, "lab": forged[:2]}, "2 runs handed over for 6 traces"),
-                        ({"q": q.id, "lab": None, "error": "the runs' logs are not plain JSON"}, "not plain JSON"),
-                        ({"q": q.id, "lab": [["admit"] * 5, 7, None, "x", {"entries": "no"}, {}]}, "cannot be replayed"),
-                        ({"q": q.id, "missing": "MyScheduler"}, "No answer: MyScheduler was not defined"),
-                        (None, "No answer: MyScheduler was not defined")]:
+    for record, why in [
+        ({"q": q.id, "lab": forged}, "cannot be replayed"),
+        ({"q": q.id, "lab": forged[:2]}, "2 runs handed over for 6 traces"),
+        ({"q": q.id, "lab": None, "error": "the runs' logs are not plain JSON"}, "not plain JSON"),
+        ({"q": q.id, "lab": [["admit"] * 5, 7, None, "x", {"entries": "no"}, {}]}, "cannot be replayed"),
+        ({"q": q.id, "missing": "MyScheduler"}, "No answer: MyScheduler was not defined"),
+        (None, "No answer: MyScheduler was not defined"),
+    ]:
         decision = decide(q, record, COURSE, "ann")
         assert decision.points == 0 and why in decision.verdict, (why, decision.verdict)
 
@@ -253,16 +283,26 @@ def test_the_collector_hands_over_a_labs_runs_and_survives_what_the_class_does(t
     traces = [t.to_plain() for t in lab_traces(_lab("20"), COURSE, "ann")]
     ns["MyScheduler"] = _class(solution_source("scheduler"), "MyScheduler")
     ns["record_lab"]("scheduler", "MyScheduler", "scheduler", traces)
-    ns["Quitter"] = _class(with_imports("scheduler", "class Quitter(SchedulerBase):\n"
-                                        "    def choose_admission(self, waiting, free_blocks):\n"
-                                        "        raise SystemExit(0)\n"), "Quitter")
+    ns["Quitter"] = _class(
+        with_imports(
+            "scheduler",
+            "class Quitter(SchedulerBase):\n"
+            "    def choose_admission(self, waiting, free_blocks):\n"
+            "        raise SystemExit(0)\n",
+        ),
+        "Quitter",
+    )
     ns["record_lab"]("quitter", "Quitter", "scheduler", traces)
     ns["record_lab"]("absent", "Nobody", "scheduler", traces)
     ns["LAB_LOG_LIMIT"] = 1000
     ns["record_lab"]("huge", "MyScheduler", "scheduler", traces[:1])
     ns["LAB_LOG_LIMIT"] = 1_500_000
-    ns["record_missing"]([("scheduler", "MyScheduler", {"lab": "scheduler", "traces": traces}),
-                          ("late", "MyScheduler", {"lab": "scheduler", "traces": traces[:1]})])
+    ns["record_missing"](
+        [
+            ("scheduler", "MyScheduler", {"lab": "scheduler", "traces": traces}),
+            ("late", "MyScheduler", {"lab": "scheduler", "traces": traces[:1]}),
+        ]
+    )
     written = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
     assert [line["q"] for line in written] == ["scheduler", "quitter", "absent", "huge", "late"]
     lines = {line["q"]: line for line in written}
@@ -299,7 +339,7 @@ def test_the_quick_check_points_at_the_labs_check_and_check_answer_records_it(tm
 # -- the real autograde, in the sandbox ------------------------------------------------------------
 
 COURSE_PATHS = "COURSE = {course!r}\nQUIZZES = {quizzes!r}\nEXCHANGE = {exchange!r}\n"
-READER = '''import os
+READER = """import os
 found = []
 for path in [COURSE + "/instructor/course.json", COURSE + "/source/lesson20/lesson20.ipynb", COURSE + "/gradebook.db",
              COURSE + "/submitted/ref_c/lesson20/lesson20.ipynb", COURSE, QUIZZES + "/labs/solution_scheduler.py",
@@ -312,7 +352,7 @@ for path in [COURSE + "/instructor/course.json", COURSE + "/source/lesson20/less
         print("LEAKED", path)
     except Exception as err:
         print("BLOCKED", path, type(err).__name__)
-'''
+"""
 PATCHER = '''import json
 
 
@@ -330,10 +370,10 @@ def record_lab(question, name, lab, traces):  # the collector's, replaced: runs 
     with open(RESULTS, "a") as f:
         f.write(json.dumps({"q": question, "lab": [{"entries": [], "beams": [], "error": None} for _ in traces]}) + "\\n")
 '''
-FAKER = '''import kvcourse.labs as labs
+FAKER = """import kvcourse.labs as labs
 
 labs.record_runs = lambda lab, answer, traces: [{"entries": [], "error": None} for _ in traces]
-'''
+"""
 ENGINE_USER = '''from kvcourse.kernels import FCFSPolicy
 
 
@@ -352,16 +392,36 @@ STUDENTS = {
     "ref_c": ("20", solution_source("scheduler"), 10, "the reference scheduler"),
     "newest_first": ("20", NEWEST_FIRST, None, "last come, first served: a partial score"),
     "refuser": ("20", REFUSER, 0, "refuses every request without a reason"),
-    "reader": ("20", "{paths}" + READER + "\n\n" + solution_source("scheduler"), 10,
-               "reads the secret, the source, the reference solutions from disk; FCFS otherwise"),
-    "patcher": ("20", with_imports("scheduler", PATCHER), 0, "replaces the collector's record_lab by perfect-looking runs"),
+    "reader": (
+        "20",
+        "{paths}" + READER + "\n\n" + solution_source("scheduler"),
+        10,
+        "reads the secret, the source, the reference solutions from disk; FCFS otherwise",
+    ),
+    "patcher": (
+        "20",
+        with_imports("scheduler", PATCHER),
+        0,
+        "replaces the collector's record_lab by perfect-looking runs",
+    ),
     "faker": ("20", solution_source("scheduler") + "\n\n" + FAKER, 0, "replaces kvcourse.labs.record_runs (the guard)"),
-    "engine_user": ("20", with_imports("scheduler", ENGINE_USER), 0, "subclasses the engine's own FCFSPolicy (the guard)"),
+    "engine_user": (
+        "20",
+        with_imports("scheduler", ENGINE_USER),
+        0,
+        "subclasses the engine's own FCFSPolicy (the guard)",
+    ),
 }
-VERDICTS = {"leaker": "leaks", "in_place": "copy on write missed", "in_use": "is in use", "engine_patcher": "is in use",
-            "refuser": "a refusal needs a reason", "patcher": "cannot be replayed",
-            "faker": "your code uses the grader's own record_runs: write your own scheduler",
-            "engine_user": "your code uses the engine's own FCFSPolicy: write your own scheduler"}
+VERDICTS = {
+    "leaker": "leaks",
+    "in_place": "copy on write missed",
+    "in_use": "is in use",
+    "engine_patcher": "is in use",
+    "refuser": "a refusal needs a reason",
+    "patcher": "cannot be replayed",
+    "faker": "your code uses the grader's own record_runs: write your own scheduler",
+    "engine_user": "your code uses the engine's own FCFSPolicy: write your own scheduler",
+}
 
 
 def _answers(lesson: str, lab_cell: str) -> dict[str, str]:
@@ -387,9 +447,14 @@ def _grade_labs(tmp: Path) -> dict:
     secret = course_dir / "instructor" / "course.json"  # fixed: every run grades the same hidden traces
     secret.write_text(json.dumps({**json.loads(secret.read_text()), "secret": "ab" * 32}))
     for lesson in ("18", "19", "20"):
-        done = subprocess.run([str(Path(sys.executable).parent / "nbgrader"), "generate_assignment",
-                               f"lesson{lesson}"], cwd=course_dir, env=_env(tmp), capture_output=True, text=True,
-                              timeout=300)
+        done = subprocess.run(
+            [str(Path(sys.executable).parent / "nbgrader"), "generate_assignment", f"lesson{lesson}"],
+            cwd=course_dir,
+            env=_env(tmp),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert done.returncode == 0, done.stdout + done.stderr
     course = Course.load(course_dir)
     paths = COURSE_PATHS.format(course=str(course_dir), quizzes=str(quizzes_dir()), exchange=course.exchange)
@@ -397,8 +462,10 @@ def _grade_labs(tmp: Path) -> dict:
         folder = course_dir / "submitted" / student / f"lesson{lesson}"  # where `nbgrader collect` files it
         folder.mkdir(parents=True)
         (folder / "timestamp.txt").write_text("2026-05-04 09:00:00.000000 UTC")
-        nbformat.write(_submission(course_dir, lesson, _answers(lesson, cell.replace("{paths}", paths))),
-                       folder / f"lesson{lesson}.ipynb")
+        nbformat.write(
+            _submission(course_dir, lesson, _answers(lesson, cell.replace("{paths}", paths))),
+            folder / f"lesson{lesson}.ipynb",
+        )
     log: list[str] = []
     results = {}
     for lesson in ("18", "19", "20"):
@@ -409,16 +476,27 @@ def _grade_labs(tmp: Path) -> dict:
     for student, (lesson, cell, points, _) in STUDENTS.items():
         if points is None:  # the same class outside the sandbox, on the same traces
             q = _lab(lesson)
-            logs = record_runs(q.lab, _class(cell, q.class_name),
-                               [t.to_plain() for t in lab_traces(q, course, student)])
+            logs = record_runs(
+                q.lab, _class(cell, q.class_name), [t.to_plain() for t in lab_traces(q, course, student)]
+            )
             points = decide(q, {"q": q.id, "lab": logs}, course, student).points
         due[student] = 3 + points  # the three choice questions, answered right
-    released = {lesson: (course_dir / "release" / f"lesson{lesson}" / f"lesson{lesson}.ipynb").read_text()
-                for lesson in ("18", "19", "20")}
-    hidden = {student: [t.to_plain() for t in lab_traces(_lab(lesson), course, student)[3:]]
-              for student, (lesson, *_) in STUDENTS.items()}
-    return {"course": str(course_dir), "results": results, "due": due, "log": log, "released": released,
-            "hidden": hidden}
+    released = {
+        lesson: (course_dir / "release" / f"lesson{lesson}" / f"lesson{lesson}.ipynb").read_text()
+        for lesson in ("18", "19", "20")
+    }
+    hidden = {
+        student: [t.to_plain() for t in lab_traces(_lab(lesson), course, student)[3:]]
+        for student, (lesson, *_) in STUDENTS.items()
+    }
+    return {
+        "course": str(course_dir),
+        "results": results,
+        "due": due,
+        "log": log,
+        "released": released,
+        "hidden": hidden,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -472,8 +550,11 @@ def test_released_and_graded_notebooks_hold_no_solution_and_no_hidden_trace(grad
     for lesson, text in graded["released"].items():
         lab = next(key for key, spec in LABS.items() if spec.lesson == lesson)
         assert "BEGIN SOLUTION" not in text and "course.json" not in text, lesson
-        for line in ("self.free_list = list(range(num_blocks))", "leaves = [c for c in candidates",
-                     "return running[-1].seq_id"):
+        for line in (
+            "self.free_list = list(range(num_blocks))",
+            "leaves = [c for c in candidates",
+            "return running[-1].seq_id",
+        ):
             assert json.dumps(line)[1:-1] not in text, (lesson, line)
         assert "from kvcourse.labs import check" in text and lab in text
     for student in STUDENTS:

@@ -141,8 +141,9 @@ def test_init_states_the_exchange_writes_the_students_config_and_keeps_the_cours
     assert oct((tmp_path / "c").stat().st_mode & 0o777) == "0o700"
     assert oct((tmp_path / "c" / "source" / "lesson07" / "lesson07.ipynb").stat().st_mode & 0o777) == "0o600"
     init_course(tmp_path / "d", ["07"], exchange=str(tmp_path / "ex"))
-    assert PyFileConfigLoader("nbgrader_config.py", path=str(tmp_path / "d")).load_config().Exchange.root == \
-        str(tmp_path / "ex")
+    assert PyFileConfigLoader("nbgrader_config.py", path=str(tmp_path / "d")).load_config().Exchange.root == str(
+        tmp_path / "ex"
+    )
 
 
 def test_the_exchange_is_made_writable_for_every_student_or_the_command_is_given(tmp_path):
@@ -156,8 +157,10 @@ def test_the_exchange_is_made_writable_for_every_student_or_the_command_is_given
 
 def test_the_id_a_notebook_drew_its_values_for_is_read_from_its_set_up_output():
     def cells(printed: str, grade_id: str = "setup") -> list[dict]:
-        return [{"cell_type": "markdown", "grade_id": "intro", "printed": ""},
-                {"cell_type": "code", "grade_id": grade_id, "printed": printed}]
+        return [
+            {"cell_type": "markdown", "grade_id": "intro", "printed": ""},
+            {"cell_type": "code", "grade_id": grade_id, "printed": printed},
+        ]
 
     assert shown_student_id(cells("Your student id: root\n  This looks like a shared account.\n")) == "root"
     assert shown_student_id(cells("")) is None  # never run, or outputs cleared
@@ -212,9 +215,20 @@ def test_the_collector_calls_functions_with_a_time_limit(tmp_path):
 
 def test_forged_and_broken_result_lines_are_read_defensively(tmp_path):
     path = tmp_path / "r.jsonl"
-    path.write_text("\n".join([json.dumps({"q": "a", "value": "b"}), json.dumps({"q": "a", "missing": "answer_a"}),
-                               "[" * 50_000, "not json", json.dumps(["q", "a"]), "x" * 300_000,
-                               json.dumps({"q": "c", "value": 1}), json.dumps({"q": "c", "value": 2})]))
+    path.write_text(
+        "\n".join(
+            [
+                json.dumps({"q": "a", "value": "b"}),
+                json.dumps({"q": "a", "missing": "answer_a"}),
+                "[" * 50_000,
+                "not json",
+                json.dumps(["q", "a"]),
+                "x" * 300_000,
+                json.dumps({"q": "c", "value": 1}),
+                json.dumps({"q": "c", "value": 2}),
+            ]
+        )
+    )
     records = read_records(path)
     assert records["a"]["value"] == "b"  # a later "missing" (a restarted kernel) does not undo an answer
     assert records["c"]["value"] == 2 and set(records) == {"a", "c"}
@@ -224,10 +238,16 @@ def test_forged_and_broken_result_lines_are_read_defensively(tmp_path):
 
 
 def test_outputs_keep_text_and_images_never_html_or_javascript():
-    outputs = [{"output_type": "display_data", "data": {"text/html": "<script>steal()</script>",
-                                                        "application/javascript": "steal()"}},
-               {"output_type": "execute_result", "data": {"text/plain": "42", "text/html": "<b>42</b>"}},
-               {"output_type": "stream", "name": "stdout", "text": "y" * 5000}, "junk", {"output_type": "bogus"}]
+    outputs = [
+        {
+            "output_type": "display_data",
+            "data": {"text/html": "<script>steal()</script>", "application/javascript": "steal()"},
+        },
+        {"output_type": "execute_result", "data": {"text/plain": "42", "text/html": "<b>42</b>"}},
+        {"output_type": "stream", "name": "stdout", "text": "y" * 5000},
+        "junk",
+        {"output_type": "bogus"},
+    ]
     cleaned = _clean_outputs(outputs, cap=3000)
     text = json.dumps(cleaned)
     assert "steal" not in text and "<b>" not in text and '"42"' in text and "output cut" in text
@@ -241,14 +261,20 @@ def lesson07(tmp_path_factory):
     path = tmp_path_factory.mktemp("source") / "lesson07.ipynb"
     nbformat.write(build_notebook(load_quiz("07"), SALT), path)
     template = template_cells(path)
-    names = {q.id: (q.function if q.kind is Kind.CODE else f"answer_{q.id}") for q in load_quiz("07").questions
-             if q.auto_graded}
+    names = {
+        q.id: (q.function if q.kind is Kind.CODE else f"answer_{q.id}")
+        for q in load_quiz("07").questions
+        if q.auto_graded
+    }
     released = _release(nbformat.read(path, as_version=4))
     for cell in released.cells:
         meta = cell.metadata["kvcourse"]
         if meta["role"] == "answer":
-            cell.source = f"answer_{meta['question']} = 1" if meta["question"] != "formula_code" else \
-                "def kv_cache_bytes(*a):\n    return 0"
+            cell.source = (
+                f"answer_{meta['question']} = 1"
+                if meta["question"] != "formula_code"
+                else "def kv_cache_bytes(*a):\n    return 0"
+            )
         if meta["role"] == "free":
             cell.source = "My own words about the cache."
     return template, names, released
@@ -265,7 +291,11 @@ def _read(tmp_path: Path, content: bytes | str, template, names):
 def test_an_intact_notebook_is_read_without_notes(tmp_path, lesson07):
     template, names, released = lesson07
     sub, notes = _read(tmp_path, nbformat.writes(released), template, names)
-    assert notes == [] and set(sub.answers) == set(names) and sub.free == {"outgrow_weights": "My own words about the cache."}
+    assert (
+        notes == []
+        and set(sub.answers) == set(names)
+        and sub.free == {"outgrow_weights": "My own words about the cache."}
+    )
 
 
 @pytest.mark.parametrize("damage", ["metadata", "ids", "both", "order", "deleted", "comma", "truncated", "v3"])
@@ -286,12 +316,23 @@ def test_answers_are_recovered_from_a_damaged_notebook(tmp_path, lesson07, damag
     text = json.dumps(nb)
     if damage == "comma":
         comma = text.index("}, {", len(text) // 2)
-        text = text[:comma + 1] + text[comma + 2:]
+        text = text[: comma + 1] + text[comma + 2 :]
     if damage == "truncated":
         text = text[: int(len(text) * 0.9)]
     if damage == "v3":
-        text = json.dumps({"nbformat": 3, "worksheets": [{"cells": [
-            {"cell_type": c.cell_type, "input" if c.cell_type == "code" else "source": c.source} for c in nb.cells]}]})
+        text = json.dumps(
+            {
+                "nbformat": 3,
+                "worksheets": [
+                    {
+                        "cells": [
+                            {"cell_type": c.cell_type, "input" if c.cell_type == "code" else "source": c.source}
+                            for c in nb.cells
+                        ]
+                    }
+                ],
+            }
+        )
     sub, notes = _read(tmp_path, text, template, names)
     if damage == "truncated":  # the cells before the cut
         assert len(sub.answers) >= 3 and set(sub.answers) <= set(names) and "not valid JSON" in notes[0]
@@ -300,10 +341,17 @@ def test_answers_are_recovered_from_a_damaged_notebook(tmp_path, lesson07, damag
     assert sub.free == {"outgrow_weights": "My own words about the cache."}, (damage, notes)
 
 
-@pytest.mark.parametrize("content, reason", [
-    (b"", "invalid JSON"), (b"{not json", "invalid JSON"), (b"\xff\xfe\x00", "not UTF-8"),
-    (b"[1, 2]", "no list of cells"), (b'{"cells": 3}', "no list of cells"), (b"[" * 100_000, "invalid JSON"),
-])
+@pytest.mark.parametrize(
+    "content, reason",
+    [
+        (b"", "invalid JSON"),
+        (b"{not json", "invalid JSON"),
+        (b"\xff\xfe\x00", "not UTF-8"),
+        (b"[1, 2]", "no list of cells"),
+        (b'{"cells": 3}', "no list of cells"),
+        (b"[" * 100_000, "invalid JSON"),
+    ],
+)
 def test_an_unreadable_notebook_gets_a_one_line_reason(tmp_path, lesson07, content, reason):
     template, names, _ = lesson07
     with pytest.raises(NotGradable, match=reason):
@@ -353,7 +401,7 @@ def test_hidden_cases_are_drawn_per_student_from_the_secret():
     public = [tuple(case) for case in q.cases]
     alice, bob = code_cases(q, COURSE, "alice"), code_cases(q, COURSE, "bob")
     assert alice[: len(public)] == public and len(alice) == len(public) + 3
-    assert alice != bob and not set(map(repr, alice[len(public):])) & set(map(repr, public))
+    assert alice != bob and not set(map(repr, alice[len(public) :])) & set(map(repr, public))
     other = Course(COURSE.directory, "kvtest", SALT, "cd" * 32, COURSE.exchange)
     assert code_cases(q, other, "alice") != alice  # another course's secret, other cases
 
@@ -376,15 +424,17 @@ def test_the_sandbox_hides_a_course_even_inside_the_repository(tmp_path):
         (Path(course) / "gradebook.db").write_text("secret")
         copy = tmp_path / "copy"
         copy.mkdir()
-        probe = ("import os, socket, sys\n"
-                 "def tries(f):\n    try:\n        f(); return 'open'\n    except Exception as e:\n"
-                 "        return type(e).__name__\n"
-                 f"print(tries(lambda: open({course + '/gradebook.db'!r}).read()))\n"
-                 f"print(sorted(os.listdir({str(quizzes_dir())!r})))\n"
-                 f"print(tries(lambda: open({str(repo / 'README.md')!r}, 'a')))\n"
-                 "print(tries(lambda: socket.create_connection(('1.1.1.1', 53), timeout=2)))\n"
-                 "open('/grading/written', 'w').write('ok')\nopen('/grading/out.ipynb', 'w').write('ok')\n"
-                 "import kvcourse.kernels.costs\nprint(tries(lambda: __import__('kvcourse.quizzes.sealing')))\n")
+        probe = (
+            "import os, socket, sys\n"
+            "def tries(f):\n    try:\n        f(); return 'open'\n    except Exception as e:\n"
+            "        return type(e).__name__\n"
+            f"print(tries(lambda: open({course + '/gradebook.db'!r}).read()))\n"
+            f"print(sorted(os.listdir({str(quizzes_dir())!r})))\n"
+            f"print(tries(lambda: open({str(repo / 'README.md')!r}, 'a')))\n"
+            "print(tries(lambda: socket.create_connection(('1.1.1.1', 53), timeout=2)))\n"
+            "open('/grading/written', 'w').write('ok')\nopen('/grading/out.ipynb', 'w').write('ok')\n"
+            "import kvcourse.kernels.costs\nprint(tries(lambda: __import__('kvcourse.quizzes.sealing')))\n"
+        )
         cmd = bwrap_command(copy, [Path(course)], [sys.executable, "-c", probe], environment("s1", "/tmp", "/tmp"))
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         lines = done.stdout.split("\n")
@@ -429,7 +479,9 @@ def test_a_machine_that_cannot_run_a_notebook_grades_nobody(monkeypatch):
     from kvcourse.quizzes.grading import sandbox
 
     monkeypatch.setattr(sandbox, "_PREFLIGHT_PASSED", set())
-    monkeypatch.setattr(sandbox, "run_submission", lambda *a, **k: sandbox.Run(0.1, 1, "bwrap: setting up uid map: boom"))
+    monkeypatch.setattr(
+        sandbox, "run_submission", lambda *a, **k: sandbox.Run(0.1, 1, "bwrap: setting up uid map: boom")
+    )
     with pytest.raises(RuntimeError, match="boom.*nothing was graded"):
         sandbox.preflight(Limits())
 
@@ -447,8 +499,13 @@ def test_the_graded_folder_keeps_what_release_feedback_needs(tmp_path: Path):
     submitted, graded = tmp_path / "submitted", tmp_path / "graded"
     (submitted / "data").mkdir(parents=True)
     (submitted / ".ipynb_checkpoints").mkdir()
-    for name, text in {"timestamp.txt": "2026-12-01 10:00:00", "submission_secret.txt": "s3cret",
-                       "data/table.csv": "a,b", "lesson07.ipynb": "{}", ".ipynb_checkpoints/x.txt": "old"}.items():
+    for name, text in {
+        "timestamp.txt": "2026-12-01 10:00:00",
+        "submission_secret.txt": "s3cret",
+        "data/table.csv": "a,b",
+        "lesson07.ipynb": "{}",
+        ".ipynb_checkpoints/x.txt": "old",
+    }.items():
         (submitted / name).write_text(text)
     outside = tmp_path / "instructor_secret.txt"
     outside.write_text("never copy me")

@@ -37,9 +37,9 @@ from kvcourse.quizzes.grading.sandbox import bwrap_path
 
 # Underscores never occur in base64, so a name found in the page is a name, not a piece of the figure.
 STUDENTS = [f"kv_student_{i:02d}" for i in range(10)]
-HALF_KV = STUDENTS[:8]           # cache_bytes_param: answer / 2 (keys or values, not both)
-WRONG_OPTION = STUDENTS[2:6]     # main_cost: (a), the arithmetic, instead of (b), the memory
-TWICE = STUDENTS[9:]             # per_token_gqa: answer * 2, no planted mistake: a factor of 2 too many
+HALF_KV = STUDENTS[:8]  # cache_bytes_param: answer / 2 (keys or values, not both)
+WRONG_OPTION = STUDENTS[2:6]  # main_cost: (a), the arithmetic, instead of (b), the memory
+TWICE = STUDENTS[9:]  # per_token_gqa: answer * 2, no planted mistake: a factor of 2 too many
 SANDBOX = needs("needs bubblewrap (apt-get install bubblewrap)" if bwrap_path() is None else None)
 
 
@@ -48,8 +48,14 @@ def _grade_the_class(tmp: Path) -> dict:
     course_dir = tmp / "course"
     with contextlib.redirect_stdout(io.StringIO()):
         assert main(["grade", "init", str(course_dir), "--lessons", "07", "--exchange", str(tmp / "exchange")]) == 0
-    done = subprocess.run([NBGRADER, "generate_assignment", ASSIGNMENT], cwd=course_dir, env=nbgrader_env(tmp),
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [NBGRADER, "generate_assignment", ASSIGNMENT],
+        cwd=course_dir,
+        env=nbgrader_env(tmp),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     course = Course.load(course_dir)
     quiz = load_quiz("07")
@@ -83,9 +89,11 @@ def test_the_report_names_the_planted_misconception_first(graded, capsys):
     assert main(["grade", "report", ASSIGNMENT, "--course", str(course_dir)]) == 0
     out = capsys.readouterr().out
     lines = out.splitlines()
-    assert lines[1].startswith("Most common misconception: cache_bytes_param x1/2, 80% of the class: "
-                               "You counted a key or a value per head, not both"), out
-    ranked = lines[lines.index("Misconceptions, most common first") + 2:]
+    assert lines[1].startswith(
+        "Most common misconception: cache_bytes_param x1/2, 80% of the class: "
+        "You counted a key or a value per head, not both"
+    ), out
+    ranked = lines[lines.index("Misconceptions, most common first") + 2 :]
     assert ranked[0].split()[:4] == ["1", "80%", "cache_bytes_param", "x1/2"], out
     assert ranked[1].split()[:4] == ["2", "40%", "main_cost", "(a)"], out
     assert ranked[2].split()[:4] == ["3", "10%", "per_token_gqa", "x2"] and "2 (keys and values" in ranked[2], out
@@ -126,8 +134,11 @@ def test_the_page_lives_under_instructor_renders_and_names_no_student(graded, tm
     elsewhere = tmp_path / "reports" / "lesson07.html"
     assert main(["grade", "report", ASSIGNMENT, "--course", str(course_dir)]) == 0
     assert main(["grade", "report", ASSIGNMENT, "--course", str(course_dir), "--html", str(elsewhere)]) == 0
-    for refused in (course_dir / "release" / "report.html", course_dir / "feedback" / "r.html",
-                    Path(Course.load(course_dir).exchange) / "r.html"):
+    for refused in (
+        course_dir / "release" / "report.html",
+        course_dir / "feedback" / "r.html",
+        Path(Course.load(course_dir).exchange) / "r.html",
+    ):
         assert main(["grade", "report", ASSIGNMENT, "--course", str(course_dir), "--html", str(refused)]) == 2
         assert "never where students may see it" in capsys.readouterr().err
         assert not refused.exists()
@@ -193,19 +204,36 @@ def test_findings_are_ranked_by_share_of_the_class(course):
     for i, student in enumerate(STUDENTS):
         right = expected_answer(cache, course, student)
         graded[student] = _entry(
-            {"main_cost": "a" if i < 3 else "c" if i < 5 else "b",
-             "users_to_outweigh_13b": 16 if i < 6 else 15 if i < 7 else 8,
-             "cache_bytes_param": right / 2 if i < 4 else right},
-            {"main_cost": "Right: (b)." if i >= 5 else "Not.", "users_to_outweigh_13b": "x" if i < 7 else "Right",
-             "cache_bytes_param": "x" if i < 4 else "Right", "per_token_gqa": "No answer: not defined.",
-             "formula_code": "Right: all 8 test cases pass." if i % 2 else "3 of 8 test cases pass; ...",
-             "outgrow_weights": "Written: graded by hand." if i < 9 else "No response."},
-            {"main_cost": float(i >= 5), "users_to_outweigh_13b": float(i >= 7), "cache_bytes_param": 2.0 * (i >= 4),
-             "per_token_gqa": 0.0, "formula_code": 2.0 * (i % 2), "outgrow_weights": None if i < 9 else 0.0})
+            {
+                "main_cost": "a" if i < 3 else "c" if i < 5 else "b",
+                "users_to_outweigh_13b": 16 if i < 6 else 15 if i < 7 else 8,
+                "cache_bytes_param": right / 2 if i < 4 else right,
+            },
+            {
+                "main_cost": "Right: (b)." if i >= 5 else "Not.",
+                "users_to_outweigh_13b": "x" if i < 7 else "Right",
+                "cache_bytes_param": "x" if i < 4 else "Right",
+                "per_token_gqa": "No answer: not defined.",
+                "formula_code": "Right: all 8 test cases pass." if i % 2 else "3 of 8 test cases pass; ...",
+                "outgrow_weights": "Written: graded by hand." if i < 9 else "No response.",
+            },
+            {
+                "main_cost": float(i >= 5),
+                "users_to_outweigh_13b": float(i >= 7),
+                "cache_bytes_param": 2.0 * (i >= 4),
+                "per_token_gqa": 0.0,
+                "formula_code": 2.0 * (i % 2),
+                "outgrow_weights": None if i < 9 else 0.0,
+            },
+        )
     report = analyse(quiz, "lesson07", graded, course)
     ranked = [(f.question, f.answer, f.count) for f in report.findings]
-    assert ranked == [("users_to_outweigh_13b", "16, 15 (x2, x1.88)", 7), ("cache_bytes_param", "x1/2", 4),
-                      ("main_cost", "(a)", 3), ("main_cost", "(c)", 2)]
+    assert ranked == [
+        ("users_to_outweigh_13b", "16, 15 (x2, x1.88)", 7),
+        ("cache_bytes_param", "x1/2", 4),
+        ("main_cost", "(a)", 3),
+        ("main_cost", "(c)", 2),
+    ]
     assert report.findings[0].share == 0.7
     text = render_text(report)
     assert "per_token_gqa (param, 2 points): 0 of 10 right" in text and "no answer  100%" in text
@@ -218,11 +246,21 @@ def test_findings_are_ranked_by_share_of_the_class(course):
 def test_a_status_file_written_before_the_report_still_loads(course, capsys):
     path = status_path(course, "lesson07")
     path.parent.mkdir(parents=True)
-    old = {"status": "graded", "verdicts": {"main_cost": "Not (c).", "per_token_gqa": "Not within the tolerance",
-                                            "users_to_outweigh_13b": "Right: 8.", "formula_code": "Right: all 8.",
-                                            "cache_bytes_param": "Unreadable answer: 'abc'.",
-                                            "outgrow_weights": "No response."},
-           "notes": [], "reason": "", "score": 3.0, "seconds": 1.0}
+    old = {
+        "status": "graded",
+        "verdicts": {
+            "main_cost": "Not (c).",
+            "per_token_gqa": "Not within the tolerance",
+            "users_to_outweigh_13b": "Right: 8.",
+            "formula_code": "Right: all 8.",
+            "cache_bytes_param": "Unreadable answer: 'abc'.",
+            "outgrow_weights": "No response.",
+        },
+        "notes": [],
+        "reason": "",
+        "score": 3.0,
+        "seconds": 1.0,
+    }
     path.write_text(json.dumps({"kv_student_00": old, "kv_student_01": {"status": "not graded", "reason": "empty"}}))
     assert main(["grade", "report", "lesson07", "--course", str(course.directory)]) == 0
     out = capsys.readouterr().out
@@ -231,13 +269,16 @@ def test_a_status_file_written_before_the_report_still_loads(course, capsys):
     assert "wrong (its answer was not kept: autograde again to see it)" in out
 
 
-@pytest.mark.parametrize("case, message", [
-    ("lesson05", "no assignment lesson05 in"),
-    ("lesson99x", "is not an assignment of this course"),
-    ("lesson06", "nothing graded yet for lesson06: run `kvcourse grade autograde lesson06` first"),
-    ("damaged", "the status file"),
-    ("all_failed", "nothing graded yet for lesson07 (1 could not be graded"),
-])
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("lesson05", "no assignment lesson05 in"),
+        ("lesson99x", "is not an assignment of this course"),
+        ("lesson06", "nothing graded yet for lesson06: run `kvcourse grade autograde lesson06` first"),
+        ("damaged", "the status file"),
+        ("all_failed", "nothing graded yet for lesson07 (1 could not be graded"),
+    ],
+)
 def test_one_clear_line_when_there_is_no_report(course, capsys, case, message):
     assignment = {"damaged": "lesson07", "all_failed": "lesson07"}.get(case, case)
     path = status_path(course, "lesson07")
@@ -257,14 +298,18 @@ def test_lab_scores_and_the_rule_broken_most_often():
     lab = next(q for q in load_quiz("18").questions if q.kind.value == "lab")
 
     def traces(*failing: tuple[str, str]) -> dict:
-        rows = [{"name": name, "public": name.startswith("public"), "score": 0.5, "kind": kind, "reason": "..."}
-                for name, kind in failing]
+        rows = [
+            {"name": name, "public": name.startswith("public"), "score": 0.5, "kind": kind, "reason": "..."}
+            for name, kind in failing
+        ]
         return {"traces": rows + [{"name": "public-ok", "public": True, "score": 1.0, "kind": "", "reason": ""}]}
 
-    answers = [Answer("a", None, False, 2.0, "Right", traces(), 2.0),
-               Answer("b", None, False, 1.0, "x", traces(("hidden-3", "leak"), ("public-1", "leak")), 2.0),
-               Answer("c", None, False, 1.5, "x", traces(("hidden-3", "leak")), 2.0),
-               Answer("d", None, False, 0.0, "x", traces(("public-1", "over budget")), 2.0)]
+    answers = [
+        Answer("a", None, False, 2.0, "Right", traces(), 2.0),
+        Answer("b", None, False, 1.0, "x", traces(("hidden-3", "leak"), ("public-1", "leak")), 2.0),
+        Answer("c", None, False, 1.5, "x", traces(("hidden-3", "leak")), 2.0),
+        Answer("d", None, False, 0.0, "x", traces(("public-1", "over budget")), 2.0),
+    ]
     report = _lab(lab, answers, 4)
     assert report.summary == "mean score 56%, 1 of 4 full marks; the rule broken most often: leak"
     rows = {r.answer: r.count for r in report.rows}
@@ -274,9 +319,15 @@ def test_lab_scores_and_the_rule_broken_most_often():
 
 
 def test_what_the_status_file_keeps():
-    records = {"c": {"q": "c", "value": "b"}, "n": {"q": "n", "value": 8}, "f": {"q": "f", "calls": [{"ok": 1}]},
-               "m": {"q": "m", "missing": "answer_m"}, "u": {"q": "u", "value": {"unreadable": "a set"}},
-               "long": {"q": "long", "value": "9" * 5000}, "forged": {"q": "forged", "value": "a"}}
+    records = {
+        "c": {"q": "c", "value": "b"},
+        "n": {"q": "n", "value": 8},
+        "f": {"q": "f", "calls": [{"ok": 1}]},
+        "m": {"q": "m", "missing": "answer_m"},
+        "u": {"q": "u", "value": {"unreadable": "a set"}},
+        "long": {"q": "long", "value": "9" * 5000},
+        "forged": {"q": "forged", "value": "a"},
+    }
     kept = kept_answers(records, ["c", "n", "f", "m", "u", "long", "absent"])
     assert kept == {"c": "b", "n": 8, "long": "9" * 200}
     assert plain_details(Decision(1.0, 1.0, "Right")) is None  # a Decision without details keeps none
@@ -292,5 +343,7 @@ def test_the_guide_shows_the_report_command():
 
     guide = (REPO_ROOT / "quizzes" / "INSTRUCTORS.md").read_text()
     assert "## What the class got wrong" in guide
-    shown = [shlex.split(line.split(" #")[0]) for line in guide.splitlines() if line.startswith("kvcourse grade report")]
+    shown = [
+        shlex.split(line.split(" #")[0]) for line in guide.splitlines() if line.startswith("kvcourse grade report")
+    ]
     assert shown and all(words[:3] == ["kvcourse", "grade", "report"] for words in shown)

@@ -39,8 +39,16 @@ def _commands(tool: str) -> list[str]:
 
 def test_the_guide_shows_the_whole_sequence():
     shown = {shlex.split(c)[1] for c in _commands("nbgrader")}
-    assert {"generate_assignment", "release_assignment", "fetch_assignment", "submit", "collect",
-            "generate_feedback", "release_feedback", "fetch_feedback"} <= shown
+    assert {
+        "generate_assignment",
+        "release_assignment",
+        "fetch_assignment",
+        "submit",
+        "collect",
+        "generate_feedback",
+        "release_feedback",
+        "fetch_feedback",
+    } <= shown
 
 
 @pytest.mark.parametrize("command", _commands("nbgrader"))

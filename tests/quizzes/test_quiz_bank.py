@@ -69,8 +69,9 @@ def test_shipped_bank_is_sealed_and_shows_no_answer():
         assert "[question.secret]" not in text and "secret =" not in text
         for q in quiz.questions:
             if q.kind is Kind.NUMERIC:
-                assert not re.search(rf"\b{int(q.answer)}\b", text.replace(",", "")) or \
-                    str(int(q.answer)) in q.prompt.replace(",", ""), q.id
+                assert not re.search(rf"\b{int(q.answer)}\b", text.replace(",", "")) or str(
+                    int(q.answer)
+                ) in q.prompt.replace(",", ""), q.id
             for secret in [*q.explanations.values(), q.model_answer, q.solution, q.explanation]:
                 if secret.strip():
                     assert secret.strip() not in text, q.id
@@ -93,7 +94,7 @@ def test_authoring_round_trip_keeps_questions():
     assert parse_quiz(again, "again") == parse_quiz(text, source)
 
 
-BAD = '''
+BAD = """
 lesson = "07"
 [[question]]
 id = "q1"
@@ -103,24 +104,38 @@ options = ["x", "y"]
 [question.secret]
 correct = "b"
 why = { a = "because a is wrong here" }
-'''
+"""
 
 
-@pytest.mark.parametrize("text, message", [
-    (BAD, r"bank/07.toml, question 'q1': every option needs an explanation"),
-    (BAD.replace('correct = "b"', 'correct = "c"'), r"question 'q1': correct must be one of"),
-    (BAD.replace('kind = "choice"', 'kind = "essay"'), r"question 'q1': kind must be one of"),
-    (BAD.replace('prompt = "Pick one"', 'prompt = "Pick"\ncolour = "red"'), r"question 'q1': unknown fields \['colour'\]"),
-    (BAD.replace('lesson = "07"', 'lesson = 7'), r"bank/07.toml: needs lesson"),
-    (BAD.replace('id = "q1"', 'id = "Q 1"'), r"question 'Q 1': id must be"),
-    ('lesson = "07"\n[[question]]\nid = "n"\nkind = "numeric"\nprompt = "p"\n[question.secret]\n'
-     'answer = "lots"\nexplanation = "e"', r"question 'n': answer must be a finite number"),
-    ('lesson = "07"\n[[question]]\nid = "p"\nkind = "param"\nprompt = "p"\nformula = "kv_cache_bytes"\n'
-     'params = { model = ["llama-2-7b"] }\n[question.secret]\nexplanation = "e"', r"question 'p': formula 'kv_cache_bytes' takes params"),
-    ('lesson = "07"\n[[question]]\nid = "s"\nkind = "free"\nprompt = "p"\nsealed = "bm9wZQ=="',
-     r"question 's': the sealed answer"),
-    ("lesson = [", r"bank/07.toml: not valid TOML"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (BAD, r"bank/07.toml, question 'q1': every option needs an explanation"),
+        (BAD.replace('correct = "b"', 'correct = "c"'), r"question 'q1': correct must be one of"),
+        (BAD.replace('kind = "choice"', 'kind = "essay"'), r"question 'q1': kind must be one of"),
+        (
+            BAD.replace('prompt = "Pick one"', 'prompt = "Pick"\ncolour = "red"'),
+            r"question 'q1': unknown fields \['colour'\]",
+        ),
+        (BAD.replace('lesson = "07"', "lesson = 7"), r"bank/07.toml: needs lesson"),
+        (BAD.replace('id = "q1"', 'id = "Q 1"'), r"question 'Q 1': id must be"),
+        (
+            'lesson = "07"\n[[question]]\nid = "n"\nkind = "numeric"\nprompt = "p"\n[question.secret]\n'
+            'answer = "lots"\nexplanation = "e"',
+            r"question 'n': answer must be a finite number",
+        ),
+        (
+            'lesson = "07"\n[[question]]\nid = "p"\nkind = "param"\nprompt = "p"\nformula = "kv_cache_bytes"\n'
+            'params = { model = ["llama-2-7b"] }\n[question.secret]\nexplanation = "e"',
+            r"question 'p': formula 'kv_cache_bytes' takes params",
+        ),
+        (
+            'lesson = "07"\n[[question]]\nid = "s"\nkind = "free"\nprompt = "p"\nsealed = "bm9wZQ=="',
+            r"question 's': the sealed answer",
+        ),
+        ("lesson = [", r"bank/07.toml: not valid TOML"),
+    ],
+)
 def test_malformed_bank_errors_name_file_and_question(text, message):
     with pytest.raises(ValueError, match=message):
         parse_quiz(text, "quizzes/bank/07.toml")
@@ -134,8 +149,10 @@ def test_lesson_00_and_09_apply_ideas_with_numbers_the_engine_agrees_with():
     assert [q.id for q in quiz00.questions] == ["num_layers", "token_kv_bytes", "embedding_bytes"]
     assert quiz00.question("token_kv_bytes").answer == costs.kv_bytes_per_token(smol, 4)
     assert quiz00.question("embedding_bytes").answer == smol.vocab_size * smol.hidden_size * 4
-    for q, answers in [(quiz00.question("token_kv_bytes"), ["45 KiB", "46 kB", "46080"]),
-                       (quiz00.question("embedding_bytes"), ["113 MB", "108 MiB"])]:
+    for q, answers in [
+        (quiz00.question("token_kv_bytes"), ["45 KiB", "46 kB", "46080"]),
+        (quiz00.question("embedding_bytes"), ["113 MB", "108 MiB"]),
+    ]:
         assert q.unit == "bytes" and all(check(q, a).passed for a in answers), q.id
     pool = quiz09.question("pool_utilisation")
     assert pool.unit == "percent" and pool.answer == pytest.approx(100 * (300 + 700 + 500 + 1200) / 10240)

@@ -14,24 +14,49 @@ from kvcourse.quizzes.formulas import draw_params
 from kvcourse.quizzes.units import AnswerFormatError, parse_quantity
 
 
-@pytest.mark.parametrize("text, unit, value", [
-    ("819200", "bytes", 819200), ("819,200", "bytes", 819200), ("819_200", "bytes", 819200),
-    ("8.192e5", "bytes", 819200), ("819200 bytes", "bytes", 819200), ("0.8 MB", "bytes", 800000),
-    ("0.8 mb", "bytes", 800000), ("800 KiB", "bytes", 819200), ("3.2 GB", "bytes", 3.2e9),
-    ("1 TiB", "bytes", 2**40), ("100 million", "count", 1e8), ("4k", "count", 4000),
-    ("512 tokens", "count", 512), ("2 billion parameters", "count", 2e9), ("25%", "percent", 25),
-    ("4x", "ratio", 4), ("500 ms", "seconds", 0.5), (819200, "bytes", 819200), (2.5, "ratio", 2.5),
-])
+@pytest.mark.parametrize(
+    "text, unit, value",
+    [
+        ("819200", "bytes", 819200),
+        ("819,200", "bytes", 819200),
+        ("819_200", "bytes", 819200),
+        ("8.192e5", "bytes", 819200),
+        ("819200 bytes", "bytes", 819200),
+        ("0.8 MB", "bytes", 800000),
+        ("0.8 mb", "bytes", 800000),
+        ("800 KiB", "bytes", 819200),
+        ("3.2 GB", "bytes", 3.2e9),
+        ("1 TiB", "bytes", 2**40),
+        ("100 million", "count", 1e8),
+        ("4k", "count", 4000),
+        ("512 tokens", "count", 512),
+        ("2 billion parameters", "count", 2e9),
+        ("25%", "percent", 25),
+        ("4x", "ratio", 4),
+        ("500 ms", "seconds", 0.5),
+        (819200, "bytes", 819200),
+        (2.5, "ratio", 2.5),
+    ],
+)
 def test_units_rule(text, unit, value):
     assert math.isclose(parse_quantity(text, unit), value)
 
 
-@pytest.mark.parametrize("text, unit, message", [
-    ("abc", "bytes", "could not read a number"), ("3 GB", "count", "in bytes, but this question wants"),
-    ("1,5", "bytes", "commas may only separate thousands"), ("5 furlongs", "bytes", "unknown unit"),
-    (None, "bytes", "expected"), (True, "count", "expected"), ([1, 2], "bytes", "got a list"),
-    (float("nan"), "bytes", "finite"), ("inf", "bytes", "could not read"), ("2 Mb s", "bytes", "unknown unit"),
-])
+@pytest.mark.parametrize(
+    "text, unit, message",
+    [
+        ("abc", "bytes", "could not read a number"),
+        ("3 GB", "count", "in bytes, but this question wants"),
+        ("1,5", "bytes", "commas may only separate thousands"),
+        ("5 furlongs", "bytes", "unknown unit"),
+        (None, "bytes", "expected"),
+        (True, "count", "expected"),
+        ([1, 2], "bytes", "got a list"),
+        (float("nan"), "bytes", "finite"),
+        ("inf", "bytes", "could not read"),
+        ("2 Mb s", "bytes", "unknown unit"),
+    ],
+)
 def test_malformed_numbers_raise_a_format_error(text, unit, message):
     with pytest.raises(AnswerFormatError, match=message):
         parse_quantity(text, unit)

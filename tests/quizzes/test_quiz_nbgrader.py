@@ -87,11 +87,11 @@ def _alice(course: Course) -> dict[str, str]:  # everything right, with and with
 
 
 BOB = {  # one right, the rest wrong or malformed
-    "main_cost": 'answer_main_cost = "b"',                     # right: 1 point
-    "per_token_gqa": 'answer_per_token_gqa = "abc"',            # malformed: 0 (and bob deletes its test cell)
+    "main_cost": 'answer_main_cost = "b"',  # right: 1 point
+    "per_token_gqa": 'answer_per_token_gqa = "abc"',  # malformed: 0 (and bob deletes its test cell)
     "users_to_outweigh_13b": "answer_users_to_outweigh_13b = None",  # malformed: 0 (and bob edits its test cell)
     "cache_bytes_param": "answer_cache_bytes_param = 12345",
-    "formula_code": "    return 1 / 0",                        # raises: 0
+    "formula_code": "    return 1 / 0",  # raises: 0
 }
 FREE_TEXT = "Weights are stored once; the cache multiplies per-token bytes by tokens and by users."
 
@@ -102,8 +102,9 @@ def _as_student(env: dict, students: Path, name: str) -> dict[str, str]:
     return {**env, "JUPYTER_DATA_DIR": str(students / name / ".jupyter-data")}
 
 
-def _student_works(env, students: Path, name: str, answers: dict, tamper: bool, fetch: bool,
-                   shown_id: str | None = None) -> None:
+def _student_works(
+    env, students: Path, name: str, answers: dict, tamper: bool, fetch: bool, shown_id: str | None = None
+) -> None:
     env = _as_student(env, students, name)
     folder = students / name
     folder.mkdir(parents=True)
@@ -120,7 +121,9 @@ def _student_works(env, students: Path, name: str, answers: dict, tamper: bool, 
         _answer(nb, qid, code)
     _cell(nb, "free_outgrow_weights").source = FREE_TEXT
     if shown_id:  # the set-up cell as it printed when run under another login
-        _cell(nb, "setup").outputs = [nbformat.v4.new_output("stream", name="stdout", text=f"Your student id: {shown_id}\n")]
+        _cell(nb, "setup").outputs = [
+            nbformat.v4.new_output("stream", name="stdout", text=f"Your student id: {shown_id}\n")
+        ]
     if tamper:
         nb.cells.remove(_cell(nb, "test_per_token_gqa"))
         _cell(nb, "test_users_to_outweigh_13b").source = "pass  # nothing to see here"
@@ -149,8 +152,22 @@ def test_full_nbgrader_pipeline(tmp_path, capsys):
     course_dir, exchange, students = tmp_path / "course", tmp_path / "exchange", tmp_path / "students"
     exchange.mkdir()
     students.mkdir()
-    assert main(["grade", "init", str(course_dir), "--lessons", "07,18", "--course-id", "kvtest",
-                 "--exchange", str(exchange)]) == 0
+    assert (
+        main(
+            [
+                "grade",
+                "init",
+                str(course_dir),
+                "--lessons",
+                "07,18",
+                "--course-id",
+                "kvtest",
+                "--exchange",
+                str(exchange),
+            ]
+        )
+        == 0
+    )
     hint = capsys.readouterr().out.strip().splitlines()[-1].strip()
     assert hint.startswith("cd ") and "nbgrader generate_assignment lesson07" in hint
     assert "nbgrader generate_assignment lesson18" in hint
@@ -158,7 +175,8 @@ def test_full_nbgrader_pipeline(tmp_path, capsys):
     done = subprocess.run(["bash", "-c", hint], env=shell, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr  # the printed next step works as printed
     (students / "nbgrader_config.py").write_text(
-        f"c = get_config()\nc.CourseDirectory.course_id = 'kvtest'\nc.Exchange.root = {str(exchange)!r}\n")
+        f"c = get_config()\nc.CourseDirectory.course_id = 'kvtest'\nc.Exchange.root = {str(exchange)!r}\n"
+    )
     _nbgrader(env, course_dir, "release_assignment", "lesson07")
     _nbgrader(env, course_dir, "release_assignment", "lesson18")
     course = Course.load(course_dir)
@@ -168,8 +186,16 @@ def test_full_nbgrader_pipeline(tmp_path, capsys):
     assert len(shipped) == 2
     for path in shipped:
         text = path.read_text()
-        for secret in ("BEGIN SOLUTION", "answer_users_to_outweigh_13b = 8", "answer_main_cost = 'b'", course.secret,
-                       "expected_number", "from kvcourse", "num_tokens * num_users", "The weights are stored once"):
+        for secret in (
+            "BEGIN SOLUTION",
+            "answer_users_to_outweigh_13b = 8",
+            "answer_main_cost = 'b'",
+            course.secret,
+            "expected_number",
+            "from kvcourse",
+            "num_tokens * num_users",
+            "The weights are stored once",
+        ):
             assert secret not in text, f"{secret!r} leaked into {path}"
     assert not list(exchange.rglob("*.db")) and not list(exchange.rglob("course.json"))
     # The lab's: no solution, no hidden trace (they are drawn at grading time), only the lab's public check.
@@ -187,7 +213,9 @@ def test_full_nbgrader_pipeline(tmp_path, capsys):
     _student_does_the_lab(env, students, "alice")
     _nbgrader(env, course_dir, "collect", "lesson07")
     _nbgrader(env, course_dir, "collect", "lesson18")
-    out = _nbgrader(env, course_dir, "autograde", "lesson07", "--student=bob", ok=False)  # nbgrader's own: refused, with the reason
+    out = _nbgrader(
+        env, course_dir, "autograde", "lesson07", "--student=bob", ok=False
+    )  # nbgrader's own: refused, with the reason
     assert "kvcourse grade autograde" in out
     assert main(["grade", "autograde", "lesson07", "--course", str(course_dir)]) == 0
     log = capsys.readouterr().out

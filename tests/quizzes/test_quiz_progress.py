@@ -26,8 +26,9 @@ def _backups(path):
 
 
 @pytest.mark.parametrize("qid", ["users_to_outweigh_13b", "cache_bytes_param"])
-@pytest.mark.parametrize("answer", [10**400, -(10**5000), "9" * 400, "1e400"],
-                         ids=["10**400", "-10**5000", "400 nines", "1e400"])
+@pytest.mark.parametrize(
+    "answer", [10**400, -(10**5000), "9" * 400, "1e400"], ids=["10**400", "-10**5000", "400 nines", "1e400"]
+)
 def test_a_huge_number_gets_a_message(qid, answer):
     verdict = check_answer("07", qid, answer)
     assert not verdict.passed and verdict.malformed and len(verdict.message) < 300
@@ -47,9 +48,18 @@ def test_a_huge_string_is_not_echoed_whole():
     assert "ValueError" in verdict.message and len(verdict.message) < 400
 
 
-@pytest.mark.parametrize("content", [
-    "[]", '"text"', '{"version": 1, "lessons": []}', '{"lessons": {}}', '{"version": "1"}', "{not json", "\xff\xfe",
-])
+@pytest.mark.parametrize(
+    "content",
+    [
+        "[]",
+        '"text"',
+        '{"version": 1, "lessons": []}',
+        '{"lessons": {}}',
+        '{"version": "1"}',
+        "{not json",
+        "\xff\xfe",
+    ],
+)
 def test_a_file_of_the_wrong_shape_is_kept_aside_with_a_message(progress_file, content, capsys):
     progress_file.write_bytes(b"\xff\xfe" if content == "\xff\xfe" else content.encode())
     verdict = check_answer("07", "main_cost", "b")
@@ -61,10 +71,22 @@ def test_a_file_of_the_wrong_shape_is_kept_aside_with_a_message(progress_file, c
 
 
 def test_fields_of_the_wrong_type_are_salvaged_and_never_count_as_passed(progress_file, capsys):
-    progress_file.write_text(json.dumps({"version": 1, "seed": 12, "lessons": {
-        "07": {"main_cost": {"passed": "no", "attempts": "3"}, "formula_code": {"passed": True, "attempts": 2},
-               "per_token_gqa": "oops"},
-        "05": ["a list"]}}))
+    progress_file.write_text(
+        json.dumps(
+            {
+                "version": 1,
+                "seed": 12,
+                "lessons": {
+                    "07": {
+                        "main_cost": {"passed": "no", "attempts": "3"},
+                        "formula_code": {"passed": True, "attempts": 2},
+                        "per_token_gqa": "oops",
+                    },
+                    "05": ["a list"],
+                },
+            }
+        )
+    )
     progress = Progress()
     assert progress.passed("07") == {"formula_code"}  # "no" is not passed; the good record is kept
     assert progress.lesson("07")["main_cost"]["attempts"] == 0

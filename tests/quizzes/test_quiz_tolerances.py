@@ -20,12 +20,12 @@ NUMERIC = [q for quiz in load_all() for q in quiz.questions if q.kind in (Kind.N
 
 # Slips a learner makes that the bank does not plant as named mistakes, per question: each must be refused.
 SLIPS: dict[tuple[str, str], tuple[float, ...]] = {
-    ("03", "grid_cells"): (10_000 * 9_999,),            # every query but its own key
-    ("08", "users_fit"): (13.5, 13.69),                 # not rounded down to whole conversations
-    ("09", "used_share"): (97.5 / 10.72, 98 / 10.72),   # one token short per step; first and last only
-    ("12", "shared_blocks"): (186.5, 3 * 62.5),         # the part-full block counted as a fraction
-    ("13", "full_blocks"): (62.5, 63),                  # 1000 / 16 not rounded down, or rounded up
-    ("15", "shared_prompt_window"): (3_500, 3_489),     # not a whole number of blocks
+    ("03", "grid_cells"): (10_000 * 9_999,),  # every query but its own key
+    ("08", "users_fit"): (13.5, 13.69),  # not rounded down to whole conversations
+    ("09", "used_share"): (97.5 / 10.72, 98 / 10.72),  # one token short per step; first and last only
+    ("12", "shared_blocks"): (186.5, 3 * 62.5),  # the part-full block counted as a fraction
+    ("13", "full_blocks"): (62.5, 63),  # 1000 / 16 not rounded down, or rounded up
+    ("15", "shared_prompt_window"): (3_500, 3_489),  # not a whole number of blocks
 }
 
 
@@ -34,7 +34,9 @@ def _draws(question: Question) -> list[dict]:
     if question.kind is Kind.NUMERIC:
         return [{}]
     names = [name for name, _ in question.params]
-    return [dict(zip(names, combo, strict=True)) for combo in itertools.product(*(values for _, values in question.params))]
+    return [
+        dict(zip(names, combo, strict=True)) for combo in itertools.product(*(values for _, values in question.params))
+    ]
 
 
 def _cases() -> list[tuple[Question, dict]]:
@@ -61,9 +63,11 @@ def _wrong_values(question: Question, values: dict, answer: float) -> list[float
 @pytest.fixture
 def drawn(monkeypatch):
     """Make both the widget and grading draw the given values, whatever the seed."""
+
     def use(values: dict) -> None:
         for module in (checking, grading):
             monkeypatch.setattr(module, "draw_params", lambda question, seed: dict(values))
+
     return use
 
 
@@ -117,5 +121,15 @@ def test_whole_number_counts_say_so():
 
 def test_exact_tolerance_only_for_whole_counts():
     with pytest.raises(ValueError, match="only a count of whole things"):
-        Question(lesson="99", id="share", kind=Kind.NUMERIC, prompt="What share?", points=1, answer=9.2,
-                 unit="percent", rel_tol=0.0, abs_tol=0.0, explanation="Worked.")
+        Question(
+            lesson="99",
+            id="share",
+            kind=Kind.NUMERIC,
+            prompt="What share?",
+            points=1,
+            answer=9.2,
+            unit="percent",
+            rel_tol=0.0,
+            abs_tol=0.0,
+            explanation="Worked.",
+        )

@@ -45,8 +45,11 @@ def test_choice_wrong_then_reveal_then_right(progress_in_tmp):
     item.input.value = "a"
     item.check_button.click()
     assert "Not (a)" in item.feedback.value
-    assert _saved(progress_in_tmp)["07"]["main_cost"] == {**_saved(progress_in_tmp)["07"]["main_cost"],
-                                                          "passed": False, "attempts": 1}
+    assert _saved(progress_in_tmp)["07"]["main_cost"] == {
+        **_saved(progress_in_tmp)["07"]["main_cost"],
+        "passed": False,
+        "attempts": 1,
+    }
     assert item.reveal_button.layout.display is None  # offered only now
     item.reveal_button.click()
     assert "The answer is (b)" in item.feedback.value

@@ -53,8 +53,16 @@ def run_cells(lesson: str, *sources: str, **names) -> tuple[dict, str]:
     def expect(condition, sentence):
         assert condition, sentence
 
-    namespace = dict(workload=workload, replace=replace, dataclasses=dataclasses, headless=lambda: True,
-                     predict=lambda *a, **k: None, reveal=lambda *a, **k: None, expect=expect, **names)
+    namespace = dict(
+        workload=workload,
+        replace=replace,
+        dataclasses=dataclasses,
+        headless=lambda: True,
+        predict=lambda *a, **k: None,
+        reveal=lambda *a, **k: None,
+        expect=expect,
+        **names,
+    )
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         for source in sources:
@@ -67,13 +75,17 @@ def shared_trace_figures() -> dict[str, tuple]:
     """(reservation report, paging report) as lessons 09, 11 and 16 compute them; 09 replays reservation only."""
     lesson_09, _ = run_cells("09", "09-06", "09-09", "09-10", simulate_reservation=simulate_reservation)
     assert "block_size = 16" in cells("11")["11-03"]
-    lesson_11, printed_11 = run_cells("11", "11-11", "11-12", block_size=16, PagingSim=PagingSim,
-                                      PagingConfig=PagingConfig)
-    lesson_16, printed_16 = run_cells("16", "16-26", simulate_paging=simulate_paging,
-                                      simulate_reservation=simulate_reservation)
-    return {"09": (lesson_09["report"], None, ""),
-            "11": (lesson_11["reservation"], lesson_11["paging"], printed_11),
-            "16": (lesson_16["reserved"], lesson_16["paged"], printed_16)}
+    lesson_11, printed_11 = run_cells(
+        "11", "11-11", "11-12", block_size=16, PagingSim=PagingSim, PagingConfig=PagingConfig
+    )
+    lesson_16, printed_16 = run_cells(
+        "16", "16-26", simulate_paging=simulate_paging, simulate_reservation=simulate_reservation
+    )
+    return {
+        "09": (lesson_09["report"], None, ""),
+        "11": (lesson_11["reservation"], lesson_11["paging"], printed_11),
+        "16": (lesson_16["reserved"], lesson_16["paged"], printed_16),
+    }
 
 
 def test_lessons_09_11_and_16_replay_the_same_trace_to_the_same_figures(shared_trace_figures):
@@ -117,14 +129,24 @@ def test_lesson_14_s_replay_exercise_prints_what_its_engine_served():
         return {"input_ids": list(range(3, 90))}
 
     snippets: list[str] = []  # the exercise's solution code, as solution() receives it
-    names = dict(quick=True, tokenizer=tokenizer, model=model, LLMEngine=LLMEngine, EngineConfig=EngineConfig,
-                 TraceServer=TraceServer, serve_interleaved=serve_interleaved, trace_prompts=trace_prompts,
-                 reservation_start_steps=reservation_start_steps, stream=stream,
-                 solution=lambda *a, code="", **k: snippets.append(code))
+    names = dict(
+        quick=True,
+        tokenizer=tokenizer,
+        model=model,
+        LLMEngine=LLMEngine,
+        EngineConfig=EngineConfig,
+        TraceServer=TraceServer,
+        serve_interleaved=serve_interleaved,
+        trace_prompts=trace_prompts,
+        reservation_start_steps=reservation_start_steps,
+        stream=stream,
+        solution=lambda *a, code="", **k: snippets.append(code),
+    )
     namespace, printed = run_cells("14", "\n".join(setup), "14-14", "14-15", "14-27", **names)
     assert len(snippets) == 1 and "PagingReplay(t, pool_blocks, block_size)" in snippets[0]
-    _, exercise = run_cells("14", snippets[0], **{k: namespace[k] for k in ("trace", "trace_config", "pool_blocks",
-                                                                            "block_size")})
+    _, exercise = run_cells(
+        "14", snippets[0], **{k: namespace[k] for k in ("trace", "trace_config", "pool_blocks", "block_size")}
+    )
     paged, reserved = namespace["paged"], namespace["reserved"]
     served = next(line for line in exercise.splitlines() if line.startswith("limit as served"))
     assert served == f"limit as served: reservation {reserved.mean_batch:.1f}, paging {paged.mean_batch:.1f} per step"

@@ -42,8 +42,9 @@ def _arrows(ax) -> list[ConnectionPatch]:
     return [p for p in ax.patches if isinstance(p, ConnectionPatch)]
 
 
-def _sim(block_size=4, num_blocks=32, prompt_lens=(5, 9, 3), shuffle=True, seed=0, follow=0,
-         start_steps=0) -> BlockTables:
+def _sim(
+    block_size=4, num_blocks=32, prompt_lens=(5, 9, 3), shuffle=True, seed=0, follow=0, start_steps=0
+) -> BlockTables:
     return BlockTables(BlockTableConfig(block_size, num_blocks, tuple(prompt_lens), shuffle, seed, follow, start_steps))
 
 
@@ -99,12 +100,22 @@ def test_a_full_pool_refuses_the_step_and_changes_nothing():
     assert sim.lengths == [2, 1] and sim.num_steps_done == 0
 
 
-@pytest.mark.parametrize("field, value, name", [
-    ("block_size", 0, "Block size"), ("block_size", 10**6, "Block size"), ("num_blocks", 0, "Physical blocks"),
-    ("num_blocks", 2.5, "Physical blocks"), ("prompt_lens", (), "Sequences"), ("prompt_lens", (0,), "Prompt lengths"),
-    ("prompt_lens", (1,) * 9, "Sequences"), ("seed", -1, "Shuffle seed"), ("follow", 3, "Follow sequence"),
-    ("start_steps", -1, "Start after"), ("start_steps", 40, "Start after"),  # 12 + 13 + 11 blocks > 32
-])
+@pytest.mark.parametrize(
+    "field, value, name",
+    [
+        ("block_size", 0, "Block size"),
+        ("block_size", 10**6, "Block size"),
+        ("num_blocks", 0, "Physical blocks"),
+        ("num_blocks", 2.5, "Physical blocks"),
+        ("prompt_lens", (), "Sequences"),
+        ("prompt_lens", (0,), "Prompt lengths"),
+        ("prompt_lens", (1,) * 9, "Sequences"),
+        ("seed", -1, "Shuffle seed"),
+        ("follow", 3, "Follow sequence"),
+        ("start_steps", -1, "Start after"),
+        ("start_steps", 40, "Start after"),  # 12 + 13 + 11 blocks > 32
+    ],
+)
 def test_invalid_inputs_name_the_control(field, value, name):
     values = dict(block_size=4, num_blocks=32, prompt_lens=(5, 9, 3), shuffle=True, seed=0, follow=0)
     with pytest.raises(InvalidInput, match=name):
@@ -136,8 +147,9 @@ def test_prompt_lengths_parse_from_text():
 
 
 # -- the simulator beside the engine's allocators ------------------------------------------------
-def _manager_side_by_side(block_size: int, num_blocks: int, prompt_lens: list[int], seed: int | None,
-                          num_steps: int) -> None:
+def _manager_side_by_side(
+    block_size: int, num_blocks: int, prompt_lens: list[int], seed: int | None, num_steps: int
+) -> None:
     manager = KVCacheManager(num_blocks, block_size)
     if seed is not None:
         manager.block_pool.shuffle_free_blocks(seed)
@@ -152,7 +164,8 @@ def _manager_side_by_side(block_size: int, num_blocks: int, prompt_lens: list[in
         for seq in seqs:
             seq.token_ids.append(0)
         fits = all(manager.can_append(s) for s in seqs) and manager.num_free_blocks >= sum(
-            manager.num_blocks_to_append(s) for s in seqs)
+            manager.num_blocks_to_append(s) for s in seqs
+        )
         assert fits == (sim.full_message is None)
         if not fits:
             return
@@ -163,13 +176,21 @@ def _manager_side_by_side(block_size: int, num_blocks: int, prompt_lens: list[in
         assert [s.block_table for s in seqs] == sim.tables
         assert [len(s.block_table) for s in seqs] == [ceil_div(n, block_size) for n in sim.lengths]
         assert manager.num_used_blocks == sim.num_used and manager.num_free_blocks == sim.num_free
-        assert [s.slot(s.num_computed_tokens - 1) for s in seqs] == [sim.slot(i, n - 1) for i, n in enumerate(sim.lengths)]
+        assert [s.slot(s.num_computed_tokens - 1) for s in seqs] == [
+            sim.slot(i, n - 1) for i, n in enumerate(sim.lengths)
+        ]
 
 
-@pytest.mark.parametrize("block_size, num_blocks, prompt_lens, seed", [
-    (16, 48, [37, 37, 36], 0), (8, 48, [37, 37, 36], 0), (4, 40, [1, 4, 5, 9], None), (1, 64, [3, 2], 5),
-    (16, 512, [100, 7, 300], 11),
-])
+@pytest.mark.parametrize(
+    "block_size, num_blocks, prompt_lens, seed",
+    [
+        (16, 48, [37, 37, 36], 0),
+        (8, 48, [37, 37, 36], 0),
+        (4, 40, [1, 4, 5, 9], None),
+        (1, 64, [3, 2], 5),
+        (16, 512, [100, 7, 300], 11),
+    ],
+)
 def test_kv_cache_manager_and_simulator_side_by_side(block_size, num_blocks, prompt_lens, seed):
     _manager_side_by_side(block_size, num_blocks, prompt_lens, seed, num_steps=70)
 
@@ -218,8 +239,16 @@ def test_view_draws_tables_and_steps_a_token_into_each_sequence():
 
 def test_every_control_changes_the_model_and_the_status():
     view = BlockTableView(block_size=4, num_blocks=16, prompt_lens=(5, 3))
-    for name, value in (("block_size", 2), ("num_blocks", 30), ("num_seqs", 3), ("prompt_lens", "5, 3, 7"),
-                        ("seed", 4), ("shuffle", False), ("follow", 2), ("start_steps", 3)):
+    for name, value in (
+        ("block_size", 2),
+        ("num_blocks", 30),
+        ("num_seqs", 3),
+        ("prompt_lens", "5, 3, 7"),
+        ("seed", 4),
+        ("shuffle", False),
+        ("follow", 2),
+        ("start_steps", 3),
+    ):
         before, renders = view.message.value, view.num_renders
         view.controls[name].value = value
         assert view.error is None, (name, view.message.value)
@@ -244,9 +273,22 @@ def test_a_full_pool_is_a_message_never_a_traceback():
     assert "The pool is full" not in view.message.value
 
 
-@pytest.mark.parametrize("name, bad", [("block_size", 0), ("num_blocks", -1), ("num_seqs", 0), ("num_seqs", 9),
-                                       ("prompt_lens", "ten"), ("prompt_lens", "1, 2, 3, 4"), ("seed", -2),
-                                       ("follow", 5), ("num_blocks", 2), ("start_steps", -1), ("start_steps", 50)])
+@pytest.mark.parametrize(
+    "name, bad",
+    [
+        ("block_size", 0),
+        ("num_blocks", -1),
+        ("num_seqs", 0),
+        ("num_seqs", 9),
+        ("prompt_lens", "ten"),
+        ("prompt_lens", "1, 2, 3, 4"),
+        ("seed", -2),
+        ("follow", 5),
+        ("num_blocks", 2),
+        ("start_steps", -1),
+        ("start_steps", 50),
+    ],
+)
 def test_bad_input_shows_a_message_not_a_traceback(name, bad):
     assert_bad_input_is_shown(BlockTableView(block_size=4, num_blocks=16, prompt_lens=(5, 3, 2)), name, bad)
 

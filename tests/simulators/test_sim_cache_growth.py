@@ -78,11 +78,17 @@ def test_stepping_through_prefill_decode_and_the_end_of_the_request():
     assert sim.num_steps_done == 0 and not sim.ended
 
 
-@pytest.mark.parametrize("field, value, name", [
-    ("prompt_len", 0, "Prompt length"), ("prompt_len", 2.5, "Prompt length"), ("prompt_len", True, "Prompt length"),
-    ("num_new_tokens", -1, "Answer length"), ("num_new_tokens", 10**7, "Answer length"),
-    ("bytes_per_value", 3, "Bytes per number"),
-])
+@pytest.mark.parametrize(
+    "field, value, name",
+    [
+        ("prompt_len", 0, "Prompt length"),
+        ("prompt_len", 2.5, "Prompt length"),
+        ("prompt_len", True, "Prompt length"),
+        ("num_new_tokens", -1, "Answer length"),
+        ("num_new_tokens", 10**7, "Answer length"),
+        ("bytes_per_value", 3, "Bytes per number"),
+    ],
+)
 def test_invalid_inputs_name_the_control(field, value, name):
     values = dict(prompt_len=10, num_new_tokens=10, bytes_per_value=4)
     values[field] = value
@@ -109,8 +115,10 @@ def test_simulator_equals_the_contiguous_cache_step_by_step_and_per_layer(tiny):
     assert [s.kv_cache_bytes for s in result.stats] == sim.bytes_held_curve
     assert [s.phase.value for s in result.stats] == [PREFILL] + [DECODE] * (new - 1)
     cache = result.backend  # each layer's K and V buffers, measured on the tensors themselves
-    per_layer = [k[:, :cache.num_tokens].nbytes + v[:, :cache.num_tokens].nbytes
-                 for k, v in zip(cache.k_cache, cache.v_cache, strict=True)]
+    per_layer = [
+        k[:, : cache.num_tokens].nbytes + v[:, : cache.num_tokens].nbytes
+        for k, v in zip(cache.k_cache, cache.v_cache, strict=True)
+    ]
     assert per_layer == [sim.bytes_per_layer_curve[-1]] * tiny.config.num_layers
 
 

@@ -119,12 +119,21 @@ def test_step_doubles_the_users_and_reset_restores():
     assert sim.num_users == 64
 
 
-@pytest.mark.parametrize("field, bad, name", [
-    ("card_gib", 0, "Card memory"), ("card_gib", float("nan"), "Card memory"), ("model", "gpt-5", "Model"),
-    ("bytes_per_value", 3, "Bytes per value"), ("num_users", 0, "Users"), ("num_users", 2.5, "Users"),
-    ("shared_percent", -1.0, "Shared prefix"), ("shared_percent", 101.0, "Shared prefix"),
-    ("block_size", 0, "Block size"), ("card_gib", 12.0, "nothing is left"),
-])
+@pytest.mark.parametrize(
+    "field, bad, name",
+    [
+        ("card_gib", 0, "Card memory"),
+        ("card_gib", float("nan"), "Card memory"),
+        ("model", "gpt-5", "Model"),
+        ("bytes_per_value", 3, "Bytes per value"),
+        ("num_users", 0, "Users"),
+        ("num_users", 2.5, "Users"),
+        ("shared_percent", -1.0, "Shared prefix"),
+        ("shared_percent", 101.0, "Shared prefix"),
+        ("block_size", 0, "Block size"),
+        ("card_gib", 12.0, "nothing is left"),
+    ],
+)
 def test_invalid_inputs_name_the_control(field, bad, name):
     values = dict(card_gib=80.0, model="llama-3-8b", bytes_per_value=2, num_users=1, shared_percent=0.0, block_size=16)
     values[field] = bad
@@ -141,7 +150,9 @@ def tiny() -> Transformer:
 def _tiny_card(model: Transformer, room_tokens: int, block_size: int, **kw) -> ContextWindow:
     config = model.config
     total = costs.weight_bytes(config, 4) + room_tokens * costs.kv_bytes_per_token(config, 4)
-    return ContextWindow(ContextWindowConfig(total / 2**30, "custom", 4, block_size=block_size, model_config=config, **kw))
+    return ContextWindow(
+        ContextWindowConfig(total / 2**30, "custom", 4, block_size=block_size, model_config=config, **kw)
+    )
 
 
 @pytest.mark.parametrize("room_tokens, block_size", [(200, 16), (208, 16), (100, 1), (130, 64)])
@@ -160,8 +171,10 @@ def test_a_pool_sized_in_bytes_admits_the_window_and_refuses_one_token_more(tiny
 
 def _serve_together(model, num_blocks, block_size, users, context, prefix):
     """users requests of context tokens opening with the same prefix; the first computes it first."""
-    engine = LLMEngine(model, EngineConfig(block_size=block_size, num_blocks=num_blocks, max_num_seqs=users,
-                                           enable_prefix_caching=True))
+    engine = LLMEngine(
+        model,
+        EngineConfig(block_size=block_size, num_blocks=num_blocks, max_num_seqs=users, enable_prefix_caching=True),
+    )
     shared = [3 + i % 40 for i in range(prefix)]
     prompts = [shared + [50 + u, 90] for u in range(users)]  # each user's own message starts differently
     params = [SamplingParams(max_new_tokens=context - len(p), stop_on_eos=False) for p in prompts]
@@ -178,8 +191,9 @@ def _serve_together(model, num_blocks, block_size, users, context, prefix):
 
 
 @pytest.mark.parametrize("room_tokens, users, percent", [(400, 4, 50.0), (640, 6, 30.0), (300, 3, 0.0)])
-def test_many_users_sharing_a_prefix_reach_the_window_together_and_not_one_block_more(tiny, room_tokens, users,
-                                                                                        percent):
+def test_many_users_sharing_a_prefix_reach_the_window_together_and_not_one_block_more(
+    tiny, room_tokens, users, percent
+):
     sim = _tiny_card(tiny, room_tokens, 4, num_users=users, shared_percent=percent)
     window, prefix, n = sim.window, sim.shared_tokens, sim.num_blocks
     assert window > prefix + 2 and sim.limit == MEMORY
@@ -203,10 +217,18 @@ def test_view_starts_on_an_h100_where_the_model_not_memory_sets_one_users_window
 
 def test_view_every_control_redraws_and_changes_the_status():
     view = ContextWindowView(num_users=64)
-    assert_each_control_redraws(view, {
-        "gpu": "H200", "card_gib": 100.0, "model": "qwen2.5-7b", "bytes_per_value": 1, "num_users": 256,
-        "shared_percent": 25.0, "block_size": 64,
-    })
+    assert_each_control_redraws(
+        view,
+        {
+            "gpu": "H200",
+            "card_gib": 100.0,
+            "model": "qwen2.5-7b",
+            "bytes_per_value": 1,
+            "num_users": 256,
+            "shared_percent": 25.0,
+            "block_size": 64,
+        },
+    )
     assert view.controls["gpu"].value == CUSTOM  # a typed size is no longer the preset's
     assert "set by memory" in _text(view) and "25 % of each conversation shared" in _text(view)
     view.step_button.click()
@@ -215,8 +237,10 @@ def test_view_every_control_redraws_and_changes_the_status():
     assert view.controls["num_users"].value == 64 and view.controls["gpu"].value == "H100 80GB"
 
 
-@pytest.mark.parametrize("name, bad", [("card_gib", -1.0), ("card_gib", 10.0), ("num_users", 0),
-                                       ("shared_percent", 150.0), ("block_size", 0)])
+@pytest.mark.parametrize(
+    "name, bad",
+    [("card_gib", -1.0), ("card_gib", 10.0), ("num_users", 0), ("shared_percent", 150.0), ("block_size", 0)],
+)
 def test_view_bad_input_shows_a_message(name, bad):
     assert_bad_input_is_shown(ContextWindowView(), name, bad)
 

@@ -34,8 +34,11 @@ def test_regression_a_stepped_value_is_shown_in_its_box_and_kept_by_the_next_cha
     stepped = dict(view.stepped) or {"num_tokens": "num_tokens"}  # lesson 07 writes its own
     for name, attribute in stepped.items():
         assert view.values[name] == getattr(view.model, attribute), (lesson, name)
-    other = next(n for n, c in view.controls.items() if n not in stepped and type(c).__name__ == "Dropdown"
-                 or n not in stepped and hasattr(c, "whole_number"))
+    other = next(
+        n
+        for n, c in view.controls.items()
+        if n not in stepped and type(c).__name__ == "Dropdown" or n not in stepped and hasattr(c, "whole_number")
+    )
     shown = {name: view.values[name] for name in stepped}
     control = view.controls[other]
     control.value = control.options[-1][1] if hasattr(control, "options") else control.value + 1
@@ -91,8 +94,10 @@ def test_a_box_is_wide_enough_for_its_description_and_a_nine_digit_number():
 
 
 # -- messages: error red, information in the page's colour, one pattern -------------------------------
-@pytest.mark.parametrize("make, clicks", [(lambda: CacheGrowthView(prompt_len=4, num_new_tokens=2), 3),
-                                          (lambda: PrefixCacheView(num_served=0), 5)])
+@pytest.mark.parametrize(
+    "make, clicks",
+    [(lambda: CacheGrowthView(prompt_len=4, num_new_tokens=2), 3), (lambda: PrefixCacheView(num_served=0), 5)],
+)
 def test_regression_pressing_on_after_the_run_ended_is_information_not_an_error(make, clicks):
     """06 and 13: Next/Serve after the end showed "Check the input" in red though nothing typed was wrong."""
     view = make()
@@ -153,19 +158,32 @@ def test_regression_a_refused_request_is_written_where_no_block_is_drawn():
 # -- lesson 14: a readable budget, no cut-off labels ----------------------------------------------------
 def test_regression_the_kv_budget_box_shows_a_readable_figure_with_the_same_blocks():
     """14: the KV budget box printed 0.02359296."""
+
     def blocks(gb):
         return Throughput(ThroughputConfig("smollm2-135m", 4, 50.0, 1.0, gb, 32, 1)).num_blocks
+
     shown = readable_budget(0.02359296, blocks)
     assert len(f"{shown:g}") <= 7 and blocks(shown) == blocks(0.02359296)
-    view = ThroughputView(model="smollm2-135m", bytes_per_value=4, kv_budget_gb=0.02359296, bandwidth_gbs=50.0,
-                          tflops=1.0, context_tokens=32)
+    view = ThroughputView(
+        model="smollm2-135m",
+        bytes_per_value=4,
+        kv_budget_gb=0.02359296,
+        bandwidth_gbs=50.0,
+        tflops=1.0,
+        context_tokens=32,
+    )
     assert view.values["kv_budget_gb"] == shown and view.model.num_blocks == blocks(0.02359296)
 
 
 def test_regression_throughput_labels_stay_inside_at_large_values():
     view = ThroughputView("H200 SXM", model="smollm2-135m", context_tokens=16)
-    for name, value in (("batch_size", 65_536), ("bandwidth_gbs", 100_000.0), ("tflops", 100_000.0),
-                        ("overhead_ms", 1000.0), ("context_tokens", 1)):
+    for name, value in (
+        ("batch_size", 65_536),
+        ("bandwidth_gbs", 100_000.0),
+        ("tflops", 100_000.0),
+        ("overhead_ms", 1000.0),
+        ("context_tokens", 1),
+    ):
         view.controls[name].value = value
         assert view.error is None, view.message.value
         assert not text_outside_figure(view), (name, text_outside_figure(view))

@@ -21,15 +21,23 @@ NUM_NEW = 9
 
 @pytest.fixture(scope="module")
 def runs(tiny_model):
-    return {cache: generate(tiny_model, PROMPT, NUM_NEW, cache=cache, eos_token_id=[]) for cache in ("none", "contiguous")}
+    return {
+        cache: generate(tiny_model, PROMPT, NUM_NEW, cache=cache, eos_token_id=[]) for cache in ("none", "contiguous")
+    }
 
 
 def test_word_cost_bytes_and_passes_match_generation(tiny_model, runs):
     result = runs["contiguous"]
     config = tiny_model.config
-    sim = WordCost(WordCostConfig(num_words=NUM_NEW, tokens_per_word=1.0,
-                                  flops_per_pass=costs.matmul_flops_per_token(config),
-                                  weight_bytes_per_pass=tiny_model.weight_bytes_read_per_pass(), bandwidth_gb_per_s=1.0))
+    sim = WordCost(
+        WordCostConfig(
+            num_words=NUM_NEW,
+            tokens_per_word=1.0,
+            flops_per_pass=costs.matmul_flops_per_token(config),
+            weight_bytes_per_pass=tiny_model.weight_bytes_read_per_pass(),
+            bandwidth_gb_per_s=1.0,
+        )
+    )
     assert sim.config.num_passes == len(result.stats) == len(result.tokens)
     assert sim.total_weight_bytes == sum(s.weight_bytes for s in result.stats)
     assert sim.config.weight_bytes_per_pass == costs.weight_bytes_read_per_pass(config, 4)
@@ -60,8 +68,11 @@ def test_kv_cache_sim_predicts_tokens_and_cache_entries(tiny_model, runs, use_ca
 @pytest.mark.parametrize("num_tokens", [1, 5, 24])
 def test_score_grid_predicts_naive_attention_memory_and_cells(tiny_model, num_tokens):
     config = tiny_model.config
-    sim = ScoreGrid(ScoreGridConfig(num_tokens, config.num_layers, config.num_heads, config.head_dim, 4,
-                                    costs.matmul_flops_per_token(config)))
+    sim = ScoreGrid(
+        ScoreGridConfig(
+            num_tokens, config.num_layers, config.num_heads, config.head_dim, 4, costs.matmul_flops_per_token(config)
+        )
+    )
     backend = NoCacheBackend("naive")
     ids = torch.arange(num_tokens) % config.vocab_size
     with torch.inference_mode():
@@ -69,7 +80,8 @@ def test_score_grid_predicts_naive_attention_memory_and_cells(tiny_model, num_to
     assert backend.stats.peak_score_bytes == sim.grid_bytes
     assert backend.num_score_cells == causal_cells(num_tokens) * config.num_heads * config.num_layers
     assert sim.attention_flops_at(num_tokens) + sim.linear_flops_at(num_tokens) == costs.forward_flops(
-        config, num_tokens, num_tokens)
+        config, num_tokens, num_tokens
+    )
 
 
 def test_tiled_attention_never_holds_the_grid_and_agrees():

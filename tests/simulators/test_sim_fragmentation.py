@@ -66,8 +66,9 @@ def test_stepped_to_the_end_it_is_the_engines_replay_slot_by_slot():
 def test_regions_in_the_strip_are_the_allocators_regions():
     sim = Fragmentation(FragmentationConfig(start_step=300, **SMALL))
     regions = {s.request: s for s in sim.segments if s.request is not None and s.category == "used"}
-    assert regions and all(sim.replay.trace[r].max_len == sum(s.num_slots for s in sim.segments if s.request == r)
-                           for r in regions)
+    assert regions and all(
+        sim.replay.trace[r].max_len == sum(s.num_slots for s in sim.segments if s.request == r) for r in regions
+    )
     # every region still running after the step sits where the engine's allocator put it
     for rid, region in sim.replay.allocator.regions.items():
         assert regions[rid].start == region.start
@@ -93,13 +94,23 @@ def test_the_lessons_first_refusal_shows_in_the_strip():
     assert Fragmentation(FragmentationConfig(start_step=first.step - 1)).blocked is None
 
 
-@pytest.mark.parametrize("field, bad, name", [
-    ("pool_slots", 0, "Pool"), ("pool_slots", 2.5, "Pool"), ("pool_slots", 1500, "could never be admitted"),
-    ("answer_limit", 0, "Answer limit"), ("arrivals_per_step", 0.0, "Arrivals"),
-    ("arrivals_per_step", float("nan"), "Arrivals"), ("sigma", 0.0, "spread"), ("sigma", 9.0, "spread"),
-    ("seed", -1, "Seed"), ("steps_per_click", 0, "Steps per click"), ("start_step", -1, "Start at step"),
-    ("num_requests", 0, "Requests"),
-])
+@pytest.mark.parametrize(
+    "field, bad, name",
+    [
+        ("pool_slots", 0, "Pool"),
+        ("pool_slots", 2.5, "Pool"),
+        ("pool_slots", 1500, "could never be admitted"),
+        ("answer_limit", 0, "Answer limit"),
+        ("arrivals_per_step", 0.0, "Arrivals"),
+        ("arrivals_per_step", float("nan"), "Arrivals"),
+        ("sigma", 0.0, "spread"),
+        ("sigma", 9.0, "spread"),
+        ("seed", -1, "Seed"),
+        ("steps_per_click", 0, "Steps per click"),
+        ("start_step", -1, "Start at step"),
+        ("num_requests", 0, "Requests"),
+    ],
+)
 def test_invalid_inputs_name_the_control(field, bad, name):
     with pytest.raises(InvalidInput, match=name):
         FragmentationConfig(**{field: bad})
@@ -145,8 +156,9 @@ def test_sweep_is_one_replay_per_value():
 def test_the_share_inside_the_regions_depends_on_the_trace_alone():
     trace = request_trace(TraceConfig(num_requests=50, seed=4))
     # a request runs one step per answer token; at its j-th step it holds prompt + j tokens of max_len slots
-    used = sum(r.num_prompt_tokens * r.num_output_tokens + r.num_output_tokens * (r.num_output_tokens + 1) // 2
-               for r in trace)
+    used = sum(
+        r.num_prompt_tokens * r.num_output_tokens + r.num_output_tokens * (r.num_output_tokens + 1) // 2 for r in trace
+    )
     held = sum(r.max_len * r.num_output_tokens for r in trace)
     shares = [share_inside_regions(simulate_reservation(trace, slots)) for slots in (4096, 8192, 65536)]
     shifted = [dataclasses.replace(r, arrival_step=3 * r.arrival_step) for r in trace]  # slower arrivals
@@ -177,8 +189,15 @@ def test_view_starts_at_the_refusal_and_draws_it():
 def test_every_control_changes_the_status_and_the_figure_stays():
     view = FragmentationView(start_step=50)
     figure, axes = view.figure, list(view.axes)
-    changes = {"pool_slots": 32768, "answer_limit": 512, "arrivals_per_step": 0.1, "sigma": 0.5, "seed": 7,
-               "start_step": 80, "steps_per_click": 10}
+    changes = {
+        "pool_slots": 32768,
+        "answer_limit": 512,
+        "arrivals_per_step": 0.1,
+        "sigma": 0.5,
+        "seed": 7,
+        "start_step": 80,
+        "steps_per_click": 10,
+    }
     assert_each_control_redraws(view, changes)
     assert view.figure is figure and view.axes == axes and len(figure.axes) == 2
     assert view.model.config == FragmentationConfig(32768, 512, 0.1, 0.5, 7, 10, 80)
@@ -202,9 +221,19 @@ def test_stepping_past_the_end_says_so():
     assert view.error is None and "press Reset" in view.message.value  # information, not an input error
 
 
-@pytest.mark.parametrize("name, bad", [("pool_slots", 0), ("pool_slots", 1000), ("answer_limit", -4),
-                                       ("arrivals_per_step", 0.0), ("sigma", 100.0), ("seed", -2),
-                                       ("steps_per_click", 0), ("start_step", -1)])
+@pytest.mark.parametrize(
+    "name, bad",
+    [
+        ("pool_slots", 0),
+        ("pool_slots", 1000),
+        ("answer_limit", -4),
+        ("arrivals_per_step", 0.0),
+        ("sigma", 100.0),
+        ("seed", -2),
+        ("steps_per_click", 0),
+        ("start_step", -1),
+    ],
+)
 def test_bad_input_shows_a_message_not_a_traceback(name, bad):
     assert_bad_input_is_shown(FragmentationView(start_step=5), name, bad)
 

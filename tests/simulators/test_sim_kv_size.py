@@ -31,7 +31,11 @@ def test_chapter_003_example_by_hand():
     assert math.prod(value for _, value in sim.factors) == sim.cache_bytes
     assert sim.weight_bytes == costs.weight_bytes(EXAMPLE_13B, 2) and round(sim.weight_bytes / 1e9) == 26
     assert sim.cache_to_weights == pytest.approx(104_857_600_000 / sim.weight_bytes) and sim.cache_to_weights > 4
-    assert sim.crossover_tokens == costs.kv_crossover_tokens(EXAMPLE_13B, 32) == math.ceil(sim.weight_bytes / (819_200 * 32))
+    assert (
+        sim.crossover_tokens
+        == costs.kv_crossover_tokens(EXAMPLE_13B, 32)
+        == math.ceil(sim.weight_bytes / (819_200 * 32))
+    )
 
 
 @pytest.mark.parametrize("name", sorted(MODEL_CONFIGS))
@@ -97,15 +101,32 @@ def test_step_doubles_the_tokens_and_reset_restores_them():
         big.step()
 
 
-@pytest.mark.parametrize("field, bad, name", [
-    ("num_layers", 0, "Layers"), ("num_kv_heads", 0, "KV heads"), ("head_dim", -4, "Head dim"),
-    ("bytes_per_value", 0, "Bytes per value"), ("num_tokens", -1, "Tokens per user"), ("num_users", 0, "Users"),
-    ("num_users", 1.5, "Users"), ("num_tokens", float("nan"), "Tokens per user"), ("num_kv_heads", 3, "KV heads"),
-    ("num_kv_heads", 80, "KV heads"), ("model", "gpt-5", "Model"),
-])
+@pytest.mark.parametrize(
+    "field, bad, name",
+    [
+        ("num_layers", 0, "Layers"),
+        ("num_kv_heads", 0, "KV heads"),
+        ("head_dim", -4, "Head dim"),
+        ("bytes_per_value", 0, "Bytes per value"),
+        ("num_tokens", -1, "Tokens per user"),
+        ("num_users", 0, "Users"),
+        ("num_users", 1.5, "Users"),
+        ("num_tokens", float("nan"), "Tokens per user"),
+        ("num_kv_heads", 3, "KV heads"),
+        ("num_kv_heads", 80, "KV heads"),
+        ("model", "gpt-5", "Model"),
+    ],
+)
 def test_invalid_inputs_name_the_control(field, bad, name):
-    values = dict(model="llama-2-13b", num_layers=40, num_kv_heads=40, head_dim=128, bytes_per_value=2,
-                  num_tokens=4000, num_users=32)
+    values = dict(
+        model="llama-2-13b",
+        num_layers=40,
+        num_kv_heads=40,
+        head_dim=128,
+        bytes_per_value=2,
+        num_tokens=4000,
+        num_users=32,
+    )
     values[field] = bad
     with pytest.raises(InvalidInput, match=name):
         KVSizeConfig(**values)
@@ -126,8 +147,15 @@ def test_view_draws_and_reports_the_chain():
 def test_every_control_changes_the_status_and_the_figure_stays():
     view = KVSizeView("llama-2-13b", num_tokens=4000, num_users=32)
     figure, axes = view.figure, list(view.axes)
-    changes = {"num_layers": 20, "num_kv_heads": 8, "head_dim": 64, "bytes_per_value": 1, "num_tokens": 100,
-               "num_users": 2, "model": "llama-3-8b"}
+    changes = {
+        "num_layers": 20,
+        "num_kv_heads": 8,
+        "head_dim": 64,
+        "bytes_per_value": 1,
+        "num_tokens": 100,
+        "num_users": 2,
+        "model": "llama-3-8b",
+    }
     assert_each_control_redraws(view, changes)
     assert view.figure is figure and view.axes == axes and len(figure.axes) == 2
 
@@ -147,14 +175,26 @@ def test_a_preset_sets_its_own_shape_and_reset_restores_the_start():
     view = KVSizeView("smollm2-135m", bytes_per_value=4, num_tokens=50)
     view.controls["num_layers"].value = 3
     view.controls["model"].value = "llama-2-70b"
-    assert (view.controls["num_layers"].value, view.controls["num_kv_heads"].value,
-            view.controls["head_dim"].value) == (80, 8, 128)
-    assert view.model.config.is_preset_shape and "llama-2-70b: 655,360 bytes per token" in view.message.value  # 4 bytes per value
+    assert (
+        view.controls["num_layers"].value,
+        view.controls["num_kv_heads"].value,
+        view.controls["head_dim"].value,
+    ) == (80, 8, 128)
+    assert (
+        view.model.config.is_preset_shape and "llama-2-70b: 655,360 bytes per token" in view.message.value
+    )  # 4 bytes per value
     view.step_button.click()
     assert view.model.num_tokens == 100 and "× 100 ×" in view.message.value
     view.reset_button.click()
-    assert view.values == {"model": "smollm2-135m", "num_layers": 30, "num_kv_heads": 3, "head_dim": 64,
-                           "bytes_per_value": 4, "num_tokens": 50, "num_users": 1}
+    assert view.values == {
+        "model": "smollm2-135m",
+        "num_layers": 30,
+        "num_kv_heads": 3,
+        "head_dim": 64,
+        "bytes_per_value": 4,
+        "num_tokens": 50,
+        "num_users": 1,
+    }
     assert "46,080 bytes per token" in view.message.value
 
 

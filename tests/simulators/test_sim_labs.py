@@ -36,8 +36,9 @@ from kvcourse.simulators.sharing import Sharing, SharingConfig, SharingView
 
 pytestmark = pytest.mark.usefixtures("one_cpu_thread")  # tiny models: one thread
 
-ReferenceManager, ReferenceEviction, ReferenceScheduler = (reference(lab) for lab in
-                                                           ("block_manager", "eviction", "scheduler"))
+ReferenceManager, ReferenceEviction, ReferenceScheduler = (
+    reference(lab) for lab in ("block_manager", "eviction", "scheduler")
+)
 
 
 # -- lab A: a block manager in lesson 12's simulator ---------------------------------------------------------
@@ -85,15 +86,30 @@ class Skeleton(BlockManagerBase):
 
 
 def _figures(sim: Sharing) -> tuple:
-    return (sim.num_used_blocks, sim.num_copies, sim.last_new_blocks, sim.blocks_saved, sorted(sim.ref_counts),
-            [len(t) for t in sim.tables])
+    return (
+        sim.num_used_blocks,
+        sim.num_copies,
+        sim.last_new_blocks,
+        sim.blocks_saved,
+        sorted(sim.ref_counts),
+        [len(t) for t in sim.tables],
+    )
 
 
-@pytest.mark.parametrize("prompt_len, block_size, num_samples, tokens_per_step", [
-    (94, 16, 4, 1), (10, 4, 3, 1), (96, 16, 4, 3), (37, 8, 3, 5), (33, 16, 1, 7), (50, 1, 2, 2),
-])
-def test_the_reference_manager_gives_the_engine_s_figures_at_every_step(prompt_len, block_size, num_samples,
-                                                                        tokens_per_step):
+@pytest.mark.parametrize(
+    "prompt_len, block_size, num_samples, tokens_per_step",
+    [
+        (94, 16, 4, 1),
+        (10, 4, 3, 1),
+        (96, 16, 4, 3),
+        (37, 8, 3, 5),
+        (33, 16, 1, 7),
+        (50, 1, 2, 2),
+    ],
+)
+def test_the_reference_manager_gives_the_engine_s_figures_at_every_step(
+    prompt_len, block_size, num_samples, tokens_per_step
+):
     config = SharingConfig(prompt_len, block_size, num_samples, tokens_per_step, num_blocks=400)
     mine, own = LearnerSharing(config, ReferenceManager), Sharing(config)
     for _ in range(12):
@@ -110,13 +126,16 @@ def test_a_manager_that_takes_the_lowest_block_makes_the_engine_s_very_tables():
         assert sim.tables == sim.engine.tables and sim.ref_counts == sim.engine.ref_counts
 
 
-@pytest.mark.parametrize("manager, steps, message", [
-    (Skeleton, 0, "your manager's allocate(sequence 0) raised NotImplementedError"),
-    (NoCopy, 2, "copy on write missed"),
-    (CopiesUnsaid, 2, "returned the copies []"),
-    (ForkCopies, 1, "forked sequences share every block"),
-    (CountsWrong, 0, "your manager counts 43 free blocks, but 42 are free"),
-])
+@pytest.mark.parametrize(
+    "manager, steps, message",
+    [
+        (Skeleton, 0, "your manager's allocate(sequence 0) raised NotImplementedError"),
+        (NoCopy, 2, "copy on write missed"),
+        (CopiesUnsaid, 2, "returned the copies []"),
+        (ForkCopies, 1, "forked sequences share every block"),
+        (CountsWrong, 0, "your manager counts 43 free blocks, but 42 are free"),
+    ],
+)
 def test_a_broken_manager_is_named_and_stopped(manager, steps, message):
     def run():
         sim = LearnerSharing(SharingConfig(), manager)
@@ -130,7 +149,9 @@ def test_a_broken_manager_is_named_and_stopped(manager, steps, message):
 
 def test_the_view_runs_a_learner_s_manager_beside_the_engine_s():
     view = SharingView(10, 4, 3, num_blocks=18, block_manager=ReferenceManager)
-    assert view.error is None and shows_png(view) and "the engine's own: 3 and 0 (the same figures)" in view.message.value
+    assert (
+        view.error is None and shows_png(view) and "the engine's own: 3 and 0 (the same figures)" in view.message.value
+    )
     view.step_button.click()
     view.step_button.click()
     assert "2 copied on write" in view.message.value and "the engine's own: 5 and 2" in view.message.value
@@ -176,10 +197,16 @@ class Raises(EvictionBase):
 
 
 SYSTEM = "you are a helpful librarian . answer briefly"
-LAB_PROMPTS = [SYSTEM + " when do you open ?", "tell me a story about a dragon who loves tea",
-               SYSTEM + " can i print here ?", "what is the capital city of france and why",
-               "write a short poem about the sea at night", SYSTEM + " where is the map room ?",
-               "list three birds that cannot fly at all please", SYSTEM + " do you lend e-books ?"]
+LAB_PROMPTS = [
+    SYSTEM + " when do you open ?",
+    "tell me a story about a dragon who loves tea",
+    SYSTEM + " can i print here ?",
+    "what is the capital city of france and why",
+    "write a short poem about the sea at night",
+    SYSTEM + " where is the map room ?",
+    "list three birds that cannot fly at all please",
+    SYSTEM + " do you lend e-books ?",
+]
 
 
 def _lab_config(num_blocks: int = 6) -> PrefixCacheConfig:
@@ -227,15 +254,23 @@ def test_frequency_keeps_the_popular_system_prompt_that_recency_forgets():
 
 def _engine_story(model, config: PrefixCacheConfig, eviction) -> list:
     """The prompts served one after another to their first token on LLMEngine with ``eviction``."""
-    engine = LLMEngine(model, EngineConfig(block_size=config.block_size, num_blocks=config.num_blocks,
-                                           enable_prefix_caching=True), eviction=eviction)
+    engine = LLMEngine(
+        model,
+        EngineConfig(block_size=config.block_size, num_blocks=config.num_blocks, enable_prefix_caching=True),
+        eviction=eviction,
+    )
     story = []
     for prompt in config.prompts:
         seen = len(engine.events.events)
         out = engine.generate([list(prompt)], SamplingParams(max_new_tokens=1))[0]
         new = list(engine.events.events)[seen:]
-        story.append((out.num_cached_tokens, [e.block_id for e in new if e.kind is EventKind.PREFIX_HIT],
-                      sorted(e.block_id for e in new if e.kind is EventKind.EVICT)))
+        story.append(
+            (
+                out.num_cached_tokens,
+                [e.block_id for e in new if e.kind is EventKind.PREFIX_HIT],
+                sorted(e.block_id for e in new if e.kind is EventKind.EVICT),
+            )
+        )
     return story
 
 
@@ -255,12 +290,15 @@ def test_the_simulator_on_a_learner_s_policy_is_the_engine_on_it(tiny_model, see
     assert _sim_story(config, LFU()) == _engine_story(tiny_model, config, LFU())
 
 
-@pytest.mark.parametrize("policy, message", [
-    (HeadFirst(), "chose a block the pool refuses: block .* is the parent of a block still cached"),
-    (InUse(), "chose a block the pool refuses: block 1000000 does not exist"),
-    (Raises(), "raised ZeroDivisionError: oops"),
-    (EvictionBase(), "raised NotImplementedError"),
-])
+@pytest.mark.parametrize(
+    "policy, message",
+    [
+        (HeadFirst(), "chose a block the pool refuses: block .* is the parent of a block still cached"),
+        (InUse(), "chose a block the pool refuses: block 1000000 does not exist"),
+        (Raises(), "raised ZeroDivisionError: oops"),
+        (EvictionBase(), "raised NotImplementedError"),
+    ],
+)
 def test_a_policy_the_pool_refuses_is_named_and_stopped(policy, message):
     cache = LearnerPrefixCache(_lab_config(), 0, policy)
     with pytest.raises(EvictionError, match=message):
@@ -273,7 +311,9 @@ def test_a_policy_the_pool_refuses_is_named_and_stopped(policy, message):
 def test_the_view_runs_a_learner_s_policy_beside_least_recently_used():
     view = PrefixCacheView(LAB_PROMPTS, block_size=4, num_blocks=6, eviction=LFU())
     assert view.error is None and shows_png(view)
-    assert "<b>Your policy</b> reused 24 of 90 prompt tokens (27%), more than the engine's own order" in view.message.value
+    assert (
+        "<b>Your policy</b> reused 24 of 90 prompt tokens (27%), more than the engine's own order" in view.message.value
+    )
     assert ": 20 (22%)" in view.message.value and "your policy chooses" in view.axes[1].get_title()
     assert "Your policy" not in PrefixCacheView().message.value  # lesson 13 as it was
 
@@ -332,8 +372,11 @@ def _records(replay: PagingReplay) -> list:
     return [dataclasses.astuple(r) for r in replay.report.history]
 
 
-@pytest.mark.parametrize("config", [PagingConfig(), PagingConfig(**SMALL), PagingConfig(block_size=4, **SMALL)],
-                         ids=["lesson", "small", "small blocks"])
+@pytest.mark.parametrize(
+    "config",
+    [PagingConfig(), PagingConfig(**SMALL), PagingConfig(block_size=4, **SMALL)],
+    ids=["lesson", "small", "small blocks"],
+)
 def test_the_reference_scheduler_is_first_come_first_served_step_for_step(config):
     sim = LearnerPagingSim(config, ReferenceScheduler)
     sim.run()
@@ -359,8 +402,12 @@ def test_shortest_job_first_shortens_the_median_and_lengthens_the_tail_on_the_le
 def test_the_replay_on_a_learner_s_scheduler_holds_the_engine_s_blocks_on_it():
     trace = workload.request_trace(TraceConfig(num_requests=40, arrivals_per_step=0.5, seed=3).scaled(1 / 16))
     for engine, replay, request_of in serve_beside_replay(trace, 40, 4, ShortestFirst):
-        on_engine = {request_of[s.request_id]: (s.num_tokens, len(s.block_table))
-                     for r in engine.requests.values() for s in r.seqs if s.block_table}
+        on_engine = {
+            request_of[s.request_id]: (s.num_tokens, len(s.block_table))
+            for r in engine.requests.values()
+            for s in r.seqs
+            if s.block_table
+        }
         assert on_engine == {s.seq_id: (s.num_tokens, len(s.block_table)) for s in replay.running}
     assert not engine.has_unfinished_requests and engine.num_steps == replay.report.num_steps
     assert engine.events.counts().get("preempt", 0) == replay.report.num_preemptions > 0
@@ -373,12 +420,15 @@ def test_a_refusal_with_a_reason_ends_the_run_and_is_counted():
     assert sim.done and mine.num_refused > 0 and mine.num_finished + mine.num_refused == 30
 
 
-@pytest.mark.parametrize("policy, message", [
-    (SchedulerBase(), "raised NotImplementedError: choose_admission"),
-    (Idle(), "admitted nobody while the pool stood empty"),
-    (BadIndex(), "made a choice the scheduler refuses: choose_admission returned 1"),
-    (NoReason(), "a refusal needs a reason"),
-])
+@pytest.mark.parametrize(
+    "policy, message",
+    [
+        (SchedulerBase(), "raised NotImplementedError: choose_admission"),
+        (Idle(), "admitted nobody while the pool stood empty"),
+        (BadIndex(), "made a choice the scheduler refuses: choose_admission returned 1"),
+        (NoReason(), "a refusal needs a reason"),
+    ],
+)
 def test_a_policy_the_scheduler_refuses_is_named_and_stopped(policy, message):
     sim = LearnerPagingSim(PagingConfig(**SMALL), policy)
     with pytest.raises(PolicyError, match=message):

@@ -92,7 +92,10 @@ def test_step_brings_users_until_they_queue_and_reset_restores():
 
 def test_a_conversation_longer_than_the_pool_or_the_model_is_refused():
     too_long_for_the_model = _wall(context_tokens=16384)
-    assert too_long_for_the_model.next_action == Admission.REFUSE and "4,096 this model reads" in too_long_for_the_model.refusal
+    assert (
+        too_long_for_the_model.next_action == Admission.REFUSE
+        and "4,096 this model reads" in too_long_for_the_model.refusal
+    )
     too_big_for_the_pool = _wall(card_gib=27.0, model="llama-2-13b", context_tokens=4096)
     assert too_big_for_the_pool.users_fit == 0 and "even alone" in too_big_for_the_pool.refusal
     assert too_big_for_the_pool.num_running == too_big_for_the_pool.num_waiting == 0
@@ -107,21 +110,32 @@ def test_a_reserve_and_fewer_bytes_per_value_move_the_wall():
 def test_a_shape_of_ones_own_replaces_the_preset():
     config = make_config()
     budget = MemoryBudget.for_model(config, costs.weight_bytes(config, 4) + 1_000_000, 4)
-    wall = MemoryWall(MemoryWallConfig(budget.total_bytes / 2**30, "custom", 4, context_tokens=40, block_size=4,
-                                       model_config=config))
+    wall = MemoryWall(
+        MemoryWallConfig(budget.total_bytes / 2**30, "custom", 4, context_tokens=40, block_size=4, model_config=config)
+    )
     assert wall.budget == budget and wall.users_fit == users_that_fit(config, budget, 40, 4, 4)
 
 
-@pytest.mark.parametrize("field, bad, name", [
-    ("card_gib", 0, "Card memory"), ("card_gib", float("nan"), "Card memory"), ("model", "gpt-5", "Model"),
-    ("bytes_per_value", 3, "Bytes per value"), ("reserve_gb", -1.0, "Reserve"),
-    ("context_tokens", 0, "Context per user"), ("context_tokens", 2.5, "Context per user"),
-    ("num_users", -1, "Users"), ("block_size", 0, "Block size"),
-    ("card_gib", 24.0, "nothing is left"), ("reserve_gb", 60.0, "nothing is left"),
-])
+@pytest.mark.parametrize(
+    "field, bad, name",
+    [
+        ("card_gib", 0, "Card memory"),
+        ("card_gib", float("nan"), "Card memory"),
+        ("model", "gpt-5", "Model"),
+        ("bytes_per_value", 3, "Bytes per value"),
+        ("reserve_gb", -1.0, "Reserve"),
+        ("context_tokens", 0, "Context per user"),
+        ("context_tokens", 2.5, "Context per user"),
+        ("num_users", -1, "Users"),
+        ("block_size", 0, "Block size"),
+        ("card_gib", 24.0, "nothing is left"),
+        ("reserve_gb", 60.0, "nothing is left"),
+    ],
+)
 def test_invalid_inputs_name_the_control(field, bad, name):
-    values = dict(card_gib=80.0, model="llama-2-13b", bytes_per_value=2, reserve_gb=0.0, context_tokens=4096,
-                  num_users=16)
+    values = dict(
+        card_gib=80.0, model="llama-2-13b", bytes_per_value=2, reserve_gb=0.0, context_tokens=4096, num_users=16
+    )
     values[field] = bad
     with pytest.raises(InvalidInput, match=name):
         MemoryWallConfig(**values)
@@ -152,8 +166,15 @@ def test_view_draws_the_box_and_reports_the_wall():
 def test_every_control_changes_the_status_and_the_figure_stays():
     view = MemoryWallView("A100 80GB", context_tokens=4096, num_users=4)
     figure, axes = view.figure, list(view.axes)
-    changes = {"card_gib": 60.0, "model": "llama-3-8b", "bytes_per_value": 1, "reserve_gb": 4.0,
-               "context_tokens": 1000, "num_users": 200, "gpu": "H200"}
+    changes = {
+        "card_gib": 60.0,
+        "model": "llama-3-8b",
+        "bytes_per_value": 1,
+        "reserve_gb": 4.0,
+        "context_tokens": 1000,
+        "num_users": 200,
+        "gpu": "H200",
+    }
     assert_each_control_redraws(view, changes)
     assert view.controls["card_gib"].value == 141.0  # the preset put its memory in the box
     assert view.figure is figure and view.axes == axes and len(figure.axes) == 2
@@ -179,8 +200,10 @@ def test_refusal_is_shown_as_the_next_action():
     assert "<b>refuse</b>" not in view.message.value
 
 
-@pytest.mark.parametrize("name, bad", [("card_gib", -5.0), ("card_gib", 10.0), ("context_tokens", 0),
-                                       ("num_users", -3), ("reserve_gb", 79.0)])
+@pytest.mark.parametrize(
+    "name, bad",
+    [("card_gib", -5.0), ("card_gib", 10.0), ("context_tokens", 0), ("num_users", -3), ("reserve_gb", 79.0)],
+)
 def test_bad_input_shows_a_message_not_a_traceback(name, bad):
     assert_bad_input_is_shown(MemoryWallView("A100 80GB"), name, bad)
 
@@ -237,10 +260,14 @@ def test_request_stories_and_occupancy_read_the_trace_back(tiny_model):
     while engine.has_unfinished_requests:
         computed = {s.seq_id: s.num_computed_tokens for s in engine.scheduler.running}
         engine.step()
-        lost += sum(computed[e.seq_id] for e in engine.events.of_kind(EventKind.PREEMPT)
-                    if e.step == engine.num_steps - 1)
-        for series, value in zip(live, (engine.kv_cache_manager.num_used_blocks, len(engine.scheduler.running),
-                                        len(engine.scheduler.waiting)), strict=True):
+        lost += sum(
+            computed[e.seq_id] for e in engine.events.of_kind(EventKind.PREEMPT) if e.step == engine.num_steps - 1
+        )
+        for series, value in zip(
+            live,
+            (engine.kv_cache_manager.num_used_blocks, len(engine.scheduler.running), len(engine.scheduler.waiting)),
+            strict=True,
+        ):
             series.append(value)
     assert occupancy(engine) == live
     stories = request_stories(engine)
@@ -254,8 +281,14 @@ def test_request_stories_and_occupancy_read_the_trace_back(tiny_model):
 
 
 # -- the lesson's claims on the real model (float32) ---------------------------------------------
-LESSON_QUESTIONS = ["What is the capital of France?", "Name a fruit that is yellow.", "Why is the sky blue?",
-                    "Write a haiku about rain.", "What is two plus two?", "Give me a tip for sleeping well."]
+LESSON_QUESTIONS = [
+    "What is the capital of France?",
+    "Name a fruit that is yellow.",
+    "Why is the sky blue?",
+    "Write a haiku about rain.",
+    "What is two plus two?",
+    "Give me a tip for sleeping well.",
+]
 
 
 @pytest.mark.slow
@@ -263,10 +296,13 @@ def test_lesson_08_tight_pool_on_smollm2_in_float32(real_model):
     hf_model, tokenizer = real_model
     model = Transformer.from_hf(copy.deepcopy(hf_model).to(torch.float32))
     config, bpv = model.config, 4
-    prompts = [tokenizer.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True)["input_ids"]
-               for q in LESSON_QUESTIONS]
-    budget = MemoryBudget.for_model(config, costs.weight_bytes(config, bpv) + 256 * costs.kv_bytes_per_token(config, bpv),
-                                    bpv)
+    prompts = [
+        tokenizer.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True)["input_ids"]
+        for q in LESSON_QUESTIONS
+    ]
+    budget = MemoryBudget.for_model(
+        config, costs.weight_bytes(config, bpv) + 256 * costs.kv_bytes_per_token(config, bpv), bpv
+    )
     assert sum(p.nbytes for p in hf_model.parameters()) == budget.weight_bytes
     params = [SamplingParams(max_new_tokens=24)] * 6 + [SamplingParams(max_new_tokens=300)]
     tight = LLMEngine(model, EngineConfig(block_size=16, memory_budget=budget))

@@ -37,8 +37,11 @@ def test_check_int_accepts_integral_floats():
 
 # -- lesson 01 ----------------------------------------------------------------------------------
 def _word_cost(num_words=200, tokens_per_word=1.3):
-    return WordCost(WordCostConfig(num_words, tokens_per_word, flops_per_pass=2e8,
-                                   weight_bytes_per_pass=5e8, bandwidth_gb_per_s=100.0))
+    return WordCost(
+        WordCostConfig(
+            num_words, tokens_per_word, flops_per_pass=2e8, weight_bytes_per_pass=5e8, bandwidth_gb_per_s=100.0
+        )
+    )
 
 
 def test_word_cost_200_words_is_260_passes():
@@ -87,8 +90,11 @@ def test_rereading_rejects_bad_lengths(p, n):
 
 # -- lesson 03 ----------------------------------------------------------------------------------
 def _grid(num_tokens=1000):
-    return ScoreGrid(ScoreGridConfig(num_tokens, SMOL.num_layers, SMOL.num_heads, SMOL.head_dim, 4,
-                                     costs.matmul_flops_per_token(SMOL)))
+    return ScoreGrid(
+        ScoreGridConfig(
+            num_tokens, SMOL.num_layers, SMOL.num_heads, SMOL.head_dim, 4, costs.matmul_flops_per_token(SMOL)
+        )
+    )
 
 
 def test_doubling_the_length_quadruples_the_grid():

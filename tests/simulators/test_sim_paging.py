@@ -134,12 +134,22 @@ def test_decode_attention_inputs_are_a_valid_scattered_pool(block_size):
     torch.testing.assert_close(out, reference)
 
 
-@pytest.mark.parametrize("field, bad, name", [
-    ("block_size", 0, "Block size"), ("block_size", 2.5, "Block size"), ("pool_slots", 0, "Pool"),
-    ("pool_slots", 10**9, "Pool"), ("num_requests", 0, "Requests"), ("arrivals_per_step", 0.0, "Arrivals"),
-    ("arrivals_per_step", float("nan"), "Arrivals"), ("answer_mean", -3.0, "Mean answer"),
-    ("answer_limit", 0, "Answer limit"), ("seed", -1, "Seed"), ("steps_per_click", 0, "Steps per click"),
-])
+@pytest.mark.parametrize(
+    "field, bad, name",
+    [
+        ("block_size", 0, "Block size"),
+        ("block_size", 2.5, "Block size"),
+        ("pool_slots", 0, "Pool"),
+        ("pool_slots", 10**9, "Pool"),
+        ("num_requests", 0, "Requests"),
+        ("arrivals_per_step", 0.0, "Arrivals"),
+        ("arrivals_per_step", float("nan"), "Arrivals"),
+        ("answer_mean", -3.0, "Mean answer"),
+        ("answer_limit", 0, "Answer limit"),
+        ("seed", -1, "Seed"),
+        ("steps_per_click", 0, "Steps per click"),
+    ],
+)
 def test_invalid_inputs_name_their_control(field, bad, name):
     with pytest.raises(InvalidInput, match=name):
         PagingConfig(**{field: bad})
@@ -157,8 +167,12 @@ def test_a_pool_smaller_than_one_reservation_or_one_block_says_what_to_change():
 def test_the_paging_replay_holds_the_engine_s_blocks_step_by_step(num_blocks):
     trace = workload.request_trace(TraceConfig(num_requests=40, arrivals_per_step=0.5, seed=3).scaled(1 / 16))
     for engine, replay, request_of in serve_beside_replay(trace, num_blocks, 4):
-        on_engine = {request_of[s.request_id]: (s.num_tokens, len(s.block_table))
-                     for r in engine.requests.values() for s in r.seqs if s.block_table}
+        on_engine = {
+            request_of[s.request_id]: (s.num_tokens, len(s.block_table))
+            for r in engine.requests.values()
+            for s in r.seqs
+            if s.block_table
+        }
         in_replay = {s.seq_id: (s.num_tokens, len(s.block_table)) for s in replay.running}
         assert on_engine == in_replay, f"step {replay.step_index - 1}"
         assert engine.kv_cache_manager.num_used_blocks == replay.manager.num_used_blocks
@@ -184,8 +198,16 @@ def test_the_view_steps_runs_and_resets():
 
 def test_every_control_rebuilds_the_model():
     view = PagingView(steps_per_click=50, **SMALL)
-    for name, value in [("block_size", 32), ("pool_slots", 8192), ("num_requests", 20), ("arrivals_per_step", 1.0),
-                        ("answer_mean", 40.0), ("answer_limit", 128), ("seed", 7), ("steps_per_click", 10)]:
+    for name, value in [
+        ("block_size", 32),
+        ("pool_slots", 8192),
+        ("num_requests", 20),
+        ("arrivals_per_step", 1.0),
+        ("answer_mean", 40.0),
+        ("answer_limit", 128),
+        ("seed", 7),
+        ("steps_per_click", 10),
+    ]:
         before, renders = view.model, view.num_renders
         view.controls[name].value = value
         assert view.error is None, (name, view.message.value)
@@ -194,7 +216,8 @@ def test_every_control_rebuilds_the_model():
     assert "blocks of 32 tokens" in view.message.value and "After engine step 9 " in view.message.value
 
 
-@pytest.mark.parametrize("name, bad", [("block_size", 0), ("pool_slots", 100), ("answer_limit", 10**6),
-                                       ("arrivals_per_step", float("inf"))])
+@pytest.mark.parametrize(
+    "name, bad", [("block_size", 0), ("pool_slots", 100), ("answer_limit", 10**6), ("arrivals_per_step", float("inf"))]
+)
 def test_bad_input_is_a_message(name, bad):
     assert_bad_input_is_shown(PagingView(steps_per_click=50, **SMALL), name, bad)

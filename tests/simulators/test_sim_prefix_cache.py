@@ -53,7 +53,8 @@ def test_the_example_prompts_hit_where_the_chain_matches():
     assert first.num_cached_tokens == 0 and first.num_computed_tokens == 19
     assert [b.hit for b in second.blocks] == [True, True, True, False, False]  # differ in block 3 (word 13)
     assert second.num_cached_tokens == 12 and second.hit_block_ids == first.hit_block_ids + [
-        b.block_id for b in first.blocks[:3]]
+        b.block_id for b in first.blocks[:3]
+    ]
     assert word_in_front.num_cached_tokens == 0  # one word in front shifts and renames everything
     assert last_word.num_cached_tokens == 8  # "!" in block 2: blocks 0 and 1 still hit
     assert m.num_cached_tokens == 20 and m.num_prompt_tokens == 76 and m.num_computed_tokens == 56
@@ -101,13 +102,21 @@ def test_step_serves_one_at_a_time_and_reset_forgets_the_cache():
     assert m.num_served == 0 and m.pool.num_cached_blocks == 0
 
 
-@pytest.mark.parametrize("prompts, block_size, num_blocks, name", [
-    ((), 4, 8, "between 1 and"), (((1,),) * (MAX_REQUESTS + 1), 4, 8, "between 1 and"),
-    (((1, 2), ()), 4, 8, "Request 2's prompt is empty"), (((1, -2),), 4, 8, "whole numbers"),
-    (((1, True),), 4, 8, "whole numbers"), (((1, 2.5),), 4, 8, "whole numbers"),
-    (((1,),), 0, 8, "Block size"), (((1,),), 2.5, 8, "Block size"), (((1,),), 4, 0, "Pool size"),
-    (((1,),), 4, 10**6, "Pool size"),
-])
+@pytest.mark.parametrize(
+    "prompts, block_size, num_blocks, name",
+    [
+        ((), 4, 8, "between 1 and"),
+        (((1,),) * (MAX_REQUESTS + 1), 4, 8, "between 1 and"),
+        (((1, 2), ()), 4, 8, "Request 2's prompt is empty"),
+        (((1, -2),), 4, 8, "whole numbers"),
+        (((1, True),), 4, 8, "whole numbers"),
+        (((1, 2.5),), 4, 8, "whole numbers"),
+        (((1,),), 0, 8, "Block size"),
+        (((1,),), 2.5, 8, "Block size"),
+        (((1,),), 4, 0, "Pool size"),
+        (((1,),), 4, 10**6, "Pool size"),
+    ],
+)
 def test_invalid_inputs_name_the_control(prompts, block_size, num_blocks, name):
     with pytest.raises(InvalidInput, match=name):
         PrefixCacheConfig(prompts, block_size, num_blocks)
@@ -126,8 +135,12 @@ def test_view_serves_every_prompt_and_reports_the_last():
 def test_every_control_changes_the_status_and_the_figure_stays():
     view = PrefixCacheView()
     figure, axes = view.figure, list(view.axes)
-    changes = {"prompt_3": EXAMPLE_PROMPTS[0].replace("open", "close"), "block_size": 2, "num_blocks": 12,
-               "prompt_0": "a completely different opening"}
+    changes = {
+        "prompt_3": EXAMPLE_PROMPTS[0].replace("open", "close"),
+        "block_size": 2,
+        "num_blocks": 12,
+        "prompt_0": "a completely different opening",
+    }
     assert_each_control_redraws(view, changes)
     assert view.figure is figure and view.axes == axes and len(figure.axes) == 2
     assert "evicted" in view.message.value  # 12 blocks of 2 tokens: request 4 reclaims cached blocks
@@ -148,8 +161,9 @@ def test_step_serves_the_next_request_and_reset_returns_to_the_start():
     assert view.error is None and view.model.num_served == 1 and view.values["block_size"] == 4
 
 
-@pytest.mark.parametrize("name, bad", [("block_size", 0), ("num_blocks", 0), ("num_blocks", 10**7),
-                                       ("prompt_1", "   ")])
+@pytest.mark.parametrize(
+    "name, bad", [("block_size", 0), ("num_blocks", 0), ("num_blocks", 10**7), ("prompt_1", "   ")]
+)
 def test_bad_input_shows_a_message_not_a_traceback(name, bad):
     assert_bad_input_is_shown(PrefixCacheView(), name, bad)
 
@@ -181,15 +195,20 @@ def test_a_refusal_is_shown_in_the_status():
 # -- the simulator against the engine ------------------------------------------------------------
 def _engine_story(model, prompts, block_size, num_blocks):
     """Serve the prompts one after another; per request: cached tokens, hit blocks, evicted blocks, refused."""
-    engine = LLMEngine(model, EngineConfig(block_size=block_size, num_blocks=num_blocks,
-                                           enable_prefix_caching=True))
+    engine = LLMEngine(model, EngineConfig(block_size=block_size, num_blocks=num_blocks, enable_prefix_caching=True))
     story = []
     for prompt in prompts:
         seen = len(engine.events.events)
         out = engine.generate([prompt], SamplingParams(max_new_tokens=1))[0]
         new = list(engine.events.events)[seen:]
-        story.append((out.num_cached_tokens, [e.block_id for e in new if e.kind is EventKind.PREFIX_HIT],
-                      [e.block_id for e in new if e.kind is EventKind.EVICT], out.refusal is not None))
+        story.append(
+            (
+                out.num_cached_tokens,
+                [e.block_id for e in new if e.kind is EventKind.PREFIX_HIT],
+                [e.block_id for e in new if e.kind is EventKind.EVICT],
+                out.refusal is not None,
+            )
+        )
     return story
 
 
@@ -200,8 +219,9 @@ def _sim_story(prompts, block_size, num_blocks):
     for r in m.results:
         for b in r.blocks:
             origin_block.setdefault((r.number, b.index), b.block_id)
-        story.append((r.num_cached_tokens, r.hit_block_ids, [origin_block[o] for o in r.evicted],
-                      r.refusal is not None))
+        story.append(
+            (r.num_cached_tokens, r.hit_block_ids, [origin_block[o] for o in r.evicted], r.refusal is not None)
+        )
     return story
 
 
@@ -211,7 +231,7 @@ def _random_prompts(seed: int) -> list[list[int]]:
     prompts = []
     for _ in range(rng.randrange(3, MAX_REQUESTS + 1)):
         stem = rng.choice(stems)
-        prompt = stem[:rng.randrange(len(stem) + 1)] + [rng.randrange(3, 96) for _ in range(rng.randrange(1, 12))]
+        prompt = stem[: rng.randrange(len(stem) + 1)] + [rng.randrange(3, 96) for _ in range(rng.randrange(1, 12))]
         if rng.random() < 0.2 and prompts:
             prompt = list(rng.choice(prompts))  # the same prompt again: the last block's rule
         prompts.append(prompt)

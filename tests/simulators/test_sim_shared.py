@@ -75,8 +75,15 @@ def test_model_labels_name_the_fact_each_lesson_turns_on():
 
 
 def test_log_ticks_are_plain_numbers_and_counts_take_their_plural():
-    assert [plain_number(v) for v in (0, 0.5, 1, 200, 1024, 1e6, -300)] == ["0", "0.5", "1", "200", "1,024",
-                                                                            "1,000,000", "-300"]
+    assert [plain_number(v) for v in (0, 0.5, 1, 200, 1024, 1e6, -300)] == [
+        "0",
+        "0.5",
+        "1",
+        "200",
+        "1,024",
+        "1,000,000",
+        "-300",
+    ]
     assert (plural(1, "block"), plural(2, "block"), plural(1024, "user")) == ("1 block", "2 blocks", "1,024 users")
 
 

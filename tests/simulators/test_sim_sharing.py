@@ -91,11 +91,18 @@ def test_reset_goes_back_to_the_unforked_prompt():
     assert not sim.forked and sim.tables == [[0, 1, 2, 3, 4, 5]] and sim.num_steps_done == 0
 
 
-@pytest.mark.parametrize("field, label, bad", [
-    ("prompt_len", "Prompt length", 0), ("block_size", "Block size", 0), ("num_samples", "Samples n", 0),
-    ("tokens_per_step", "Tokens per step", 0), ("num_blocks", "Pool size", 0), ("num_samples", "Samples n", 65),
-    ("block_size", "Block size", 2.5),
-])
+@pytest.mark.parametrize(
+    "field, label, bad",
+    [
+        ("prompt_len", "Prompt length", 0),
+        ("block_size", "Block size", 0),
+        ("num_samples", "Samples n", 0),
+        ("tokens_per_step", "Tokens per step", 0),
+        ("num_blocks", "Pool size", 0),
+        ("num_samples", "Samples n", 65),
+        ("block_size", "Block size", 2.5),
+    ],
+)
 def test_invalid_inputs_name_their_control(field, label, bad):
     values = dict(prompt_len=94, block_size=16, num_samples=4, tokens_per_step=1, num_blocks=48)
     values[field] = bad
@@ -130,9 +137,18 @@ def _manager_run(prompt_len, block_size, num_samples, tokens_per_step, num_steps
     return states, manager
 
 
-@pytest.mark.parametrize("prompt_len, block_size, num_samples, tokens_per_step", [
-    (94, 16, 4, 1), (96, 16, 4, 1), (18, 4, 4, 1), (37, 8, 3, 5), (5, 16, 6, 3), (50, 1, 2, 2), (33, 16, 1, 7),
-])
+@pytest.mark.parametrize(
+    "prompt_len, block_size, num_samples, tokens_per_step",
+    [
+        (94, 16, 4, 1),
+        (96, 16, 4, 1),
+        (18, 4, 4, 1),
+        (37, 8, 3, 5),
+        (5, 16, 6, 3),
+        (50, 1, 2, 2),
+        (33, 16, 1, 7),
+    ],
+)
 def test_the_simulator_keeps_the_managers_tables_and_counts(prompt_len, block_size, num_samples, tokens_per_step):
     num_steps = 12
     states, manager = _manager_run(prompt_len, block_size, num_samples, tokens_per_step, num_steps)
@@ -161,9 +177,10 @@ def test_blocks_needed_is_what_the_manager_asks_for():
 def test_the_simulator_matches_the_engines_blocks_at_every_step(tiny_model, prompt_len, n):
     new_tokens = 10
     engine = LLMEngine(tiny_model, EngineConfig(block_size=4, num_blocks=64))
-    rid = engine.add_request([3 + i % 90 for i in range(prompt_len)],
-                             SamplingParams(max_new_tokens=new_tokens, n=n, temperature=1.0, seed=5,
-                                            stop_on_eos=False))
+    rid = engine.add_request(
+        [3 + i % 90 for i in range(prompt_len)],
+        SamplingParams(max_new_tokens=new_tokens, n=n, temperature=1.0, seed=5, stop_on_eos=False),
+    )
     sim = _sim(prompt_len, 4, n, 1, num_blocks=64)
     for step in range(new_tokens - 1):  # the last step finishes every sample and frees its blocks
         engine.step()
@@ -212,8 +229,17 @@ def test_a_full_pool_shows_a_message_not_a_traceback():
     assert view.error is None
 
 
-@pytest.mark.parametrize("name, bad", [("prompt_len", 0), ("block_size", -1), ("num_samples", 1000),
-                                       ("tokens_per_step", 0), ("num_blocks", 10**9), ("prompt_len", 10**6)])
+@pytest.mark.parametrize(
+    "name, bad",
+    [
+        ("prompt_len", 0),
+        ("block_size", -1),
+        ("num_samples", 1000),
+        ("tokens_per_step", 0),
+        ("num_blocks", 10**9),
+        ("prompt_len", 10**6),
+    ],
+)
 def test_bad_input_is_shown(name, bad):
     assert_bad_input_is_shown(SharingView(), name, bad)
 

@@ -36,6 +36,7 @@ def tiny():
 
 # -- bytes per token --------------------------------------------------------------------------------
 
+
 def test_bytes_per_token_by_hand_for_each_head_choice_and_int8():
     assert shrink(kv_heads=KVHeads.MHA).bytes_per_token == 2 * 30 * 9 * 64 * 2 == 69_120
     assert shrink(kv_heads=KVHeads.SHIPPED).bytes_per_token == 2 * 30 * 3 * 64 * 2 == 23_040
@@ -55,6 +56,7 @@ def test_bytes_per_token_are_the_cost_model_s(name):
 
 
 # -- users and the longest context --------------------------------------------------------------------
+
 
 def test_without_paging_each_user_is_charged_at_the_filled_share():
     m = shrink(kv_budget_gb=1.0, context_tokens=1000, reservation_filled=0.25)
@@ -87,8 +89,15 @@ def test_the_block_of_a_last_token_is_never_shared():
 
 
 def test_a_window_caps_what_each_user_holds_and_drops_the_shared_opening():
-    m = shrink(kv_budget_gb=1.0, context_tokens=4000, paging=True, prefix=True, prefix_tokens=2000,
-               window=True, window_tokens=1024)
+    m = shrink(
+        kv_budget_gb=1.0,
+        context_tokens=4000,
+        paging=True,
+        prefix=True,
+        prefix_tokens=2000,
+        window=True,
+        window_tokens=1024,
+    )
     assert m.held_tokens(4000) == 1024 and m.held_tokens(500) == 500
     assert m.shared_blocks(4000) == 0  # the opening has slid out of every window
     assert m.shared_blocks(1000) == 999 // 16  # shorter than the window: the opening is still shared
@@ -102,8 +111,14 @@ def test_a_budget_below_one_window_leaves_the_longest_context_finite():
 
 
 def test_each_technique_adds_users_in_the_lesson_s_setting():
-    m = shrink(kv_budget_gb=0.755, context_tokens=512, bytes_per_value=4, kv_heads=KVHeads.MHA, prefix_tokens=448,
-               window_tokens=64)
+    m = shrink(
+        kv_budget_gb=0.755,
+        context_tokens=512,
+        bytes_per_value=4,
+        kv_heads=KVHeads.MHA,
+        prefix_tokens=448,
+        window_tokens=64,
+    )
     names = []
     while m.next_technique:
         names.append(m.step())
@@ -123,13 +138,21 @@ def test_a_multi_head_model_skips_gqa_and_a_grouped_one_starts_from_mqa():
     assert [label for label, _ in m.stages()] == ["nothing on"]  # as shipped is multi-head already
 
 
-@pytest.mark.parametrize("changes, name", [
-    (dict(kv_budget_gb=0.0), "KV memory"), (dict(kv_budget_gb=float("nan")), "KV memory"),
-    (dict(context_tokens=0), "Context per user"), (dict(context_tokens=2.5), "Context per user"),
-    (dict(prefix_tokens=600, context_tokens=512), "Shared prefix"), (dict(window_tokens=0), "Window"),
-    (dict(bytes_per_value=3), "Values in"), (dict(kv_heads="two"), "Key/value heads"),
-    (dict(model="gpt-5"), "Model"), (dict(prefix=True, paging=False), "needs paging"),
-])
+@pytest.mark.parametrize(
+    "changes, name",
+    [
+        (dict(kv_budget_gb=0.0), "KV memory"),
+        (dict(kv_budget_gb=float("nan")), "KV memory"),
+        (dict(context_tokens=0), "Context per user"),
+        (dict(context_tokens=2.5), "Context per user"),
+        (dict(prefix_tokens=600, context_tokens=512), "Shared prefix"),
+        (dict(window_tokens=0), "Window"),
+        (dict(bytes_per_value=3), "Values in"),
+        (dict(kv_heads="two"), "Key/value heads"),
+        (dict(model="gpt-5"), "Model"),
+        (dict(prefix=True, paging=False), "needs paging"),
+    ],
+)
 def test_invalid_inputs_name_the_control(changes, name):
     with pytest.raises(InvalidInput, match=name):
         ShrinkConfig(**{**SMOL, **changes})
@@ -142,6 +165,7 @@ def test_first_difference():
 
 
 # -- the engine holds what the simulator counts ------------------------------------------------------
+
 
 def test_int8_bytes_per_token_are_the_engine_s_int8_cache(tiny):
     run = generate(tiny, [5, 17, 33, 42], 6, cache="int8")
@@ -157,8 +181,16 @@ def test_regrouped_caches_hold_the_simulated_bytes_per_token(tiny, kv_heads, hea
 
 
 def test_a_window_holds_window_tokens_of_the_simulated_bytes(tiny):
-    m = Shrink(ShrinkConfig(model_config=tiny.config, kv_heads=KVHeads.SHIPPED, bytes_per_value=4, window=True,
-                            window_tokens=12, context_tokens=40))
+    m = Shrink(
+        ShrinkConfig(
+            model_config=tiny.config,
+            kv_heads=KVHeads.SHIPPED,
+            bytes_per_value=4,
+            window=True,
+            window_tokens=12,
+            context_tokens=40,
+        )
+    )
     run = generate(tiny, list(range(3, 13)), 30, cache="sliding", window=12)
     held = {s.kv_cache_bytes for s in run.stats if s.context_len >= 12}
     assert held == {m.held_tokens(40) * m.bytes_per_token}
@@ -168,17 +200,33 @@ def test_a_window_holds_window_tokens_of_the_simulated_bytes(tiny):
 def test_the_engine_admits_the_users_the_simulator_fits(tiny, num_blocks, context, prefix):
     block_size = 16
     budget = num_blocks * costs.kv_bytes_per_token(tiny.config, 4) * block_size
-    m = Shrink(ShrinkConfig(model_config=tiny.config, kv_heads=KVHeads.SHIPPED, bytes_per_value=4, kv_budget_gb=budget / 1e9,
-                            context_tokens=context, paging=True, prefix=prefix > 0, prefix_tokens=prefix))
+    m = Shrink(
+        ShrinkConfig(
+            model_config=tiny.config,
+            kv_heads=KVHeads.SHIPPED,
+            bytes_per_value=4,
+            kv_budget_gb=budget / 1e9,
+            context_tokens=context,
+            paging=True,
+            prefix=prefix > 0,
+            prefix_tokens=prefix,
+        )
+    )
     assert m.num_blocks == num_blocks
-    engine = LLMEngine(tiny, EngineConfig(block_size=block_size, num_blocks=num_blocks, max_num_batched_tokens=8192,
-                                          enable_prefix_caching=prefix > 0))
+    engine = LLMEngine(
+        tiny,
+        EngineConfig(
+            block_size=block_size, num_blocks=num_blocks, max_num_batched_tokens=8192, enable_prefix_caching=prefix > 0
+        ),
+    )
     opening = [3 + j % 80 for j in range(prefix)]
     if prefix:  # one earlier request leaves the opening's blocks in the prefix cache
         engine.generate([opening + [90] * (context - prefix)], SamplingParams(max_new_tokens=1))
     start = engine.num_steps
     for i in range(m.users_fit + 3):
-        engine.add_request(opening + [4 + (i + j) % 80 for j in range(context - prefix)], SamplingParams(max_new_tokens=1))
+        engine.add_request(
+            opening + [4 + (i + j) % 80 for j in range(context - prefix)], SamplingParams(max_new_tokens=1)
+        )
     engine.step()
     admitted = [e for e in engine.events.of_kind(EventKind.ADMIT) if e.step == start]
     assert len(admitted) == m.users_fit > 0
@@ -186,9 +234,16 @@ def test_the_engine_admits_the_users_the_simulator_fits(tiny, num_blocks, contex
 
 # -- the view -----------------------------------------------------------------------------------------
 
+
 def lesson_view(**changes) -> ShrinkView:
-    values = dict(kv_budget_gb=0.755, context_tokens=512, bytes_per_value=4, prefix_tokens=448, window_tokens=64,
-                  reservation_filled=0.311)
+    values = dict(
+        kv_budget_gb=0.755,
+        context_tokens=512,
+        bytes_per_value=4,
+        prefix_tokens=448,
+        window_tokens=64,
+        reservation_filled=0.311,
+    )
     return ShrinkView("smollm2-135m", **{**values, **changes})
 
 
@@ -208,8 +263,9 @@ def test_next_technique_walks_the_table_and_the_controls_follow():
         view.step_button.click()
         assert view.num_renders == renders + 1 and view.message.value != before
         seen.append(view.model.config)
-    assert view.controls["kv_heads"].value == KVHeads.MQA and all(view.controls[n].value for n in
-                                                          ("int8", "paging", "prefix", "window"))
+    assert view.controls["kv_heads"].value == KVHeads.MQA and all(
+        view.controls[n].value for n in ("int8", "paging", "prefix", "window")
+    )
     assert "Every technique is on" in view.message.value and "unlimited" in view.message.value
     view.step_button.click()
     assert view.error is None and "Reset" in view.message.value  # information, not an input error
@@ -219,15 +275,28 @@ def test_next_technique_walks_the_table_and_the_controls_follow():
 
 def test_every_control_redraws_and_changes_the_status():
     view = lesson_view()
-    assert_each_control_redraws(view, {
-        "model": "llama-3-8b", "bytes_per_value": 2, "kv_budget_gb": 64.0, "context_tokens": 8192,
-        "kv_heads": KVHeads.SHIPPED, "int8": True, "paging": True, "prefix": True, "prefix_tokens": 1000,
-        "window": True, "window_tokens": 4096,
-    })
+    assert_each_control_redraws(
+        view,
+        {
+            "model": "llama-3-8b",
+            "bytes_per_value": 2,
+            "kv_budget_gb": 64.0,
+            "context_tokens": 8192,
+            "kv_heads": KVHeads.SHIPPED,
+            "int8": True,
+            "paging": True,
+            "prefix": True,
+            "prefix_tokens": 1000,
+            "window": True,
+            "window_tokens": 4096,
+        },
+    )
 
 
-@pytest.mark.parametrize("name, bad", [("kv_budget_gb", 0.0), ("context_tokens", 0), ("window_tokens", -3),
-                                       ("prefix_tokens", 10_000), ("prefix", True)])
+@pytest.mark.parametrize(
+    "name, bad",
+    [("kv_budget_gb", 0.0), ("context_tokens", 0), ("window_tokens", -3), ("prefix_tokens", 10_000), ("prefix", True)],
+)
 def test_bad_input_shows_a_message_not_a_traceback(name, bad):
     assert_bad_input_is_shown(lesson_view(), name, bad)
 

@@ -37,8 +37,18 @@ H100 = HARDWARE["H100 SXM"]
 
 
 def _h100_13b(context_tokens=4096, batch_size=1, **kw) -> Throughput:
-    return Throughput(ThroughputConfig("llama-2-13b", 2, H100.bandwidth_gbs, H100.tflops,
-                                       kv_budget_on_card(H100, EXAMPLE_13B), context_tokens, batch_size, **kw))
+    return Throughput(
+        ThroughputConfig(
+            "llama-2-13b",
+            2,
+            H100.bandwidth_gbs,
+            H100.tflops,
+            kv_budget_on_card(H100, EXAMPLE_13B),
+            context_tokens,
+            batch_size,
+            **kw,
+        )
+    )
 
 
 # -- the model -------------------------------------------------------------------------------------
@@ -93,21 +103,42 @@ def test_a_budget_smaller_than_one_sequence_fits_none():
 
 
 def test_kv_budget_on_card_is_the_memory_the_weights_leave():
-    assert kv_budget_on_card(H100, EXAMPLE_13B) == pytest.approx(80 * 2**30 / 1e9 - costs.weight_bytes(EXAMPLE_13B, 2) / 1e9)
+    assert kv_budget_on_card(H100, EXAMPLE_13B) == pytest.approx(
+        80 * 2**30 / 1e9 - costs.weight_bytes(EXAMPLE_13B, 2) / 1e9
+    )
     assert kv_budget_on_card(HARDWARE["A100 80GB SXM"], MODEL_CONFIGS["llama-2-70b"]) == 0.0
 
 
-@pytest.mark.parametrize("field, bad, name", [
-    ("model", "gpt-5", "Model"), ("bytes_per_value", 3, "Bytes per value"),
-    ("bandwidth_gbs", 0.0, "Memory bandwidth"), ("bandwidth_gbs", float("nan"), "Memory bandwidth"),
-    ("tflops", -1.0, "Compute"), ("kv_budget_gb", -1.0, "KV budget"), ("kv_budget_gb", float("inf"), "KV budget"),
-    ("context_tokens", 0, "Context per sequence"), ("context_tokens", 2.5, "Context per sequence"),
-    ("batch_size", 0, "Batch"), ("batch_size", MAX_BATCH + 1, "Batch"), ("overhead_ms", -0.5, "Overhead"),
-    ("block_size", 0, "Block size"),
-])
+@pytest.mark.parametrize(
+    "field, bad, name",
+    [
+        ("model", "gpt-5", "Model"),
+        ("bytes_per_value", 3, "Bytes per value"),
+        ("bandwidth_gbs", 0.0, "Memory bandwidth"),
+        ("bandwidth_gbs", float("nan"), "Memory bandwidth"),
+        ("tflops", -1.0, "Compute"),
+        ("kv_budget_gb", -1.0, "KV budget"),
+        ("kv_budget_gb", float("inf"), "KV budget"),
+        ("context_tokens", 0, "Context per sequence"),
+        ("context_tokens", 2.5, "Context per sequence"),
+        ("batch_size", 0, "Batch"),
+        ("batch_size", MAX_BATCH + 1, "Batch"),
+        ("overhead_ms", -0.5, "Overhead"),
+        ("block_size", 0, "Block size"),
+    ],
+)
 def test_invalid_inputs_name_the_control(field, bad, name):
-    values = dict(model="smollm2-135m", bytes_per_value=2, bandwidth_gbs=3350.0, tflops=989.0, kv_budget_gb=50.0,
-                  context_tokens=4096, batch_size=1, overhead_ms=0.0, block_size=16)
+    values = dict(
+        model="smollm2-135m",
+        bytes_per_value=2,
+        bandwidth_gbs=3350.0,
+        tflops=989.0,
+        kv_budget_gb=50.0,
+        context_tokens=4096,
+        batch_size=1,
+        overhead_ms=0.0,
+        block_size=16,
+    )
     values[field] = bad
     with pytest.raises(InvalidInput, match=name):
         ThroughputConfig(**values)
@@ -126,9 +157,17 @@ def test_view_starts_on_a_card_and_reports_the_cap():
 def test_every_control_changes_the_status_and_the_figure_stays():
     view = ThroughputView("H100 SXM", model="llama-2-13b", context_tokens=4096, batch_size=4)
     figure, axes = view.figure, list(view.axes)
-    changes = {"bandwidth_gbs": 2000.0, "tflops": 500.0, "model": "llama-3-8b", "bytes_per_value": 1,
-               "kv_budget_gb": 30.0, "context_tokens": 1000, "batch_size": 64, "overhead_ms": 1.0,
-               "hardware": "H200 SXM"}
+    changes = {
+        "bandwidth_gbs": 2000.0,
+        "tflops": 500.0,
+        "model": "llama-3-8b",
+        "bytes_per_value": 1,
+        "kv_budget_gb": 30.0,
+        "context_tokens": 1000,
+        "batch_size": 64,
+        "overhead_ms": 1.0,
+        "hardware": "H200 SXM",
+    }
     assert_each_control_redraws(view, changes)
     assert view.figure is figure and view.axes == axes and len(figure.axes) == 2
 
@@ -140,7 +179,9 @@ def test_a_card_fills_its_figures_and_typing_one_makes_it_custom():
     assert (view.values["bandwidth_gbs"], view.values["tflops"]) == (h200.bandwidth_gbs, h200.tflops)
     assert view.values["kv_budget_gb"] == pytest.approx(round(kv_budget_on_card(h200, EXAMPLE_13B), 2))
     view.controls["model"].value = "smollm2-135m"  # lighter weights: more room for caches on the same card
-    assert view.values["kv_budget_gb"] == pytest.approx(round(kv_budget_on_card(h200, MODEL_CONFIGS["smollm2-135m"]), 2))
+    assert view.values["kv_budget_gb"] == pytest.approx(
+        round(kv_budget_on_card(h200, MODEL_CONFIGS["smollm2-135m"]), 2)
+    )
     view.controls["bandwidth_gbs"].value = 1000.0
     assert view.values["hardware"] == CUSTOM and view.model.config.bandwidth_gbs == 1000.0
     view.controls["kv_budget_gb"].value = 1.0  # a custom card keeps the typed budget when the model changes
@@ -159,9 +200,16 @@ def test_step_doubles_and_a_batch_past_the_cap_is_flagged():
 
 
 def test_measured_points_are_drawn_beside_the_roofline():
-    view = ThroughputView(model="smollm2-135m", bytes_per_value=4, bandwidth_gbs=8.0, tflops=0.04,
-                          kv_budget_gb=0.0236, context_tokens=16, measured={1: 15.0, 8: 60.0, 32: 150.0},
-                          measured_label="measured on this CPU")
+    view = ThroughputView(
+        model="smollm2-135m",
+        bytes_per_value=4,
+        bandwidth_gbs=8.0,
+        tflops=0.04,
+        kv_budget_gb=0.0236,
+        context_tokens=16,
+        measured={1: 15.0, 8: 60.0, 32: 150.0},
+        measured_label="measured on this CPU",
+    )
     assert view.values["hardware"] == CUSTOM and view.error is None
     squares = [line for line in view.axes[0].lines if line.get_label() == "measured on this CPU"]
     assert len(squares) == 1 and list(squares[0].get_xdata()) == [1, 8, 32]
@@ -177,8 +225,17 @@ def test_no_sequence_fits_is_a_status_not_an_error():
     assert "not one sequence" in view.axes[0].get_title()
 
 
-@pytest.mark.parametrize("name, bad", [("bandwidth_gbs", -5.0), ("tflops", 0.0), ("kv_budget_gb", -1.0),
-                                       ("context_tokens", 0), ("batch_size", 0), ("overhead_ms", -1.0)])
+@pytest.mark.parametrize(
+    "name, bad",
+    [
+        ("bandwidth_gbs", -5.0),
+        ("tflops", 0.0),
+        ("kv_budget_gb", -1.0),
+        ("context_tokens", 0),
+        ("batch_size", 0),
+        ("overhead_ms", -1.0),
+    ],
+)
 def test_bad_input_shows_a_message_not_a_traceback(name, bad):
     assert_bad_input_is_shown(ThroughputView("H100 SXM"), name, bad)
 
@@ -194,13 +251,26 @@ def test_the_engine_admits_exactly_the_batch_the_simulator_says_fits(tiny, num_b
     config = tiny.config
     fit = max_batch(num_blocks, context, block_size)
     block_bytes = costs.kv_bytes_per_token(config, 4) * block_size
-    sim = Throughput(ThroughputConfig("custom", 4, kv_budget_gb=num_blocks * block_bytes / 1e9,
-                                      context_tokens=context, block_size=block_size, model_config=config))
+    sim = Throughput(
+        ThroughputConfig(
+            "custom",
+            4,
+            kv_budget_gb=num_blocks * block_bytes / 1e9,
+            context_tokens=context,
+            block_size=block_size,
+            model_config=config,
+        )
+    )
     assert sim.num_blocks == num_blocks and sim.max_batch == fit
-    by_blocks = LLMEngine(tiny, EngineConfig(block_size=block_size, num_blocks=num_blocks,
-                                             max_num_batched_tokens=4096))
-    by_budget = LLMEngine(tiny, EngineConfig(block_size=block_size, max_num_batched_tokens=4096,
-                                             memory_budget=MemoryBudget(sim.config.kv_budget_bytes, 0)))
+    by_blocks = LLMEngine(tiny, EngineConfig(block_size=block_size, num_blocks=num_blocks, max_num_batched_tokens=4096))
+    by_budget = LLMEngine(
+        tiny,
+        EngineConfig(
+            block_size=block_size,
+            max_num_batched_tokens=4096,
+            memory_budget=MemoryBudget(sim.config.kv_budget_bytes, 0),
+        ),
+    )
     for engine in (by_blocks, by_budget):
         prompts = [[3 + (i + j) % 90 for j in range(context)] for i in range(fit + 3)]  # the context, at once
         outputs = engine.generate(prompts, SamplingParams(max_new_tokens=1))
@@ -219,8 +289,9 @@ def test_reservation_start_steps_replay_the_reservation_batches_on_the_engine(ti
     assert len(starts) == len(trace) and all(s >= r.arrival_step for s, r in zip(starts, trace, strict=True))
     replay = ReservationReplay(trace, 512).run()
     roomy = sum(-(-r.final_len // 16) for r in trace)
-    run = serve_trace(LLMEngine(tiny, EngineConfig(num_blocks=roomy)), trace, trace_prompts(trace, list(range(3, 90))),
-                      starts)
+    run = serve_trace(
+        LLMEngine(tiny, EngineConfig(num_blocks=roomy)), trace, trace_prompts(trace, list(range(3, 90))), starts
+    )
     assert run.batch_per_step == replay.running_per_step  # the engine ran exactly the reserving server's batches
     assert run.num_tokens == sum(r.num_output_tokens for r in trace)
     assert run.max_batch == max(replay.running_per_step) and run.mean_batch == pytest.approx(replay.mean_running)
@@ -241,10 +312,14 @@ def test_interleaved_servers_run_the_same_batches_as_one_at_a_time(tiny):
     prompts = trace_prompts(trace, list(range(3, 90)))
     starts = reservation_start_steps(trace, 512)
     roomy = sum(-(-r.final_len // 16) for r in trace)
-    alone = [serve_trace(LLMEngine(tiny, EngineConfig(num_blocks=32)), trace, prompts),
-             serve_trace(LLMEngine(tiny, EngineConfig(num_blocks=roomy)), trace, prompts, starts)]
-    servers = [TraceServer(LLMEngine(tiny, EngineConfig(num_blocks=32)), trace, prompts),
-               TraceServer(LLMEngine(tiny, EngineConfig(num_blocks=roomy)), trace, prompts, starts)]
+    alone = [
+        serve_trace(LLMEngine(tiny, EngineConfig(num_blocks=32)), trace, prompts),
+        serve_trace(LLMEngine(tiny, EngineConfig(num_blocks=roomy)), trace, prompts, starts),
+    ]
+    servers = [
+        TraceServer(LLMEngine(tiny, EngineConfig(num_blocks=32)), trace, prompts),
+        TraceServer(LLMEngine(tiny, EngineConfig(num_blocks=roomy)), trace, prompts, starts),
+    ]
     together = serve_interleaved(servers)
     assert all(s.done for s in servers)
     for a, b in zip(alone, together, strict=True):

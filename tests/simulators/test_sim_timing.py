@@ -76,16 +76,33 @@ def test_step_doubles_the_output_until_the_limit_and_reset_restores_it():
     assert sim.num_new_tokens == MAX_NEW_TOKENS // 4
 
 
-@pytest.mark.parametrize("field, bad", [
-    ("prompt_len", 0), ("prompt_len", -3), ("prompt_len", 1.5), ("prompt_len", 10**9),
-    ("num_new_tokens", 0), ("num_new_tokens", MAX_NEW_TOKENS + 1), ("num_new_tokens", float("nan")),
-    ("ms_per_pass", -1.0), ("ms_per_pass", float("nan")), ("ms_per_pass", float("inf")), ("ms_per_pass", 1e12),
-    ("ms_per_gflop", -0.5), ("ms_per_gflop", float("nan")), ("ms_per_gflop", "fast"),
-])
+@pytest.mark.parametrize(
+    "field, bad",
+    [
+        ("prompt_len", 0),
+        ("prompt_len", -3),
+        ("prompt_len", 1.5),
+        ("prompt_len", 10**9),
+        ("num_new_tokens", 0),
+        ("num_new_tokens", MAX_NEW_TOKENS + 1),
+        ("num_new_tokens", float("nan")),
+        ("ms_per_pass", -1.0),
+        ("ms_per_pass", float("nan")),
+        ("ms_per_pass", float("inf")),
+        ("ms_per_pass", 1e12),
+        ("ms_per_gflop", -0.5),
+        ("ms_per_gflop", float("nan")),
+        ("ms_per_gflop", "fast"),
+    ],
+)
 def test_bad_input_is_an_invalid_input_naming_the_control(field, bad):
     values = {"prompt_len": 8, "num_new_tokens": 64, "ms_per_pass": 15.0, "ms_per_gflop": 10.0, field: bad}
-    label = {"prompt_len": "Prompt length (tokens)", "num_new_tokens": "Output length (new tokens)",
-             "ms_per_pass": "Fixed cost per pass (ms)", "ms_per_gflop": "Cost per GFLOP (ms)"}[field]
+    label = {
+        "prompt_len": "Prompt length (tokens)",
+        "num_new_tokens": "Output length (new tokens)",
+        "ms_per_pass": "Fixed cost per pass (ms)",
+        "ms_per_gflop": "Cost per GFLOP (ms)",
+    }[field]
     with pytest.raises(InvalidInput) as err:
         TimingConfig(**values)
     assert str(err.value).startswith(label)
@@ -116,9 +133,17 @@ def test_view_shows_both_times_their_ratio_and_units_in_every_label():
     assert "only" in ratio_ax.get_title() and ratio_ax.get_yscale() == "log"
 
 
-@pytest.mark.parametrize("name, bad", [("prompt_len", 0), ("num_new_tokens", -5), ("num_new_tokens", 10**7),
-                                       ("ms_per_pass", float("nan")), ("ms_per_gflop", -2.0),
-                                       ("ms_per_pass", float("inf"))])
+@pytest.mark.parametrize(
+    "name, bad",
+    [
+        ("prompt_len", 0),
+        ("num_new_tokens", -5),
+        ("num_new_tokens", 10**7),
+        ("ms_per_pass", float("nan")),
+        ("ms_per_gflop", -2.0),
+        ("ms_per_pass", float("inf")),
+    ],
+)
 def test_invalid_input_shows_a_message_not_a_traceback(name, bad):
     assert_bad_input_is_shown(TimingView(), name, bad)
 

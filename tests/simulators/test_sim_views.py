@@ -24,15 +24,21 @@ SMOL = MODEL_CONFIGS["smollm2-135m"]
 
 def _qkv_data():
     rng = np.random.default_rng(1)
-    return QKV(rng.standard_normal((2, 3, 4, 8)), rng.standard_normal((2, 1, 4, 8)),
-               rng.standard_normal((2, 1, 4, 8)), ("The", " cat", " sat", "."))
+    return QKV(
+        rng.standard_normal((2, 3, 4, 8)),
+        rng.standard_normal((2, 1, 4, 8)),
+        rng.standard_normal((2, 1, 4, 8)),
+        ("The", " cat", " sat", "."),
+    )
 
 
 VIEWS = {
     "word_cost": (lambda: WordCostView(2e8, 5e8), "num_words"),
     "rereading": (RereadingView, "prompt_len"),
-    "score_grid": (lambda: ScoreGridView(SMOL.num_layers, SMOL.num_heads, SMOL.head_dim,
-                                         costs.matmul_flops_per_token(SMOL)), "num_tokens"),
+    "score_grid": (
+        lambda: ScoreGridView(SMOL.num_layers, SMOL.num_heads, SMOL.head_dim, costs.matmul_flops_per_token(SMOL)),
+        "num_tokens",
+    ),
     "qkv": (lambda: QKVView(_qkv_data(), position=0), "position"),
     "kv_cache": (KVCacheView, "prompt_len"),
 }
@@ -116,8 +122,9 @@ def test_rereading_bars_grow_by_one():
 
 
 def test_score_grid_step_doubles_and_reports_four_times_the_cells():
-    view = ScoreGridView(SMOL.num_layers, SMOL.num_heads, SMOL.head_dim, costs.matmul_flops_per_token(SMOL),
-                         num_tokens=8)
+    view = ScoreGridView(
+        SMOL.num_layers, SMOL.num_heads, SMOL.head_dim, costs.matmul_flops_per_token(SMOL), num_tokens=8
+    )
     assert view.model.cells == 64
     view.step_button.click()
     assert view.model.cells == 256 and "16 × 16 = 256 cells" in view.axes[0].get_title()
@@ -156,8 +163,11 @@ def test_every_syllabus_simulator_that_exists_offers_a_view():
         if not lesson.simulator or importlib.util.find_spec(lesson.simulator) is None:
             continue
         module = importlib.import_module(lesson.simulator)
-        views = [obj for obj in vars(module).values()
-                 if isinstance(obj, type) and issubclass(obj, SimulatorView) and obj is not SimulatorView]
+        views = [
+            obj
+            for obj in vars(module).values()
+            if isinstance(obj, type) and issubclass(obj, SimulatorView) and obj is not SimulatorView
+        ]
         assert views, f"{lesson.simulator} (lesson {lesson.number}) defines no SimulatorView subclass"
         found += 1
     assert found >= 5  # lessons 01-05 at least

@@ -29,15 +29,18 @@ class _SequenceBackend:
 
     def begin_step(self, meta: StepMetadata) -> None:
         if meta.start_pos != self.num_computed_tokens:
-            raise ValueError(f"this step starts at position {meta.start_pos}, but the backend expects "
-                             f"{self.num_computed_tokens} (tokens must be fed in order, each once)")
+            raise ValueError(
+                f"this step starts at position {meta.start_pos}, but the backend expects "
+                f"{self.num_computed_tokens} (tokens must be fed in order, each once)"
+            )
         self.meta = meta
 
     def end_step(self) -> None:
         self.meta = None
 
-    def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_start: int,
-                window: int | None = None) -> torch.Tensor:
+    def _attend(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_start: int, window: int | None = None
+    ) -> torch.Tensor:
         """q (T, H, D); k, v head-major (Hkv, Tk, D) -> (T, H, D)."""
         out = self.attention_fn(q.transpose(0, 1), k, v, q_start, window, self.stats)  # (H, T, D)
         return out.transpose(0, 1)  # (T, H, D)
@@ -51,8 +54,7 @@ class NoCacheBackend(_SequenceBackend):
     into several independent sequences laid end to end.
     """
 
-    def __init__(self, attention: str = "auto", window: int | None = None,
-                 seq_lens: list[int] | None = None) -> None:
+    def __init__(self, attention: str = "auto", window: int | None = None, seq_lens: list[int] | None = None) -> None:
         super().__init__(attention)
         self.window = window
         self.seq_lens = seq_lens
@@ -71,9 +73,9 @@ class NoCacheBackend(_SequenceBackend):
             raise ValueError(f"seq_lens sum to {sum(lens)} but the batch has {q.shape[0]} tokens")
         outs, start = [], 0
         for n in lens:
-            kk = k[start:start + n].transpose(0, 1)  # (Hkv, n, D)
-            vv = v[start:start + n].transpose(0, 1)  # (Hkv, n, D)
-            outs.append(self._attend(q[start:start + n], kk, vv, 0, self.window))
+            kk = k[start : start + n].transpose(0, 1)  # (Hkv, n, D)
+            vv = v[start : start + n].transpose(0, 1)  # (Hkv, n, D)
+            outs.append(self._attend(q[start : start + n], kk, vv, 0, self.window))
             start += n
         return outs[0] if len(outs) == 1 else torch.cat(outs)
 
@@ -121,8 +123,14 @@ class ContiguousKVBackend(_GrowingCache):
     Capacity doubles when exceeded, so a step never pays for torch.cat of the whole cache.
     """
 
-    def __init__(self, config: ModelConfig, capacity: int, dtype: torch.dtype, device: torch.device | str,
-                 attention: str = "auto") -> None:
+    def __init__(
+        self,
+        config: ModelConfig,
+        capacity: int,
+        dtype: torch.dtype,
+        device: torch.device | str,
+        attention: str = "auto",
+    ) -> None:
         super().__init__(attention)
         if capacity <= 0:
             raise ValueError(f"capacity must be positive, got {capacity}")

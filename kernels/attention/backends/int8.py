@@ -53,8 +53,15 @@ class Int8KVBackend(_GrowingCache):
     ``measure_error`` records the round-trip error of every stored value (it costs a sync per layer).
     """
 
-    def __init__(self, config: ModelConfig, capacity: int, dtype: torch.dtype, device: torch.device | str,
-                 attention: str = "auto", measure_error: bool = True) -> None:
+    def __init__(
+        self,
+        config: ModelConfig,
+        capacity: int,
+        dtype: torch.dtype,
+        device: torch.device | str,
+        attention: str = "auto",
+        measure_error: bool = True,
+    ) -> None:
         super().__init__(attention)
         check_positive_int("capacity", capacity)
         self.config, self.dtype = config, dtype
@@ -79,8 +86,10 @@ class Int8KVBackend(_GrowingCache):
         if self.meta is None:
             raise RuntimeError("call begin_step(StepMetadata(...)) before the forward pass")
         start, end = self.meta.start_pos, self.meta.end_pos
-        for x, values, scales in ((k, self.k_q[layer_idx], self.k_scale[layer_idx]),
-                                  (v, self.v_q[layer_idx], self.v_scale[layer_idx])):
+        for x, values, scales in (
+            (k, self.k_q[layer_idx], self.k_scale[layer_idx]),
+            (v, self.v_q[layer_idx], self.v_scale[layer_idx]),
+        ):
             x_q, x_scale = quantize_int8(x.transpose(0, 1))  # (Hkv, T, D), (Hkv, T)
             values[:, start:end] = x_q
             scales[:, start:end] = x_scale

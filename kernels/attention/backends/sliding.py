@@ -16,8 +16,9 @@ from kvcourse.kernels.model.config import ModelConfig
 class SlidingWindowBackend(_SequenceBackend):
     """A ring buffer of `window` slots per layer: the token at position p lives in slot p % window."""
 
-    def __init__(self, config: ModelConfig, window: int, dtype: torch.dtype, device: torch.device | str,
-                 attention: str = "auto") -> None:
+    def __init__(
+        self, config: ModelConfig, window: int, dtype: torch.dtype, device: torch.device | str, attention: str = "auto"
+    ) -> None:
         super().__init__(attention)
         check_positive_int("window", window)
         self.config, self.window = config, window
@@ -67,6 +68,6 @@ class SlidingWindowBackend(_SequenceBackend):
         out = self._attend(q, k_all, v_all, num_held, self.window)
         keep = min(num_new, self.window)
         slots = torch.arange(end - keep, end, device=k.device) % self.window
-        k_ring[:, slots] = k[num_new - keep:].transpose(0, 1)
-        v_ring[:, slots] = v[num_new - keep:].transpose(0, 1)
+        k_ring[:, slots] = k[num_new - keep :].transpose(0, 1)
+        v_ring[:, slots] = v[num_new - keep :].transpose(0, 1)
         return out
