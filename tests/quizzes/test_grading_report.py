@@ -31,9 +31,10 @@ from kvcourse.quizzes.grading.autograde import kept_answers, plain_details
 from kvcourse.quizzes.grading.decide import Course, Decision, expected_answer
 from kvcourse.quizzes.grading.gradebook import load_status, status_path
 from kvcourse.quizzes.grading.nbgrader_export import init_course
-from kvcourse.quizzes.grading.report import Answer, How, _lab, analyse, explain_number
+from kvcourse.quizzes.grading.report import Answer, _lab, analyse
 from kvcourse.quizzes.grading.report_page import render_html, render_text
 from kvcourse.quizzes.grading.sandbox import bwrap_path
+from kvcourse.quizzes.grading.slips import How, explain_number
 
 # Underscores never occur in base64, so a name found in the page is a name, not a piece of the figure.
 STUDENTS = [f"kv_student_{i:02d}" for i in range(10)]
