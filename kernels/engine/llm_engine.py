@@ -10,6 +10,7 @@ and keeps the request-level view.
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -18,6 +19,7 @@ import torch
 from kvcourse.kernels.checks import ceil_div
 from kvcourse.kernels.engine.batch import ScheduledBatch
 from kvcourse.kernels.engine.config import DEFAULT_NUM_BLOCKS, EngineConfig
+from kvcourse.kernels.engine.latency import RequestTimes
 from kvcourse.kernels.engine.model_runner import ModelRunner
 from kvcourse.kernels.engine.policy import SchedulingPolicy
 from kvcourse.kernels.engine.request import Request, RequestOutput, RequestStatus
@@ -93,6 +95,7 @@ class LLMEngine:
         self.requests: dict[int, Request] = {}
         self._ids = itertools.count()
         self.num_steps = 0
+        self.clock: Callable[[], float] = time.perf_counter  # what latencies are stamped with (latency.py)
 
     def _num_blocks(self) -> int:
         cfg = self.config
@@ -136,7 +139,7 @@ class LLMEngine:
         if params.max_new_tokens is None:
             params = replace(params, max_new_tokens=DEFAULT_MAX_NEW_TOKENS)
         ids = [int(t) for t in prompt_token_ids]
-        req = Request(next(self._ids), ids, params)
+        req = Request(next(self._ids), ids, params, times=RequestTimes(self.num_steps, self.clock()))
         self.requests[req.request_id] = req
         req.refusal = self._refusal(ids, params)
         if req.refusal is not None:
@@ -174,6 +177,7 @@ class LLMEngine:
             if seq.status is not SequenceStatus.FINISHED:
                 self.scheduler.finish(seq, FinishReason.ABORT)
         req.status = RequestStatus.FINISHED
+        req.times.finish(self.num_steps, self.clock())
 
     # ---- one step ----------------------------------------------------------------------------
 
@@ -253,9 +257,12 @@ class LLMEngine:
                 req.seqs.append(seq)  # a sample forked this step
             if req.first_token_step is None:
                 req.first_token_step = self.num_steps
+        now = self.clock()  # the step's tokens exist from here: each request's stamps (latency.py)
         for req in touched.values():
+            req.times.add_tokens(len(req.seqs[0].completion_token_ids) - len(req.times.token_s), self.num_steps, now)
             if req.all_finished:
                 req.status = RequestStatus.FINISHED
+                req.times.finish(self.num_steps, now)
         return [req.output() for req in touched.values()]
 
     # ---- whole batches -----------------------------------------------------------------------

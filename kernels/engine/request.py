@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
+from kvcourse.kernels.engine.latency import RequestLatency, RequestTimes
 from kvcourse.kernels.engine.sampling import SamplingParams
 from kvcourse.kernels.engine.sequence import Sequence, SequenceStatus
 
@@ -30,6 +31,7 @@ class Request:
     refusal: str | None = None
     first_token_step: int | None = None
     num_cached_tokens: int = 0  # prompt tokens found in the prefix cache at first admission
+    times: RequestTimes = field(default_factory=lambda: RequestTimes(0, 0.0))  # the engine's latency stamps
 
     @property
     def num_samples(self) -> int:
@@ -51,6 +53,7 @@ class Request:
             refusal=self.refusal,
             finish_reasons=tuple(s.finish_reason.value if s.finish_reason else "" for s in self.seqs),
             num_cached_tokens=self.num_cached_tokens,
+            latency=self.times.latency(),
         )
 
 
@@ -64,6 +67,7 @@ class RequestOutput:
     refusal: str | None = None
     finish_reasons: tuple[str, ...] = ()
     num_cached_tokens: int = 0
+    latency: RequestLatency | None = None  # once finished with a token: TTFT, TPOT, ITL (latency.py)
 
     @property
     def tokens(self) -> list[int]:
