@@ -15,38 +15,22 @@ Conventions, used everywhere in the course:
   table is only gathered row by row, so an untied embedding table is not counted.
 
 ``config`` is duck-typed: anything with the named attributes (a ``ModelConfig`` or a
-look-alike) works. Every count is validated: zero, negative, NaN or non-integer -> ValueError.
+look-alike) works. Every count is validated: zero, negative, NaN or non-integer -> ValueError
+(kernels/cost_checks.py). What the weights cost (parameters, weight bytes) is kernels/weight_costs.py,
+re-exported here with the rest: ``costs.num_parameters``, ``costs.weight_bytes``.
 """
 
 from __future__ import annotations
 
 import math
 from fractions import Fraction
-from numbers import Integral, Real
 from typing import Any
 
 from kvcourse.kernels.checks import ceil_div
-
-
-def _count(name: str, value: Any, *, allow_zero: bool = False) -> int:
-    if isinstance(value, bool):
-        raise ValueError(f"{name} must be a whole number, got {value!r}")
-    if not isinstance(value, Integral):
-        if isinstance(value, Real) and math.isfinite(value) and float(value).is_integer():
-            value = math.trunc(value)  # a whole number already
-        else:
-            raise ValueError(f"{name} must be a whole number, got {value!r}")
-    value = int(value)
-    if value < 0 or (value == 0 and not allow_zero):
-        kind = "non-negative" if allow_zero else "positive"
-        raise ValueError(f"{name} must be {kind}, got {value}")
-    return value
-
-
-def _attr(config: Any, name: str) -> int:
-    if not hasattr(config, name):
-        raise ValueError(f"config has no attribute {name!r}; pass a ModelConfig or a look-alike")
-    return _count(f"config.{name}", getattr(config, name))
+from kvcourse.kernels.cost_checks import config_count, count, rate
+from kvcourse.kernels.weight_costs import layer_parameters as layer_parameters
+from kvcourse.kernels.weight_costs import num_parameters as num_parameters
+from kvcourse.kernels.weight_costs import weight_bytes, weight_bytes_read_per_pass
 
 
 def tokens_processed(prompt_len: int, num_new_tokens: int, use_cache: bool) -> int:
@@ -55,7 +39,7 @@ def tokens_processed(prompt_len: int, num_new_tokens: int, use_cache: bool) -> i
     With a cache: the prompt once, then one token per later step. Without one, step t
     rereads the prompt plus the t tokens written so far: a rectangle plus a triangle.
     """
-    prompt, n = _count("prompt_len", prompt_len), _count("num_new_tokens", num_new_tokens)
+    prompt, n = count("prompt_len", prompt_len), count("num_new_tokens", num_new_tokens)
     if use_cache:
         return prompt + (n - 1)
     return n * prompt + n * (n - 1) // 2
@@ -63,14 +47,15 @@ def tokens_processed(prompt_len: int, num_new_tokens: int, use_cache: bool) -> i
 
 def kv_bytes_per_token(config: Any, bytes_per_value: int = 2) -> int:
     """K and V for one token across all layers: 2 x layers x kv_heads x head_dim x bytes (lesson 07)."""
-    bpv = _count("bytes_per_value", bytes_per_value)
-    return 2 * _attr(config, "num_layers") * _attr(config, "num_kv_heads") * _attr(config, "head_dim") * bpv
+    bpv = count("bytes_per_value", bytes_per_value)
+    layers, kv_heads = config_count(config, "num_layers"), config_count(config, "num_kv_heads")
+    return 2 * layers * kv_heads * config_count(config, "head_dim") * bpv
 
 
 def kv_cache_bytes(config: Any, num_tokens: int, num_users: int = 1, bytes_per_value: int = 2) -> int:
     """The cache for num_users sequences of num_tokens each (lesson 07: 13B, 4,000 tokens -> ~3.2 GB)."""
-    tokens = _count("num_tokens", num_tokens, allow_zero=True)
-    users = _count("num_users", num_users, allow_zero=True)
+    tokens = count("num_tokens", num_tokens, allow_zero=True)
+    users = count("num_users", num_users, allow_zero=True)
     return kv_bytes_per_token(config, bytes_per_value) * tokens * users
 
 
@@ -82,7 +67,7 @@ def kv_crossover_tokens(
     ``weight_bytes_per_value`` None means the weights are stored like the cache, and then the
     answer does not depend on the bytes per value: both sides scale with it.
     """
-    users = _count("num_users", num_users)
+    users = count("num_users", num_users)
     weight_bpv = bytes_per_value if weight_bytes_per_value is None else weight_bytes_per_value
     per_token_all_users = kv_bytes_per_token(config, bytes_per_value) * users
     return ceil_div(weight_bytes(config, weight_bpv), per_token_all_users)
@@ -93,21 +78,21 @@ def kv_projection_flops_per_token(config: Any) -> int:
 
     Part of ``matmul_flops_per_token``; this is the work a KV cache saves per token and per step.
     """
-    kv_size = _attr(config, "num_kv_heads") * _attr(config, "head_dim")
-    return 2 * _attr(config, "num_layers") * _attr(config, "hidden_size") * 2 * kv_size
+    kv_size = config_count(config, "num_kv_heads") * config_count(config, "head_dim")
+    return 2 * config_count(config, "num_layers") * config_count(config, "hidden_size") * 2 * kv_size
 
 
 def quantized_kv_bytes_per_token(config: Any, bytes_per_value: int = 1, scale_bytes: int = 4) -> int:
     """An int8 KV cache with one scale per token, per KV head, for K and for V (lesson 16)."""
-    bpv = _count("bytes_per_value", bytes_per_value)
-    sb = _count("scale_bytes", scale_bytes)
-    per_head = _attr(config, "head_dim") * bpv + sb
-    return 2 * _attr(config, "num_layers") * _attr(config, "num_kv_heads") * per_head
+    bpv = count("bytes_per_value", bytes_per_value)
+    sb = count("scale_bytes", scale_bytes)
+    per_head = config_count(config, "head_dim") * bpv + sb
+    return 2 * config_count(config, "num_layers") * config_count(config, "num_kv_heads") * per_head
 
 
 def max_cached_tokens(config: Any, free_bytes: int, bytes_per_value: int = 2) -> int:
     """How many tokens of KV cache fit in free_bytes (lesson 15: window = spare memory / bytes per token)."""
-    free = _count("free_bytes", free_bytes, allow_zero=True)
+    free = count("free_bytes", free_bytes, allow_zero=True)
     return free // kv_bytes_per_token(config, bytes_per_value)
 
 
@@ -119,9 +104,9 @@ def kv_blocks_needed(context_len: int, block_size: int, num_users: int = 1, shar
     caching, but only in whole blocks: a partly filled prefix block, and the block that holds a
     sequence's last token, stay each sequence's own, as the engine's KVCacheManager shares them.
     """
-    ctx, bs = _count("context_len", context_len), _count("block_size", block_size)
-    users = _count("num_users", num_users, allow_zero=True)
-    prefix = _count("shared_prefix_tokens", shared_prefix_tokens, allow_zero=True)
+    ctx, bs = count("context_len", context_len), count("block_size", block_size)
+    users = count("num_users", num_users, allow_zero=True)
+    prefix = count("shared_prefix_tokens", shared_prefix_tokens, allow_zero=True)
     if users == 0:
         return 0
     shared = min(prefix, ctx - 1) // bs  # whole prefix blocks that end before the last token
@@ -134,9 +119,9 @@ def pool_window(num_blocks: int, block_size: int, num_users: int = 1, shared_pre
     The largest whole number of blocks k per sequence with ``kv_blocks_needed(k * block_size, ...)``
     <= num_blocks, in tokens; 0 when the pool cannot give each user even one block.
     """
-    blocks, bs = _count("num_blocks", num_blocks, allow_zero=True), _count("block_size", block_size)
-    users = _count("num_users", num_users)
-    shared = _count("shared_prefix_tokens", shared_prefix_tokens, allow_zero=True) // bs
+    blocks, bs = count("num_blocks", num_blocks, allow_zero=True), count("block_size", block_size)
+    users = count("num_users", num_users)
+    shared = count("shared_prefix_tokens", shared_prefix_tokens, allow_zero=True) // bs
     if blocks < users:
         return 0
     if blocks >= shared + users:  # the whole shared prefix fits: the rest is split evenly
@@ -158,63 +143,22 @@ def context_window(
     whole blocks of a shared prefix are stored once, and every user gets the same number of
     blocks of their own. One user, blocks of one token and nothing shared: ``max_cached_tokens``.
     """
-    block_bytes = kv_bytes_per_token(config, bytes_per_value) * _count("block_size", block_size)
-    num_blocks = _count("free_bytes", free_bytes, allow_zero=True) // block_bytes
+    block_bytes = kv_bytes_per_token(config, bytes_per_value) * count("block_size", block_size)
+    num_blocks = count("free_bytes", free_bytes, allow_zero=True) // block_bytes
     return pool_window(num_blocks, block_size, num_users, shared_prefix_tokens)
-
-
-def layer_parameters(config: Any) -> int:
-    """Parameters of one decoder layer: attention projections (and biases), SwiGLU MLP, two norms."""
-    hidden, head_dim = _attr(config, "hidden_size"), _attr(config, "head_dim")
-    q_size = _attr(config, "num_heads") * head_dim
-    kv_size = _attr(config, "num_kv_heads") * head_dim
-    attention = hidden * (q_size + 2 * kv_size) + q_size * hidden
-    if getattr(config, "attention_bias", False):
-        attention += q_size + 2 * kv_size
-    if getattr(config, "attention_out_bias", False):
-        attention += hidden
-    mlp = 3 * hidden * _attr(config, "intermediate_size")
-    return attention + mlp + 2 * hidden
-
-
-def num_parameters(config: Any) -> int:
-    """All parameters: embedding, layers, final norm, and the lm_head unless tied to the embedding."""
-    hidden, vocab = _attr(config, "hidden_size"), _attr(config, "vocab_size")
-    embedding = vocab * hidden
-    lm_head = 0 if getattr(config, "tie_word_embeddings", False) else vocab * hidden
-    return embedding + _attr(config, "num_layers") * layer_parameters(config) + hidden + lm_head
-
-
-def weight_bytes(config: Any, bytes_per_value: int = 2) -> int:
-    """Bytes the weights occupy in memory (lesson 01)."""
-    return num_parameters(config) * _count("bytes_per_value", bytes_per_value)
-
-
-def weight_bytes_read_per_pass(config: Any, bytes_per_value: int = 2) -> int:
-    """Weight bytes one forward pass streams from memory, whatever its number of tokens (lesson 01).
-
-    Everything except an untied embedding table, which is gathered only at the input rows.
-    """
-    bpv = _count("bytes_per_value", bytes_per_value)
-    untied_table = (
-        0
-        if getattr(config, "tie_word_embeddings", False)
-        else (_attr(config, "vocab_size") * _attr(config, "hidden_size"))
-    )
-    return (num_parameters(config) - untied_table) * bpv
 
 
 def score_cells_per_head(num_new_tokens: int, context_len: int, window: int | None = None) -> int:
     """(query, key) pairs one head of one layer scores for the new tokens, causally (lesson 03)."""
-    new = _count("num_new_tokens", num_new_tokens, allow_zero=True)
-    ctx = _count("context_len", context_len, allow_zero=True)
+    new = count("num_new_tokens", num_new_tokens, allow_zero=True)
+    ctx = count("context_len", context_len, allow_zero=True)
     if new > ctx:
         raise ValueError(f"num_new_tokens ({new}) cannot exceed context_len ({ctx}), which includes them")
     start = ctx - new  # absolute position of the first new token
     if window is None:
         # Sum of (p + 1) for p in start .. ctx-1.
         return new * start + new * (new + 1) // 2
-    win = _count("window", window)
+    win = count("window", window)
     # Query at position p sees min(p + 1, window) keys: ramp up to the window, then flat.
     ramp_end = min(ctx, max(start, win - 1))  # positions before win-1 still see fewer than win keys
     ramp = ramp_end - start
@@ -225,28 +169,29 @@ def score_cells_per_head(num_new_tokens: int, context_len: int, window: int | No
 def score_cells(config: Any, num_new_tokens: int, context_len: int, window: int | None = None) -> int:
     """Score cells over all heads and layers: score_cells_per_head x num_heads x num_layers (lesson 03)."""
     per_head = score_cells_per_head(num_new_tokens, context_len, window)
-    return per_head * _attr(config, "num_heads") * _attr(config, "num_layers")
+    return per_head * config_count(config, "num_heads") * config_count(config, "num_layers")
 
 
 def score_grid_bytes(num_queries: int, num_keys: int, num_heads: int = 1, bytes_per_value: int = 4) -> int:
     """Memory for a materialised (heads, queries, keys) score grid, as naive attention holds it (lesson 03)."""
     return (
-        _count("num_queries", num_queries, allow_zero=True)
-        * _count("num_keys", num_keys, allow_zero=True)
-        * _count("num_heads", num_heads)
-        * _count("bytes_per_value", bytes_per_value)
+        count("num_queries", num_queries, allow_zero=True)
+        * count("num_keys", num_keys, allow_zero=True)
+        * count("num_heads", num_heads)
+        * count("bytes_per_value", bytes_per_value)
     )
 
 
 def matmul_flops_per_token(config: Any, with_lm_head: bool = True) -> int:
     """Projection and MLP FLOPs for one token through all layers (2 per multiply-add), plus the lm_head."""
-    hidden, head_dim = _attr(config, "hidden_size"), _attr(config, "head_dim")
-    q_size = _attr(config, "num_heads") * head_dim
-    kv_size = _attr(config, "num_kv_heads") * head_dim
-    per_layer = hidden * (q_size + 2 * kv_size) + q_size * hidden + 3 * hidden * _attr(config, "intermediate_size")
-    total = _attr(config, "num_layers") * per_layer
+    hidden, head_dim = config_count(config, "hidden_size"), config_count(config, "head_dim")
+    q_size = config_count(config, "num_heads") * head_dim
+    kv_size = config_count(config, "num_kv_heads") * head_dim
+    mlp = 3 * hidden * config_count(config, "intermediate_size")
+    per_layer = hidden * (q_size + 2 * kv_size) + q_size * hidden + mlp
+    total = config_count(config, "num_layers") * per_layer
     if with_lm_head:
-        total += hidden * _attr(config, "vocab_size")
+        total += hidden * config_count(config, "vocab_size")
     return 2 * total
 
 
@@ -258,20 +203,14 @@ def forward_flops(
     ``num_logits`` is how many positions go through the lm_head; None means all new tokens
     (the plain forward pass); generation needs only the last one (num_logits=1).
     """
-    new = _count("num_new_tokens", num_new_tokens, allow_zero=True)
-    logits = new if num_logits is None else _count("num_logits", num_logits, allow_zero=True)
+    new = count("num_new_tokens", num_new_tokens, allow_zero=True)
+    logits = new if num_logits is None else count("num_logits", num_logits, allow_zero=True)
     if logits > new:
         raise ValueError(f"num_logits ({logits}) cannot exceed num_new_tokens ({new})")
     matmuls = new * matmul_flops_per_token(config, with_lm_head=False)
-    lm_head = 2 * logits * _attr(config, "hidden_size") * _attr(config, "vocab_size")
-    attention = 4 * _attr(config, "head_dim") * score_cells(config, new, context_len, window)
+    lm_head = 2 * logits * config_count(config, "hidden_size") * config_count(config, "vocab_size")
+    attention = 4 * config_count(config, "head_dim") * score_cells(config, new, context_len, window)
     return matmuls + lm_head + attention
-
-
-def _rate(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-    return float(value)
 
 
 def decode_step_bytes(config: Any, batch_size: int, context_len: int, bytes_per_value: int = 2) -> int:
@@ -281,13 +220,13 @@ def decode_step_bytes(config: Any, batch_size: int, context_len: int, bytes_per_
     so its attention reads ``context_len`` tokens of K and V; the weights serve every row at once.
     """
     return weight_bytes_read_per_pass(config, bytes_per_value) + kv_cache_bytes(
-        config, context_len, _count("batch_size", batch_size), bytes_per_value
+        config, context_len, count("batch_size", batch_size), bytes_per_value
     )
 
 
 def decode_step_flops(config: Any, batch_size: int, context_len: int) -> int:
     """FLOPs of one decode step: ``batch_size`` sequences, one new token each at ``context_len`` (lesson 14)."""
-    return _count("batch_size", batch_size) * forward_flops(config, 1, context_len, num_logits=1)
+    return count("batch_size", batch_size) * forward_flops(config, 1, context_len, num_logits=1)
 
 
 def compute_bound_batch(
@@ -303,8 +242,8 @@ def compute_bound_batch(
     stays memory-bound at every batch: None.
     """
     # Fractions: exact, no rounding at the ridge.
-    flops_rate = Fraction(_rate("flops_per_second", flops_per_second))
-    byte_rate = Fraction(_rate("bytes_per_second", bytes_per_second))
+    flops_rate = Fraction(rate("flops_per_second", flops_per_second))
+    byte_rate = Fraction(rate("bytes_per_second", bytes_per_second))
     weights = Fraction(weight_bytes_read_per_pass(config, bytes_per_value))
     per_seq_flops = Fraction(decode_step_flops(config, 1, context_len))
     per_seq_kv = Fraction(kv_cache_bytes(config, context_len, 1, bytes_per_value))

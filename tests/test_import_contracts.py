@@ -38,8 +38,9 @@ NOTEBOOK_EDGES = [
 # engine -> memory -> attention -> model is the serving stack (kernels/__init__.py). Beside it: baselines/
 # replays what paging replaced on the engine's own scheduler, so it sits above engine/; measure/ is what
 # lessons measure on all of it (a trace served, the event log read back), so it sits above baselines/;
-# costs, cache_layout and workload are formulas and a request trace that every layer may use, over checks
-# (argument checks). The package itself, kvcourse.kernels, re-exports every layer's public names: it is the top.
+# costs (and weight_costs), cache_layout and workload are formulas and a request trace that every layer may use,
+# over checks and cost_checks (argument checks). The package itself, kvcourse.kernels, re-exports every layer's
+# public names: it is the top.
 KERNEL_LAYERS = (
     ("kvcourse.kernels",),
     ("kvcourse.kernels.measure.*",),
@@ -48,8 +49,13 @@ KERNEL_LAYERS = (
     ("kvcourse.kernels.memory.*",),
     ("kvcourse.kernels.attention.*",),
     ("kvcourse.kernels.model.*",),
-    ("kvcourse.kernels.costs", "kvcourse.kernels.cache_layout", "kvcourse.kernels.workload"),
-    ("kvcourse.kernels.checks",),
+    (
+        "kvcourse.kernels.costs",
+        "kvcourse.kernels.weight_costs",
+        "kvcourse.kernels.cache_layout",
+        "kvcourse.kernels.workload",
+    ),
+    ("kvcourse.kernels.checks", "kvcourse.kernels.cost_checks"),
 )
 
 # The grader's side: the instructor's pipeline, and the old import path kept for courses made before it moved.
