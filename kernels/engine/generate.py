@@ -2,26 +2,23 @@
 
 The loop is the same for every cache mode; only the backend differs. Each step feeds the
 tokens the backend has not seen (all of them without a cache, one with a cache), asks for
-logits at the last position only, picks a token, and records what that step cost.
+logits at the last position only, picks a token, and records what that step cost. The cache
+modes, and the factory that builds a cache of your own, are cache_modes.py (CACHE_MODES re-exported here).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from types import MappingProxyType
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import torch
 
 from kvcourse.kernels import costs
 from kvcourse.kernels.attention.backend import SequenceCache, StepMetadata
-from kvcourse.kernels.attention.backends.contiguous import ContiguousKVBackend, NoCacheBackend
-from kvcourse.kernels.attention.backends.int8 import Int8KVBackend
-from kvcourse.kernels.attention.backends.sliding import SlidingWindowBackend
-from kvcourse.kernels.engine.paged_generate import PagedSequenceCache
+from kvcourse.kernels.engine.cache_modes import CACHE_MODES as CACHE_MODES
+from kvcourse.kernels.engine.cache_modes import CacheFactory, CacheRequest, ModelRunningCache
 from kvcourse.kernels.engine.sampling import SamplingParams, make_generator, sample
 from kvcourse.kernels.engine.threads import thread_policy
 from kvcourse.kernels.model.transformer import Transformer
@@ -67,75 +64,6 @@ class GenerationResult:
     @property
     def num_decode_steps(self) -> int:
         return sum(1 for s in self.stats if s.phase is Phase.DECODE)
-
-
-@dataclass(frozen=True)
-class CacheRequest:
-    """What a cache factory needs to build a backend for one generation."""
-
-    model: Transformer
-    max_tokens: int  # prompt + new tokens: a contiguous cache can preallocate this much
-    window: int | None = None
-    attention: str = "auto"
-
-
-@runtime_checkable
-class ModelRunningCache(Protocol):
-    """A cache that runs the model itself: the paged cache, through the engine's model runner (lesson 10)."""
-
-    @property
-    def num_computed_tokens(self) -> int: ...
-
-    @property
-    def kv_cache_bytes(self) -> int: ...
-
-    @property
-    def num_score_cells(self) -> int: ...
-
-    def forward(self, token_ids: list[int]) -> torch.Tensor:
-        """Compute the tokens not yet cached; logits (1, vocab) of the last one."""
-        ...
-
-
-CacheFactory = Callable[[CacheRequest], SequenceCache | ModelRunningCache]
-
-
-def _no_cache(req: CacheRequest) -> SequenceCache:
-    return NoCacheBackend(req.attention)
-
-
-def _contiguous(req: CacheRequest) -> SequenceCache:
-    return ContiguousKVBackend(req.model.config, req.max_tokens, req.model.dtype, req.model.device, req.attention)
-
-
-def _int8(req: CacheRequest) -> SequenceCache:
-    return Int8KVBackend(req.model.config, req.max_tokens, req.model.dtype, req.model.device, req.attention)
-
-
-def _sliding(req: CacheRequest) -> SequenceCache:
-    if req.window is None:
-        raise ValueError('cache="sliding" needs window=N (the number of most recent tokens to keep)')
-    return SlidingWindowBackend(req.model.config, req.window, req.model.dtype, req.model.device, req.attention)
-
-
-def _paged(req: CacheRequest) -> ModelRunningCache:
-    """The paged engine's cache (paged_generate.py), one sequence, blocks in order."""
-    if req.attention != "auto":
-        raise ValueError(f"cache='paged' always uses paged attention; attention={req.attention!r} would be ignored")
-    return PagedSequenceCache(req.model, req.max_tokens)
-
-
-# The cache modes, a fixed table: importing the course changes no global state. Another cache is a
-# CacheFactory passed as generate(cache=factory), never an entry added here.
-CACHE_MODES: Mapping[str, CacheFactory] = MappingProxyType(
-    {
-        "none": _no_cache,
-        "contiguous": _contiguous,
-        "int8": _int8,
-        "sliding": _sliding,
-        "paged": _paged,
-    }
-)
 
 
 def as_transformer(model: Any, fast_paths: str | None = None) -> Transformer:
