@@ -8,7 +8,7 @@ sequence loses its blocks and recomputes later (its full prefix blocks may still
 
 The two choices in there, who is admitted next and who gives way, belong to a ``SchedulingPolicy``
 (policy.py; lab C): ``FCFSPolicy`` unless the engine is given another. The scheduler checks every
-choice and carries it out; a policy can also turn a waiting request away, with a reason.
+choice (policy_choices.py) and carries it out; a policy can also turn a waiting request away, with a reason.
 
 ``update`` is everything that follows a forward pass: count the computed tokens, cache newly
 full blocks (``batch.finish_pass``), fork the samples of a request after its prompt, append the
@@ -24,13 +24,8 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from kvcourse.kernels.engine.batch import ScheduledBatch, finish_pass
-from kvcourse.kernels.engine.policy import (
-    FCFSPolicy,
-    Refuse,
-    SchedulingPolicy,
-    SchedulingPolicyError,
-    SeqView,
-)
+from kvcourse.kernels.engine.policy import FCFSPolicy, SchedulingPolicy, SeqView
+from kvcourse.kernels.engine.policy_choices import chosen_admission, chosen_victim, seq_view
 from kvcourse.kernels.engine.sequence import FinishReason, Sequence, SequenceStatus
 from kvcourse.kernels.engine.stuck import STUCK, short_of_blocks, stuck_sequence
 from kvcourse.kernels.memory.block_manager import BlockManager
@@ -144,7 +139,7 @@ class Scheduler:
             if seq.status is not SequenceStatus.RUNNING:
                 continue  # preempted earlier in this loop
             while not self.kv_cache_manager.can_append(seq):
-                victim = self._victim(seq, batch.seqs)
+                victim = chosen_victim(self.policy, self.kv_cache_manager, self.running, seq, batch.seqs)
                 self.preempt(victim)
                 batch.preempted.append(victim)
                 if victim is seq:
@@ -157,75 +152,8 @@ class Scheduler:
         return budget
 
     def view(self, seq: Sequence, preempted: Collection[Sequence] = ()) -> SeqView:
-        """What the policy sees of a sequence (blocks needed: to admit it when waiting, to append when running)."""
-        waiting = seq.status is SequenceStatus.WAITING
-        manager = self.kv_cache_manager
-        count = getattr(manager, "num_blocks_to_allocate" if waiting else "num_blocks_to_append", None)
-        # A manager without the count (a learner's, lab A) is read as one without sharing or prefix hits.
-        needed = count(seq) if count is not None else seq.num_blocks - len(seq.block_table)
-        return SeqView(
-            seq.seq_id,
-            seq.request_id,
-            seq.arrival,
-            seq.num_prompt_tokens,
-            seq.num_tokens,
-            seq.num_computed_tokens,
-            seq.params.max_new_tokens or 0,
-            seq.params.n,
-            len(seq.block_table),
-            needed,
-            seq.num_preemptions,
-            any(seq is p for p in preempted),
-        )
-
-    def _victim(self, needy: Sequence, scheduled: list[Sequence]) -> Sequence:
-        """The running sequence to preempt for ``needy``: one not given its tokens this step yet, or ``needy``."""
-        if type(self.policy) is FCFSPolicy:  # the default needs no views: the newest running sequence
-            return self.running[-1]
-        candidates = [s for s in self.running if not any(s is done for done in scheduled)]
-        choice = self.policy.choose_victim([self.view(s) for s in candidates], self.view(needy))
-        for seq in candidates:
-            if seq.seq_id == choice and not isinstance(choice, bool):
-                return seq
-        raise SchedulingPolicyError(
-            f"choose_victim returned {choice!r}: not the seq_id of a running sequence "
-            f"still to run this step (candidates: {[s.seq_id for s in candidates]})"
-        )
-
-    def _admission(self, preempted: list[Sequence]) -> int | None:
-        """The policy's next admission as an index into ``waiting``, after carrying out its refusals."""
-        if type(self.policy) is FCFSPolicy:  # the default needs no views: the head, unless just preempted
-            return None if any(self.waiting[0] is p for p in preempted) else 0
-        while self.waiting:
-            views = [self.view(s, preempted) for s in self.waiting]
-            choice = self.policy.choose_admission(views, self.kv_cache_manager.num_free_blocks)
-            if isinstance(choice, Refuse):
-                if not isinstance(choice.reason, str) or not choice.reason.strip():
-                    raise SchedulingPolicyError(
-                        f"Refuse({choice.index!r}, {choice.reason!r}): a refusal needs a "
-                        "reason, which the request's output shows"
-                    )
-                seq = self._waiting_at(choice.index)
-                if seq.num_completion_tokens:
-                    raise SchedulingPolicyError(
-                        f"Refuse({choice.index}): sequence {seq.seq_id} has begun its answer "
-                        "(it was preempted); only a request not started can be refused"
-                    )
-                self._refuse(seq, choice.reason.strip())
-                continue
-            if choice is None:
-                return None
-            self._waiting_at(choice)
-            return choice
-        return None
-
-    def _waiting_at(self, index: object) -> Sequence:
-        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(self.waiting):
-            raise SchedulingPolicyError(
-                f"choose_admission returned {index!r}: not an index into the "
-                f"{len(self.waiting)} waiting sequences (or None, or Refuse)"
-            )
-        return self.waiting[index]
+        """What the policy sees of a sequence (policy_choices.py): blocks needed to admit it, or to append."""
+        return seq_view(self.kv_cache_manager, seq, preempted)
 
     def _refuse(self, seq: Sequence, reason: str) -> None:
         """Turn a waiting sequence away for good; the engine ends its whole request with ``reason``."""
@@ -245,7 +173,7 @@ class Scheduler:
     def _schedule_waiting(self, batch: _Draft, budget: int) -> tuple[Sequence | None, str]:
         """Admit what fits; returns the sequence admission stopped at (if one) and why it stopped."""
         while self.waiting and budget > 0:
-            index = self._admission(batch.preempted)
+            index = chosen_admission(self.policy, self.kv_cache_manager, self.waiting, batch.preempted, self._refuse)
             if index is None:
                 return None, (
                     f"the scheduling policy admitted none of the {len(self.waiting)} waiting sequences "
