@@ -131,7 +131,7 @@ def test_names_are_read_from_code_prose_and_markdown():
         (1, "docs/architecture.md"),
         (1, "kernels/costs.py"),
         (1, "tests/browser/"),
-        (3, "LESSONS.md"),
+        (3, "LESSONS" + MD),
         (3, "quizzes/bank/NN.toml"),
     ]
 
@@ -142,34 +142,38 @@ def _plant(root: Path, files: dict[str, str]) -> None:
         (root / name).write_text(text)
 
 
-# The planted files take names the repository has, and the dangling names are split ("x" ".md"), so that
-# this file, which the first test reads too, names nothing that is not there.
+# The planted files take names the repository has, and the dangling names are built with + ("x" + MD), so that
+# this file, which the first test reads too, names nothing that is not there (the formatter joins "x" ".md").
+MD = ".md"
+
+
 def test_a_planted_dangling_path_is_reported(tmp_path):
     _plant(
         tmp_path,
         {
-            "kernels/costs.py": '"""Formulas; the engine is kernels/engine.py (lesson 01)."""\n',
+            "kernels/costs.py": '"""Formulas; the engine is kernels/' + 'engine.py (lesson 01)."""\n',
             "lessons/01_one_word_cost.ipynb": json.dumps(
                 {
                     "cells": [
                         {"cell_type": "markdown", "source": ["# Lesson 01\n", "The costs: `kernels/costs.py`.\n"]},
-                        {"cell_type": "code", "source": ["# the rules: shared/LESSONS.md\n", "x = 1"]},
+                        {"cell_type": "code", "source": ["# the rules: shared/LESSONS" + MD + "\n", "x = 1"]},
                     ]
                 }
             ),
             "docs/lessons.md": "See `lessons/NN_*.ipynb` and `benchmarks/results/"
-            "run.json`.\n"
-            "Also `lessons/"
-            "99_gone.ipynb` and ARCHITECTURE"
-            ".md.\n",
+            + "run.json`.\n"
+            + "Also `lessons/"
+            + "99_gone.ipynb` and ARCHITECTURE"
+            + MD
+            + ".\n",
             "benchmarks/results/decode.json": "{}",
         },
     )
     assert dangling(tmp_path) == [
-        "docs/lessons.md:2 names ARCHITECTURE.md",
-        "docs/lessons.md:2 names lessons/99_gone.ipynb",
-        "kernels/costs.py:1 names kernels/engine.py",
-        "lessons/01_one_word_cost.ipynb, cell 2:1 names shared/LESSONS.md",
+        "docs/lessons.md:2 names ARCHITECTURE" + MD,
+        "docs/lessons.md:2 names lessons/" + "99_gone.ipynb",
+        "kernels/costs.py:1 names kernels/" + "engine.py",
+        "lessons/01_one_word_cost.ipynb, cell 2:1 names shared/LESSONS" + MD,
     ]
 
 
@@ -178,10 +182,10 @@ def test_a_document_is_found_beside_the_text_that_names_it(tmp_path):
         tmp_path,
         {
             "quizzes/INSTRUCTORS.md": "The guide.\n",
-            "quizzes/grading/decide.py": "# see INSTRUCTORS.md, grading/NOTES.md and NOTES.md\n",
+            "quizzes/grading/decide.py": "# see INSTRUCTORS.md, grading/NOTES" + MD + " and NOTES" + MD + "\n",
         },
     )
     assert dangling(tmp_path) == [
-        "quizzes/grading/decide.py:1 names NOTES.md",
-        "quizzes/grading/decide.py:1 names grading/NOTES.md",
+        "quizzes/grading/decide.py:1 names NOTES" + MD,
+        "quizzes/grading/decide.py:1 names grading/NOTES" + MD,
     ]
