@@ -5,55 +5,31 @@ beside it on the same input so that the status line can compare them:
 
 * ``LearnerSharing`` (lab A, lesson 12's fork and copy on write) on the learner's block manager;
 * ``LearnerPrefixCache`` (lab B, lesson 13's prefix cache) with the learner's eviction policy;
-* ``LearnerPagingSim`` (lab C, lesson 11's paging replay) on the learner's scheduling policy.
+* ``LearnerPagingSim`` (lab C, lesson 11's paging replay) on the learner's scheduling policy
+  (learner_paging.py, with its ``ServingFigures``; both importable from here).
 
 The learner's code may raise, or break a rule of the engine. Each such case is a ``LearnerError``
 (an ``InvalidInput``, so the view shows it as a message, never a traceback), named as the grader would
-name it; once broken, a model is not stepped again until it is rebuilt.
+name it (learner_errors.py, its classes importable from here); once broken, a model is not stepped again
+until it is rebuilt.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable
 from typing import Any
 
-from kvcourse.kernels import BlockPool, PagingReplay, workload
-from kvcourse.kernels.checks import ceil_div
-from kvcourse.kernels.measure.spread import percentile
+from kvcourse.kernels import BlockPool
 from kvcourse.kernels.memory.kv_pool import BlockCopy
 from kvcourse.simulators.checks import InvalidInput
-from kvcourse.simulators.paging_model import PagingConfig, PagingSim
+from kvcourse.simulators.learner_errors import EvictionError, ManagerError, policy_instance
+from kvcourse.simulators.learner_errors import LearnerError as LearnerError
+from kvcourse.simulators.learner_errors import PolicyError as PolicyError
+from kvcourse.simulators.learner_paging import LearnerPagingSim as LearnerPagingSim
+from kvcourse.simulators.learner_paging import ServingFigures as ServingFigures
 from kvcourse.simulators.prefix_cache_model import PoolBlock, PrefixCache, PrefixCacheConfig
 from kvcourse.simulators.sharing_model import Sharing, SharingConfig
-
-
-class LearnerError(InvalidInput):
-    """The learner's policy raised, or made a choice the engine refuses; the message says which."""
-
-
-class ManagerError(LearnerError):
-    """Lab A: the learner's block manager raised or broke a rule."""
-
-
-class EvictionError(LearnerError):
-    """Lab B: the learner's eviction policy raised, or chose a block the pool must not evict."""
-
-
-class PolicyError(LearnerError):
-    """Lab C: the learner's scheduling policy raised, made a choice the scheduler refuses, or starved a request."""
-
-
-def _instance(policy: Any, error: type[LearnerError]) -> Any:
-    """A policy given as a class is made here (a fresh one per run), one given as an object is used as it is."""
-    if not isinstance(policy, type):
-        return policy
-    try:
-        return policy()
-    except Exception as err:  # noqa: BLE001 - the learner's code: its error is the message
-        raise error(f"{policy.__name__}() raised {type(err).__name__}: {str(err)[:200]}") from None
-
 
 # -- lab A: a block manager in lesson 12's simulator ---------------------------------------------------------
 
@@ -241,7 +217,7 @@ class LearnerPrefixCache(PrefixCache):
     ``engine`` serves them in the engine's own order (least recently used first)."""
 
     def __init__(self, config: PrefixCacheConfig, num_served: int, eviction: Any) -> None:
-        self.eviction = _instance(eviction, EvictionError)
+        self.eviction = policy_instance(eviction, EvictionError)
         super().__init__(config, num_served)
 
     def reset(self) -> None:
@@ -285,145 +261,4 @@ class LearnerPrefixCache(PrefixCache):
         return (
             f"<b>Your policy</b> reused {mine:,} of {self.num_prompt_tokens:,} prompt tokens ({self.hit_rate:.0%}), "
             f"{verdict} the engine's own order (least recently used first): {own:,} ({hit_rate(self.engine):.0%})."
-        )
-
-
-# -- lab C: a scheduling policy in lesson 11's simulator -----------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class ServingFigures:
-    """What a scheduling policy did with a trace so far (lab C): throughput, and what users waited."""
-
-    num_finished: int
-    num_refused: int
-    tokens_per_step: float  # answer tokens of finished requests per engine step
-    median_wait: float  # engine steps from arrival to finish, over the finished requests
-    p95_wait: float
-    num_preemptions: int
-
-    @classmethod
-    def of(cls, replay: PagingReplay) -> ServingFigures:
-        waits = [step - replay.trace[rid].arrival_step for rid, step in replay.finish_steps.items()]
-        tokens = sum(replay.trace[rid].num_output_tokens for rid in replay.finish_steps)
-        return cls(
-            len(replay.finish_steps),
-            replay.num_refused,
-            tokens / max(1, replay.step_index),
-            percentile(waits, 50, math.nan),
-            percentile(waits, 95, math.nan),
-            replay.report.num_preemptions,
-        )
-
-
-class LearnerPagingSim(PagingSim):
-    """Lesson 11's trace paged twice, step by step: first come, first served (``fcfs``, the engine's own
-    policy) and the learner's scheduling policy (``mine``, lab C)."""
-
-    def __init__(self, config: PagingConfig | None, scheduling_policy: Any) -> None:
-        self.config = config if config is not None else PagingConfig()
-        self.scheduling_policy = scheduling_policy
-        c = self.config
-        self.trace = workload.request_trace(c.trace_config)
-        longest = max(r.final_len for r in self.trace)
-        if ceil_div(longest, c.block_size) > c.num_blocks:
-            raise InvalidInput(
-                f"a request of {longest:,} tokens needs {ceil_div(longest, c.block_size):,} blocks of "
-                f"{c.block_size}, more than the pool's {c.num_blocks:,}: raise Pool (token slots) or "
-                "lower Answer limit (tokens)."
-            )
-        # a bound no policy that keeps the pool busy reaches: every request alone, one token per step, and more
-        self.max_steps = 4 * sum(r.final_len for r in self.trace) + max(r.arrival_step for r in self.trace) + 50
-        self.reset()
-
-    def reset(self) -> None:
-        c = self.config
-        self.broken: str | None = None  # what the policy did wrong: it is not asked again
-        self.fcfs = PagingReplay(self.trace, c.num_blocks, c.block_size)
-        self.mine = PagingReplay(self.trace, c.num_blocks, c.block_size, _instance(self.scheduling_policy, PolicyError))
-        for replay, name in ((self.fcfs, "first come, first served"), (self.mine, "your scheduler")):
-            replay.name = replay.report.name = name
-
-    @property
-    def replays(self) -> tuple[PagingReplay, PagingReplay]:
-        return self.fcfs, self.mine
-
-    def step(self, num_steps: int | None = None) -> None:
-        if self.broken is not None:
-            raise PolicyError(f"{self.broken}. Fix the policy and run its cell again, or press Reset.")
-        if self.done:
-            raise InvalidInput("both replays have served every request; press Reset to start again.")
-        for _ in range(self.config.steps_per_click if num_steps is None else num_steps):
-            if not self.fcfs.done:
-                self.fcfs.step()
-            if not self.mine.done:
-                self._step_mine()
-            if self.done:
-                break
-
-    def _step_mine(self) -> None:
-        replay = self.mine
-        try:
-            replay.step()
-        except Exception as err:  # noqa: BLE001 - the learner's policy: its error is the message
-            name = type(err).__name__
-            self.broken = f"at engine step {replay.step_index:,} your scheduler " + (
-                f"made a choice the scheduler refuses: {err}"
-                if name == "SchedulingPolicyError"
-                else f"raised {name}: {str(err)[:200]}"
-            )
-            raise PolicyError(self.broken) from None
-        if not replay.done and replay.waiting and not replay.running:  # the engine would refuse the head now
-            self.broken = (
-                f"at engine step {replay.step_index - 1:,} your scheduler admitted nobody while the pool "
-                f"stood empty and {len(replay.waiting)} request(s) waited: they would wait for ever"
-            )
-            raise PolicyError(self.broken)
-        if not replay.done and replay.step_index >= self.max_steps:
-            self.broken = (
-                f"after {replay.step_index:,} engine steps your scheduler still leaves "
-                f"{len(replay.waiting)} request(s) waiting: it never admits them"
-            )
-            raise PolicyError(self.broken)
-
-    def draw_finished(self, ax: Any) -> None:
-        """The left panel of lab C's view: requests finished against the engine step, on both policies."""
-        for i, replay in enumerate(self.replays):
-            steps = sorted(replay.finish_steps.values())
-            ax.step(
-                [0, *steps],
-                range(len(steps) + 1),
-                where="post",
-                color=f"C{i}",
-                lw=1.5,
-                label=f"{replay.name}: {len(steps)} finished",
-            )
-        ax.axvline(self.step_index - 1, color="0.4", ls=":", lw=1)
-        ax.set_ylim(0, len(self.trace) * 1.05)
-        ax.set_xlabel("engine step")
-        ax.set_ylabel("requests finished (of the trace's)")
-        fcfs, mine = (ServingFigures.of(r) for r in self.replays)
-        ax.set_title(
-            f"median wait so far: {mine.median_wait:g} steps on your scheduler, {fcfs.median_wait:g} "
-            f"first come, first served\n95th percentile: {mine.p95_wait:g} against {fcfs.p95_wait:g}",
-            fontsize=10,
-        )
-        ax.legend(loc="lower right", fontsize=8)
-        ax.grid(alpha=0.3)
-
-    def summary(self) -> str:
-        """Lab C's status line: each policy's throughput, waits and preemptions so far."""
-        parts = []
-        for replay in self.replays:
-            f = ServingFigures.of(replay)
-            state = "done" if replay.done else f"{len(replay.running)} running, {len(replay.waiting)} waiting"
-            refused = f", {f.num_refused} refused" if f.num_refused else ""
-            parts.append(
-                f"<b>{replay.name}</b>: {f.num_finished} of {len(self.trace)} finished{refused} ({state}); "
-                f"{f.tokens_per_step:.2f} answer tokens per step; steps from arrival to finish: median "
-                f"{f.median_wait:g}, 95th percentile {f.p95_wait:g}; {f.num_preemptions:,} preemptions"
-            )
-        return (
-            f"After engine step {self.step_index - 1:,} ({len(self.trace)} requests, a pool of "
-            f"{self.config.num_blocks:,} blocks of {self.config.block_size}). " + "; ".join(parts) + "."
         )
