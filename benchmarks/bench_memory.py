@@ -24,7 +24,8 @@ def fragmentation() -> dict:
     for report in (reservation, paging):
         print(
             f"{report.name:12s} utilisation {report.utilisation:6.1%}  internal {report.share('internal'):6.1%}  "
-            f"external {report.share('external'):6.1%}  stranded {report.share('stranded'):6.1%}  reserved-ahead {report.share('reserved_future'):6.1%}  "
+            f"external {report.share('external'):6.1%}  stranded {report.share('stranded'):6.1%}  "
+            f"reserved-ahead {report.share('reserved_future'):6.1%}  "
             f"mean batch {report.mean_running:5.1f}  steps {report.num_steps}"
         )
     return {

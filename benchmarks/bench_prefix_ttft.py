@@ -55,7 +55,8 @@ def main() -> None:
     }
     path = write_result("prefix_ttft", result)
     print(
-        f"time to first token, miss / hit = {speedup:.1f}x (target >= 8x: {'met' if speedup >= 8 else 'NOT met'}); {path}"
+        f"time to first token, miss / hit = {speedup:.1f}x "
+        f"(target >= 8x: {'met' if speedup >= 8 else 'NOT met'}); {path}"
     )
 
 

@@ -15,7 +15,8 @@ The rule, as learners see it:
   expected kind; it is never silently reinterpreted.
 
 Then the value must lie strictly within the question's tolerance (relative, absolute, or both)
-of the right answer; a count of whole things (both tolerances 0) must be exact. ``True``/``False``, NaN and infinities are never numbers here.
+of the right answer; a count of whole things (both tolerances 0) must be exact. ``True``/``False``, NaN and
+infinities are never numbers here.
 """
 
 from __future__ import annotations

@@ -88,8 +88,8 @@ class QuestionView:
             record = f'check_answer("{q.lesson}", "{q.id}", {q.class_name})'
             return widgets.HTML(
                 feedback.info(
-                    f"This question is the lab itself: write <code>{q.class_name}</code> in the lab's cells above and run "
-                    f"<code>{run}</code>, which serves the public traces on it. When every trace passes, run "
+                    f"This question is the lab itself: write <code>{q.class_name}</code> in the lab's cells above "
+                    f"and run <code>{run}</code>, which serves the public traces on it. When every trace passes, run "
                     f"<code>{record}</code> (from <code>kvcourse.quizzes</code>) to record it here.",
                     escape=False,
                 )

@@ -160,9 +160,9 @@ class ScoreGridView(SimulatorView):
         curve_ax.set_ylabel("FLOPs for one pass (log scale)")
         curve_ax.set_title("work vs length")
         curve_ax.legend(loc="upper left", fontsize=8)
+        attention_share = model.attention_flops_at(t) / (model.attention_flops_at(t) + model.linear_flops_at(t))
         return (
             f"{t:,} tokens: {model.cells:,} cells per head; one layer's grid (all {model.config.num_heads} heads) "
             f"takes {format_bytes(model.grid_bytes)} at {model.config.bytes_per_value} bytes per score. "
-            f"Attention is {model.attention_flops_at(t) / (model.attention_flops_at(t) + model.linear_flops_at(t)):.1%} "
-            f"of the pass's FLOPs."
+            f"Attention is {attention_share:.1%} of the pass's FLOPs."
         )

@@ -1,15 +1,16 @@
 """Lesson 12's simulator, config and model: one sequence forked into n samples that share blocks till written.
 
-The model steps the engine's own ``KVCacheManager``: one block table per sequence and a
-reference count per physical block, blocks handed out front first by its ``BlockPool``. The first Step forks the prompt's sequence into ``num_samples`` sequences
-(``KVCacheManager.fork``: every block's count goes up by n - 1); each later Step writes
-``tokens_per_step`` tokens into every sample, in order (``KVCacheManager.append_slots``): a write
-into a block held by more than one table first copies it (copy on write), and a sample whose
-tokens outgrow its last block gets a new one. Full blocks are never written again, so only the
-prompt's partly filled last block is ever copied. A step that needs more blocks than are free is
-refused with a message. tests/simulators/test_sim_sharing.py checks every table and count against the
-engine's manager and a real ``LLMEngine`` run. Lab A (lesson 18) runs the same steps on the learner's
-block manager (``LearnerSharing`` in learner_policy.py builds on this module); the view is sharing.py.
+The model steps the engine's own ``KVCacheManager``: one block table per sequence and a reference count
+per physical block, blocks handed out front first by its ``BlockPool``. The first Step forks the
+prompt's sequence into ``num_samples`` sequences (``KVCacheManager.fork``: every block's count goes up
+by n - 1); each later Step writes ``tokens_per_step`` tokens into every sample, in order
+(``KVCacheManager.append_slots``): a write into a block held by more than one table first copies it
+(copy on write), and a sample whose tokens outgrow its last block gets a new one. Full blocks are never
+written again, so only the prompt's partly filled last block is ever copied. A step that needs more
+blocks than are free is refused with a message. tests/simulators/test_sim_sharing.py checks every table
+and count against the engine's manager and a real ``LLMEngine`` run. Lab A (lesson 18) runs the same
+steps on the learner's block manager (``LearnerSharing`` in learner_policy.py builds on this module);
+the view is sharing.py.
 """
 
 from __future__ import annotations

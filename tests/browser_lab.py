@@ -229,7 +229,10 @@ _QUESTION_JS = r"""box => {
   }
   return questions.length > asked ? {question: questions[asked]} : null;
 }"""
-_ASKED_JS = "box => { const area = box.closest('.jp-OutputArea'); area.dataset.kvAsked = Number(area.dataset.kvAsked || 0) + 1; }"
+_ASKED_JS = (
+    "box => { const area = box.closest('.jp-OutputArea');"
+    " area.dataset.kvAsked = Number(area.dataset.kvAsked || 0) + 1; }"
+)
 
 
 def _question(page, box) -> str:

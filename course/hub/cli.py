@@ -111,6 +111,7 @@ def add_hub(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--lessons",
         default="00-20",
-        help="the course's assignments, when the hub creates it on first start (default 00-20: the lessons and the three labs)",
+        help="the course's assignments, when the hub creates it on first start "
+        "(default 00-20: the lessons and the three labs)",
     )
     p.set_defaults(func=hub_command)

@@ -4,7 +4,8 @@ The labs judge a policy on what the engine does with it, not on what the model k
 is the textbook Transformer at toy size with seeded random weights: the same on every machine, fast
 on one core in the grading sandbox, and sharp enough (weights of std 0.5) that a corrupted block of
 K/V changes the tokens. Fast paths are off and one thread runs it (``LAB_THREADS``, held around the
-engine's steps and each beam search), so every run of a trace is the same computation, in the learner's notebook, in the sandbox and in the grader's replay.
+engine's steps and each beam search), so every run of a trace is the same computation, in the learner's
+notebook, in the sandbox and in the grader's replay.
 """
 
 from __future__ import annotations

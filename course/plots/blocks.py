@@ -3,7 +3,8 @@
 ``blocks_on_demand`` draws, from a ``BlockTableWatch`` table, one request's tokens against the slots of
 its blocks, and every sequence's empty slots step by step. ``block_size_trade`` draws the block-size
 sweep's waste beside the measured attention time, and
-``allocators_side_by_side`` two replays of one trace (utilisation and requests running), on log-2 axes whose ticks read as plain numbers.
+``allocators_side_by_side`` two replays of one trace (utilisation and requests running), on log-2 axes
+whose ticks read as plain numbers.
 """
 
 from __future__ import annotations

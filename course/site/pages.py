@@ -61,7 +61,8 @@ html .jp-RenderedHTMLCommon a, html .jp-RenderedHTMLCommon a:link, html .jp-Rend
 .kv-closed { color: #555; font: 13px sans-serif; padding: 0.3em 0; }
 .kv-hint { color: #555; font: 13px sans-serif; }
 .kv-quiz { border: 1px solid #ccd; border-radius: 4px; padding: 0.5em 1em; }
-.kv-question { border-top: 1px solid #eee; } .jp-RenderedHTMLCommon ul.kv-options { list-style: none; padding-left: 1em; }
+.kv-question { border-top: 1px solid #eee; }
+.jp-RenderedHTMLCommon ul.kv-options { list-style: none; padding-left: 1em; }
 """
 
 _INDEX = """<!DOCTYPE html>
@@ -69,7 +70,8 @@ _INDEX = """<!DOCTYPE html>
 <title>The KV cache and model memory: an interactive course</title>
 <style>
 body {{ font: 16px/1.5 sans-serif; max-width: 60em; margin: 2em auto; padding: 0 1em; color: #222; }}
-table {{ border-collapse: collapse; width: 100%; }} td, th {{ text-align: left; padding: 0.4em; border-bottom: 1px solid #ddd; }}
+table {{ border-collapse: collapse; width: 100%; }}
+td, th {{ text-align: left; padding: 0.4em; border-bottom: 1px solid #ddd; }}
 td.num {{ font-variant-numeric: tabular-nums; color: #555; }} .pending {{ color: #595959; }}
 code {{ background: #f3f3f3; padding: 0 0.2em; }}
 </style></head>

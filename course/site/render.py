@@ -95,7 +95,8 @@ class WidgetRenderer:
             )
         if name == "CheckboxModel":
             checked = " checked" if state.get("value") else ""
-            return f"<label class='kv-control'><input type='checkbox' disabled{checked}> {_e(state.get('description', ''))}</label>"
+            description = _e(state.get("description", ""))
+            return f"<label class='kv-control'><input type='checkbox' disabled{checked}> {description}</label>"
         if name == "RadioButtonsModel":
             return label + self._radio(state)
         if name in _SELECTIONS:

@@ -18,9 +18,9 @@ macOS set-ups have none with OpenMP) and a minute of building against torch's he
 import, and a learner would read C++ against a Python Triton kernel. Measured with
 ``python -m benchmarks.bench_paged_kernels`` on an AMD EPYC (Zen 5, AVX-512, 2 threads), float32,
 32 realistic requests, when it still ran on one thread: this kernel's attention took 1.3x (blocks of
-8) to 1.8x (blocks of 32) less time than the gather's, and 18-21 % of a decode step. It is still about 3x the time the K/V bytes
-alone need at this machine's copy bandwidth: every score pays one scalar ``exp`` (numba's PyPI
-build has no vector maths library), which a vectorised exp would remove.
+8) to 1.8x (blocks of 32) less time than the gather's, and 18-21 % of a decode step. It is still about 3x
+the time the K/V bytes alone need at this machine's copy bandwidth: every score pays one scalar ``exp``
+(numba's PyPI build has no vector maths library), which a vectorised exp would remove.
 
 Optional by construction: without numba, for a dtype it cannot compute (bfloat16: numpy has no
 such type), or with the fast paths off (``KVCOURSE_FAST_PATHS=0``, ``accelerate("off")``), the

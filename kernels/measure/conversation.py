@@ -45,7 +45,8 @@ def serve_turn(engine: LLMEngine, prompt_ids: Sequence[int], max_new_tokens: int
 
 
 def turn_table(kept: Sequence[Turn], fresh: Sequence[Turn]) -> pd.DataFrame:
-    """One row per turn: prompt tokens, then tokens computed and seconds to the first word, cache kept vs fresh start."""
+    """One row per turn: prompt tokens, then tokens computed and seconds to the first word, cache kept vs
+    fresh start."""
     if len(kept) != len(fresh):
         raise ValueError(f"kept and fresh must cover the same turns, got {len(kept)} and {len(fresh)}")
     rows = [

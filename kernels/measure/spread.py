@@ -37,7 +37,8 @@ class Spread:
         return f"min {self.low:.2f}x, median {self.median:.2f}x, max {self.high:.2f}x"
 
     def above(self, threshold: float) -> bool | None:
-        """True if every ratio is above ``threshold``, False if every one is at or below it, None if they straddle it."""
+        """True if every ratio is above ``threshold``, False if every one is at or below it, None if they
+        straddle it."""
         if self.low > threshold:
             return True
         if self.high <= threshold:

@@ -1,1 +1,1 @@
-"""Where paged K/V live (lessons 08, 10-13, labs A-B): block pool, KV-cache manager, KV pool, byte budgets, events, eviction."""
+"""Where paged K/V live (lessons 08, 10-13, labs A-B): block pool, cache manager, KV pool, budgets, events, eviction."""

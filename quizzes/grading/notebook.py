@@ -5,10 +5,10 @@
 hands it over as plain JSON (for a lab, its runs on the public traces and on the student's hidden
 ones); `student_code` is the source of those cells, which a lab's answer is read for. `read_records`
 and `read_outputs` read what the sandbox wrote, which is the student's to forge: sizes are capped,
-JSON is parsed defensively, and only text, PNG/JPEG images and errors survive as outputs. `graded_notebook` is what formgrader and nbgrader's
-feedback show: the released notebook with the student's answers, their outputs and a verdict under
-each question (the set-up cell as one line, a written answer marked as graded by hand), never a
-hidden test case or a right value the student did not give.
+JSON is parsed defensively, and only text, PNG/JPEG images and errors survive as outputs. `graded_notebook`
+is what formgrader and nbgrader's feedback show: the released notebook with the student's answers, their
+outputs and a verdict under each question (the set-up cell as one line, a written answer marked as graded
+by hand), never a hidden test case or a right value the student did not give.
 """
 
 from __future__ import annotations

@@ -111,7 +111,9 @@ def test_every_page_of_the_site_passes_axe(site: Path) -> None:
 _WIDGETS_CSS = """<style>
 :root { --jp-widgets-radio-item-height: 20px; --jp-widgets-inline-height: 28px; }
 .widget-radio-box { display: flex; flex-direction: column; align-items: stretch; }
-.widget-radio-box label { height: var(--jp-widgets-radio-item-height); line-height: var(--jp-widgets-radio-item-height); }
+.widget-radio-box label {
+  height: var(--jp-widgets-radio-item-height); line-height: var(--jp-widgets-radio-item-height);
+}
 .widget-radio-box input { height: var(--jp-widgets-radio-item-height); margin: 0 4px 0 1px; float: left; }
 .widget-html-content { line-height: var(--jp-widgets-inline-height); }
 </style>"""

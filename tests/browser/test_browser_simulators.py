@@ -202,7 +202,8 @@ def _tab_reaches_every_control(page, view, plan) -> None:
                 "() => { const a = document.activeElement;"
                 " const box = a.closest('.widget-inline-hbox, .widget-checkbox, .widget-button, button');"
                 " if (!box) return a.tagName; const label = box.querySelector('label');"
-                " const clean = s => (s || '').replace(/\\u200b/g, '').trim();"  # a checkbox's indent label is a zero-width space
+                # a checkbox's indent label is a zero-width space
+                " const clean = s => (s || '').replace(/\\u200b/g, '').trim();"
                 " return clean(label && label.textContent) || clean(box.textContent); }"
             )
         )

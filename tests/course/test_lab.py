@@ -1,4 +1,4 @@
-"""`make lab` serves JupyterLab on the start notebook (checked over loopback); the student's and the instructor's lab."""
+"""`make lab` serves JupyterLab on the start notebook (checked over loopback): the student's and instructor's lab."""
 
 from __future__ import annotations
 

@@ -227,7 +227,8 @@ print(len(generate(fast, [5, 17, 33], 16, cache="paged", eos_token_id=[]).tokens
 
 
 def test_an_avx2_cpu_runs_its_own_selection_equal_to_the_textbook():
-    """PyTorch and oneDNN told to use AVX2 only, as on a Zen 2 laptop: the probe, the measured choice and bf16 decode."""
+    """PyTorch and oneDNN told to use AVX2 only, as on a Zen 2 laptop: the probe, the measured choice and bf16
+    decode."""
     env = {
         **os.environ,
         "ATEN_CPU_CAPABILITY": "avx2",

@@ -1,4 +1,4 @@
-"""The environments the course runs lessons in itself (kvcourse.kernel_env): the tests, the site, the class benchmark."""
+"""The environments the course runs lessons in (kvcourse.kernel_env): the tests, the site, the class benchmark."""
 
 from __future__ import annotations
 

@@ -139,7 +139,8 @@ def test_03_simulator_crossover_is_where_the_cost_model_splits_half_and_half():
 
 
 def test_03_attention_costs_four_head_dims_per_score_cell_and_the_crossover_formula_holds():
-    """03-25 and 03-36: forward_flops counts 4 x head_dim per causal cell on top of M per token; T + 1 = 2M / (4d x H x L)."""
+    """03-25 and 03-36: forward_flops counts 4 x head_dim per causal cell on top of M per token;
+    T + 1 = 2M / (4d x H x L)."""
     per_token, per_cell = costs.matmul_flops_per_token(SMOLLM2), 4 * SMOLLM2.head_dim
     heads_layers = SMOLLM2.num_heads * SMOLLM2.num_layers
     for t in (1, 77, 4_096):

@@ -77,12 +77,15 @@ def _answer(nb, qid: str, code: str) -> None:
 
 def _alice(course: Course) -> dict[str, str]:  # everything right, with and without units
     quiz = load_quiz("07")
+    per_token_gqa = expected_answer(quiz.question("per_token_gqa"), course, "alice")
+    cache_bytes_param = expected_answer(quiz.question("cache_bytes_param"), course, "alice")
     return {
         "main_cost": 'answer_main_cost = "B"',
-        "per_token_gqa": f'answer_per_token_gqa = "{expected_answer(quiz.question("per_token_gqa"), course, "alice") / 1e3} kB"',
+        "per_token_gqa": f'answer_per_token_gqa = "{per_token_gqa / 1e3} kB"',
         "users_to_outweigh_13b": "answer_users_to_outweigh_13b = 8",
-        "cache_bytes_param": f"answer_cache_bytes_param = {expected_answer(quiz.question('cache_bytes_param'), course, 'alice')}",
-        "formula_code": "    return 2 * num_layers * num_kv_heads * head_dim * num_tokens * num_users * bytes_per_value",
+        "cache_bytes_param": f"answer_cache_bytes_param = {cache_bytes_param}",
+        "formula_code": "    return 2 * num_layers * num_kv_heads * head_dim"
+        " * num_tokens * num_users * bytes_per_value",
     }
 
 
