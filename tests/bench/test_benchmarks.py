@@ -14,7 +14,13 @@ from factories import make_tiny_hf_llama
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # benchmarks/ sits beside tests/, not in the package
 
-from benchmarks import bench_batch_throughput, bench_decode, bench_vs_hf_cb, decode_attention  # noqa: E402
+from benchmarks import (  # noqa: E402
+    bench_batch_throughput,
+    bench_chunked_prefill,
+    bench_decode,
+    bench_vs_hf_cb,
+    decode_attention,
+)
 from benchmarks.common import cpu_facts, interleaved, paired_ratio, summary  # noqa: E402
 from benchmarks.eager_bound import eager_decode  # noqa: E402
 from benchmarks.floor import engine_linears, hf_linears, linears_seconds  # noqa: E402
@@ -123,3 +129,16 @@ def test_continuous_batching_sides_agree(tiny):
     theirs = bench_vs_hf_cb.serve_hf(hf, workload, max_num_seqs=2)
     assert bench_vs_hf_cb.serve_ours(ours, workload, max_num_seqs=2) == theirs
     assert [len(t) for t in theirs] == workload.answer_lens
+
+
+def test_chunked_prefill_sides_serve_every_request(tiny):
+    ours, _ = tiny
+    document, chats = list(range(3, 43)), [list(range(5, 5 + n)) for n in (4, 6)]
+    whole = bench_chunked_prefill.serve_chat_and_document(ours, 64, document, chats, answer=6)
+    chunked = bench_chunked_prefill.serve_chat_and_document(ours, 8, document, chats, answer=6)
+    assert set(whole) == set(chunked) == {"chat 0", "chat 1", "document"}
+    # 40 tokens: 6 per step beside the two chats' last two decodes, then 8 per step once they finish
+    assert whole["document"].ttft_steps == 1 and chunked["document"].ttft_steps == 6
+    assert all(gap == 1 for name, lat in chunked.items() if name != "document" for gap in lat.itl_steps)
+    row = bench_chunked_prefill.figures(chunked)
+    assert row["chat_worst_gap_s"] >= row["chat_p99_itl_s"] >= row["chat_p50_itl_s"] > 0
