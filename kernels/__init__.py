@@ -31,6 +31,7 @@ from kvcourse.kernels.baselines.reservation import ReservationAllocator
 from kvcourse.kernels.engine.beam_search import BeamSearchResult, beam_search
 from kvcourse.kernels.engine.config import EngineConfig
 from kvcourse.kernels.engine.generate import CACHE_MODES, GenerationResult, Phase, StepStats, generate
+from kvcourse.kernels.engine.latency import LatencySummary, LatencyTargets, RequestLatency, latency_summary
 from kvcourse.kernels.engine.llm_engine import LLMEngine
 from kvcourse.kernels.engine.policy import FCFSPolicy, Refuse, SchedulingPolicy, SeqView
 from kvcourse.kernels.engine.request import RequestOutput, RequestStatus
@@ -92,6 +93,10 @@ __all__ = [
     "Phase",
     "Refuse",
     "RequestOutput",
+    "RequestLatency",
+    "LatencySummary",
+    "LatencyTargets",
+    "latency_summary",
     "RequestStatus",
     "RequestStory",
     "ReservationAllocator",

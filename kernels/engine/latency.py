@@ -9,7 +9,7 @@ in engine steps and in seconds (``RequestTimes``). A finished request's ``Reques
   includes the stall, and a step that gives a request several tokens gives gaps of 0);
 - end to end: finish minus arrival.
 
-``summarize`` gives p50/p95/p99 of each over many requests (ITL over every gap of every request, as
+``latency_summary`` gives p50/p95/p99 of each over many requests (ITL over every gap of every request, as
 vLLM's benchmark pools them) and goodput: the requests that met every target given, as a count, a
 share, and a rate over the time served (DistServe's measure: what a deployment can promise).
 """
@@ -112,7 +112,7 @@ class LatencyTargets:
 
 @dataclass(frozen=True)
 class LatencySummary:
-    """Percentiles over many finished requests, and goodput against targets (``summarize``)."""
+    """Percentiles over many finished requests, and goodput against targets (``latency_summary``)."""
 
     num_requests: int
     ttft_s: dict[int, float]  # percentile -> seconds
@@ -146,7 +146,7 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
-def summarize(
+def latency_summary(
     latencies: Sequence[RequestLatency],
     targets: LatencyTargets | None = None,
     percentiles: Sequence[int] = PERCENTILES,

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from kvcourse.kernels import EngineConfig, LLMEngine, SamplingParams
-from kvcourse.kernels.engine.latency import LatencyTargets, RequestTimes, percentile, summarize
+from kvcourse.kernels.engine.latency import LatencyTargets, RequestTimes, latency_summary, percentile
 from kvcourse.kernels.memory.events import EventKind
 
 
@@ -110,13 +110,13 @@ def test_percentiles_are_numpys_and_goodput_counts_requests_meeting_every_target
             times.add_tokens(1, 2, clock)
         times.finish(3, clock)
         lats.append(times.latency())
-    summary = summarize(lats, LatencyTargets(ttft_s=0.65, itl_s=0.4))
+    summary = latency_summary(lats, LatencyTargets(ttft_s=0.65, itl_s=0.4))
     assert summary.num_requests == 4 and summary.ttft_s[50] == pytest.approx(0.5)
     assert summary.itl_s[50] == pytest.approx(float(np.percentile([0.1, 0.1, 0.1, 0.5, 0.3, 0.3], 50)))
     assert summary.tpot_s[99] == pytest.approx(float(np.percentile([0.1, 0.3, 0.3], 99)))  # one token: no TPOT
     assert summary.num_good == 2 and summary.goodput_share == 0.5  # the second's gap, the last two's TTFT
     assert summary.duration_s == pytest.approx(3.8) and summary.goodput_per_s == pytest.approx(2 / 3.8)
-    assert summarize(lats).num_good is None and summarize(lats).goodput_per_s is None
+    assert latency_summary(lats).num_good is None and latency_summary(lats).goodput_per_s is None
 
 
 @pytest.mark.parametrize("bad", [0, -1.0, math.nan, math.inf, True])
@@ -127,4 +127,4 @@ def test_targets_must_be_positive_seconds(bad):
 
 def test_a_summary_needs_finished_requests():
     with pytest.raises(ValueError, match="no finished requests"):
-        summarize([])
+        latency_summary([])
