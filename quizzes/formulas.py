@@ -21,6 +21,7 @@ from kvcourse.kernels import costs
 from kvcourse.kernels.model.config_table import MODEL_CONFIGS
 
 GB = 10**9
+GIB = 2**30  # a card's memory is sized in GiB (lesson 08)
 # One int8 convention across the bank (lesson 16): a 1-byte question counts the values only and says
 # so; a question that counts the per-token scales says so in its own words (bank 16, int8_bytes).
 _DTYPES = {1: "8-bit (int8, scales not counted)", 2: "16-bit (fp16/bf16)", 4: "32-bit (fp32)"}
@@ -43,9 +44,9 @@ def _no_cache_tokens(values: dict[str, Any]) -> float:
 
 
 def _max_users(values: dict[str, Any]) -> float:
-    # Weights first, then whole conversations of num_tokens each in what is left.
+    # Weights first, then whole conversations of num_tokens each in what is left of a card of gpu_gib GiB.
     cfg = _config(values)
-    free = values["gpu_gb"] * GB - costs.weight_bytes(cfg, values["bytes_per_value"])
+    free = values["gpu_gib"] * GIB - costs.weight_bytes(cfg, values["bytes_per_value"])
     per_user = costs.kv_cache_bytes(cfg, values["num_tokens"], 1, values["bytes_per_value"])
     return max(free, 0) // per_user
 
@@ -70,7 +71,7 @@ FORMULAS: dict[str, Formula] = {
         ("model", "free_gb", "bytes_per_value"),
         lambda v: costs.max_cached_tokens(_config(v), v["free_gb"] * GB, v["bytes_per_value"]),
     ),
-    "max_users": Formula(("model", "gpu_gb", "num_tokens", "bytes_per_value"), _max_users),
+    "max_users": Formula(("model", "gpu_gib", "num_tokens", "bytes_per_value"), _max_users),
     "causal_score_cells": Formula(
         ("num_tokens",), lambda v: costs.score_cells_per_head(v["num_tokens"], v["num_tokens"])
     ),
