@@ -137,6 +137,8 @@ def test_real_model_blocks_saved_and_answers_as_printed(smol_model, lesson):
     assert answers == separately  # float32
     assert len(prompt) == 94 and used_alone[1] - used_shared[1] == 3 * 5 == (params.n - 1) * (94 // 16)
     assert (used_shared[0], used_alone[0]) == (6, 24)
+    saved = [a - s for s, a in zip(used_shared, used_alone, strict=True)]
+    assert sum(saved) / sum(used_alone) < saved[1] / used_alone[1]  # the whole run saves less than its best moment
 
 
 @pytest.mark.slow
