@@ -8,7 +8,8 @@ holes between regions, marked as external waste on a step where the next request
 although enough is free in total.
 
 The ``draw_*`` functions keep the lesson's plotting cells short: the strip, the stacked history of
-a run, and the slot x step map that ``memory_map_over_time`` measures.
+a run, and the slot x step map that ``memory_map_over_time`` measures; ``plot_map_over_time`` and
+``plot_strip`` lay out the lesson's two wide figures of them.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import matplotlib.pyplot as plt
 from matplotlib.colors import ListedColormap
 from matplotlib.patches import Patch, Rectangle
 
@@ -154,6 +156,22 @@ def draw_strip(
     if legend:
         shown = [c for c in CATEGORIES if any(s.category == c for s in segments)]
         category_legend(ax, shown, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+
+
+def plot_map_over_time(image: MapOverTime, num_slots: int, *, map_title: str, history_title: str) -> list[Any]:
+    """Lesson 09's figure of a whole replay: the slot x step map beside the categories stacked, one legend."""
+    _, axes = plt.subplots(1, 2, figsize=(13, 4.2), layout="tight")
+    draw_map(axes[0], image, map_title)
+    draw_history(axes[1], image.report.history, num_slots, history_title, legend=False)
+    category_legend(axes[1], loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
+    return list(axes)
+
+
+def plot_strip(segments: Sequence[Segment], num_slots: int, *, blocked: TurnedAway | None, title: str) -> Any:
+    """Lesson 09's figure of the pool at one step: one wide strip, its legend beside it."""
+    _, ax = plt.subplots(figsize=(11.5, 2.8), layout="tight")
+    draw_strip(ax, segments, num_slots, blocked=blocked, title=title, legend=True)
+    return ax
 
 
 def strip_title(record: StepRecord | None, blocked: TurnedAway | None, holes: Sequence[Segment]) -> str:

@@ -19,9 +19,10 @@ import pandas as pd
 
 from kvcourse.kernels import workload
 from kvcourse.kernels.baselines.replay import MemoryReport
+from kvcourse.notebook import headless
 from kvcourse.simulators.fragmentation import share_inside_regions, sweep
 
-__all__ = ["ORCA", "REAL", "lever_shares", "literature_table", "row", "sweep_table"]
+__all__ = ["ORCA", "REAL", "lever_shares", "literature_table", "row", "sweep_settings", "sweep_table"]
 
 REAL = "real tokens (%)"  # the share of the slot-steps under demand that held a real token
 
@@ -50,6 +51,23 @@ def literature_table(limit_reserved: MemoryReport, exact_lengths: MemoryReport) 
 
 def _shares(report: MemoryReport) -> tuple[float, ...]:
     return tuple(100 * sum(report.share(c) for c in group) for group in _OURS)
+
+
+# The values each knob of lesson 09's sweep takes; each list holds the lesson trace's own value (answer limit
+# 1,024, pool 16,384 slots, sigma 1.0) and the lesson's three levers (512, 32,768 and 0.5).
+_SWEEP = {
+    "answer_limit": (128, 256, 512, 1024, 2048, 4096),
+    "pool_slots": (4096, 8192, 16384, 32768, 65536, 131072),
+    "sigma": (0.25, 0.5, 1.0, 1.5, 2.0),
+}
+_SHORT_SWEEP = {"answer_limit": (512, 1024, 2048), "pool_slots": (16384, 32768, 65536), "sigma": (0.5, 1.0)}
+
+
+def sweep_settings(*, short: bool | None = None) -> dict[str, list[float]]:
+    """The values each knob takes in lesson 09's sweep: all of them for a learner, fewer under the test harness
+    (``short`` None asks whether this run is headless)."""
+    chosen = _SHORT_SWEEP if (headless() if short is None else short) else _SWEEP
+    return {setting: list(values) for setting, values in chosen.items()}
 
 
 def _trace_config(setting: str, value: float, base: workload.TraceConfig) -> workload.TraceConfig:

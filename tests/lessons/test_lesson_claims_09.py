@@ -33,6 +33,7 @@ from kvcourse.simulators.fragmentation_tables import (
     lever_shares,
     literature_table,
     row,
+    sweep_settings,
     sweep_table,
 )
 from kvcourse.syllabus import REPO_ROOT
@@ -60,7 +61,7 @@ def run_cells(*cell_ids: str, **names) -> tuple[dict, dict]:
         oracle_trace=oracle_trace,
         share_inside_regions=share_inside_regions,
         sweep=sweep,
-        headless=lambda: True,
+        sweep_settings=lambda: sweep_settings(short=True),  # the test harness's short sweep
         REAL=REAL,
         lever_shares=lever_shares,
         literature_table=literature_table,
