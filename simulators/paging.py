@@ -26,7 +26,9 @@ from kvcourse.simulators.controls import float_control, int_control
 from kvcourse.simulators.learner_policy import LearnerPagingSim
 from kvcourse.simulators.paging_model import WINDOW, PagingConfig, PagingSim, utilisation_curve
 from kvcourse.simulators.paging_model import block_size_sweep as block_size_sweep
+from kvcourse.simulators.paging_model import block_sizes_to_sweep as block_sizes_to_sweep
 from kvcourse.simulators.paging_model import decode_attention_inputs as decode_attention_inputs
+from kvcourse.simulators.paging_model import timing_rounds as timing_rounds
 
 # What each slot holds, in words a learner reads in the legend (the replays' categories).
 CATEGORY_WORDS = {

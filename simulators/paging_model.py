@@ -11,9 +11,9 @@ learner's scheduling policy (``LearnerPagingSim`` in learner_policy.py builds on
 paging.py.
 
 The helpers below serve lesson 11's measurements: ``utilisation_curve`` (a rolling share of busy
-memory that holds tokens), ``block_size_sweep`` (the same trace at several block sizes) and
-``decode_attention_inputs`` (a paged pool shaped like one layer of a model, for timing the
-engine's ``paged_decode_attention`` at several block sizes).
+memory that holds tokens), ``block_size_sweep`` (the same trace at several block sizes, those of
+``block_sizes_to_sweep``) and ``decode_attention_inputs`` (a paged pool shaped like one layer of a
+model, for timing the engine's decode kernels at several block sizes, ``timing_rounds`` times each).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import torch
 from kvcourse.kernels import MemoryReport, PagingReplay, ReservationReplay, workload
 from kvcourse.kernels.baselines.fragmentation import CATEGORIES
 from kvcourse.kernels.checks import ceil_div
+from kvcourse.notebook import headless
 from kvcourse.simulators.checks import InvalidInput, check_float, check_int
 
 MAX_BLOCK_SIZE = 4096
@@ -36,6 +37,11 @@ MAX_TOKENS = 100_000
 MAX_STEPS_PER_CLICK = 100_000
 MAX_SEED = 2**31 - 1
 WINDOW = 100  # engine steps averaged in the utilisation curves
+
+# Lesson 11's block-size sweep and its kernel timing: the full range for a learner; under the test harness a
+# shorter one, chosen here so that the lesson never branches on how it is run.
+BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+SHORT_BLOCK_SIZES = (4, 16, 64, 256)
 
 
 @dataclass(frozen=True)
@@ -201,6 +207,16 @@ class BlockSizePoint:
         """Block-table entries per running sequence, averaged over every step."""
         blocks = sum((r.used + r.internal) // self.block_size for r in self.report.history)
         return blocks / max(1, sum(r.running for r in self.report.history))
+
+
+def block_sizes_to_sweep() -> list[int]:
+    """The block sizes lesson 11 sweeps, in tokens: 1 to 256, or four of them under the test harness."""
+    return list(SHORT_BLOCK_SIZES if headless() else BLOCK_SIZES)
+
+
+def timing_rounds() -> int:
+    """Interleaved repeats of each decode kernel on each block size in lesson 11: 31, or 15 under the test harness."""
+    return 15 if headless() else 31
 
 
 def block_size_sweep(
