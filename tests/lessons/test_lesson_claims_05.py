@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from kvcourse.kernel_env import HEADLESS_ENV
 from kvcourse.kernels import costs, generate
+from kvcourse.simulators.kv_cache import ANSWER_LENGTHS, SHORT_ANSWER_LENGTHS, answer_lengths_to_time
+from kvcourse.syllabus import REPO_ROOT
 
 MESSAGES = [{"role": "user", "content": "Describe a sunrise over the sea."}]  # lesson 05's chat prompt
 
@@ -26,3 +31,27 @@ def test_05_the_cache_holds_every_token_fed_and_the_fed_ratio_is_the_reveal():
     without = costs.tokens_processed(prompt_len, num_new, False)
     assert with_cache == prompt_len + num_new - 1
     assert without == sum(prompt_len + t for t in range(num_new))
+
+
+def _code() -> str:
+    """Lesson 05's code cells, joined."""
+    cells = json.loads((REPO_ROOT / "lessons" / "05_the_kv_cache.ipynb").read_text())["cells"]
+    return "\n".join("".join(cell["source"]) for cell in cells if cell["cell_type"] == "code")
+
+
+def test_05_the_timing_sweep_is_sized_by_a_helper_out_of_the_learners_sight(monkeypatch):
+    """The lesson reads its answer lengths from one helper and never branches on how it is run (docs/lessons.md)."""
+    code = _code()
+    assert "lengths = answer_lengths_to_time()" in code and "headless" not in code
+    monkeypatch.setenv(HEADLESS_ENV, "1")
+    assert answer_lengths_to_time() == list(SHORT_ANSWER_LENGTHS) == [4, 16]
+    monkeypatch.delenv(HEADLESS_ENV)
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    assert answer_lengths_to_time() == list(ANSWER_LENGTHS) == [4, 8, 16, 32]
+
+
+def test_05_the_dozen_line_cache_is_checked_against_the_loop_without_it():
+    """The lesson's own cache (a K and a V tensor per layer, concatenated) is diffed token for token by an expect."""
+    code = _code()
+    assert "class ListKVCache" in code and "torch.cat" in code
+    assert "expect(cached_tokens == plain_tokens" in code
