@@ -212,3 +212,36 @@ def test_16_the_closing_chain_names_every_lesson_once_in_order():
         and any("20 · Lab C" in t for t in texts)
     )
     assert len(ax.texts) == 3 * len(links) - 1 and ax.get_title() == "t"  # a headline, a detail, an arrow between
+
+
+def _lesson_16_cell(marker: str) -> str:
+    import json
+
+    from kvcourse.syllabus import REPO_ROOT
+
+    cells = json.loads((REPO_ROOT / "lessons" / "16_shrinking_the_cache.ipynb").read_text())["cells"]
+    return next("".join(c["source"]) for c in cells if c["cell_type"] == "code" and marker in "".join(c["source"]))
+
+
+def test_16_the_decode_step_context_is_inside_every_compared_model_s_trained_window():
+    """Issue 42: Llama-2-7B was trained on 4,096 positions, so the decode-step comparison stays within them."""
+    from dataclasses import replace
+
+    from kvcourse.kernels import MODEL_CONFIGS
+
+    ns = {"MODEL_CONFIGS": MODEL_CONFIGS, "replace": replace, "costs": costs, "reveal": lambda *a, **k: None}
+    exec(_lesson_16_cell('llama3 = MODEL_CONFIGS["llama-3-8b"]'), ns)  # noqa: S102  (the lesson's own code)
+    exec(_lesson_16_cell("context = min("), ns)  # noqa: S102
+    assert ns["context"] == MODEL_CONFIGS["llama-2-7b"].max_position_embeddings == 4096
+    assert all(ns["context"] <= ns["shapes"][name].max_position_embeddings for name in ns["compared"])
+
+
+def test_16_one_scale_per_tensor_halves_the_cache_and_one_per_token_does_not():
+    """Lesson 16's two 8-bit layouts: a scale per token costs 4 bytes per head vector; per tensor, 2 per layer."""
+    from kvcourse.kernels import MODEL_CONFIGS
+
+    for name in ("smollm2-135m", "llama-3-8b"):
+        shape = MODEL_CONFIGS[name]
+        assert 2 * costs.kv_bytes_per_token(shape, 1) == costs.kv_bytes_per_token(shape, 2)
+        scales = 2 * shape.num_layers * shape.num_kv_heads * 4
+        assert costs.quantized_kv_bytes_per_token(shape, 1, 4) == costs.kv_bytes_per_token(shape, 1) + scales
