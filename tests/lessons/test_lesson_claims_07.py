@@ -25,10 +25,13 @@ def test_the_seeds_half_megabyte_is_llama_2_7b_and_gqa_cuts_it():
     assert table.loc["llama-2-7b", "KV bytes per token"] // table.loc["llama-3-8b", "KV bytes per token"] == 4
 
 
-def test_computing_k_and_v_is_a_small_share_of_a_step():
-    """Lesson 07's check yourself: the K/V projections are well under a tenth of a SmolLM2 decode step's FLOPs."""
+def test_a_step_without_the_cache_reruns_the_whole_prefix():
+    """Lesson 07's check yourself: what the cache saves is the prefix's forward pass through every layer,
+    over ten times a cached SmolLM2 step at the run's 43 tokens, thousands of times a 13B step at 4,000."""
     cfg = MODEL_CONFIGS["smollm2-135m"]
-    share = costs.kv_projection_flops_per_token(cfg) / costs.forward_flops(cfg, 1, 44, num_logits=1)
-    assert share < 0.1
+    held = 43  # the 36-token chat prompt and 8 new tokens: 36 + 8 - 1 fed
+    rerun, step = costs.forward_flops(cfg, held, held, num_logits=1), costs.forward_flops(cfg, 1, held, num_logits=1)
+    assert 10 * step < rerun <= held * step
     cfg13 = MODEL_CONFIGS["llama-2-13b"]
-    assert share < costs.kv_projection_flops_per_token(cfg13) / costs.forward_flops(cfg13, 1, 4000, num_logits=1) < 0.5
+    rerun13 = costs.forward_flops(cfg13, 4000, 4000, num_logits=1)
+    assert rerun13 > 1000 * costs.forward_flops(cfg13, 1, 4000, num_logits=1)
