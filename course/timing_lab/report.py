@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 
 from kvcourse.timing_lab.sweep import HF_CACHE, HF_NO_CACHE, SweepResult
+from kvcourse.timing_lab.verdicts import speedup_trend
 
 
 def format_header(result: SweepResult) -> str:
@@ -166,10 +167,7 @@ def _plot_speedup(ax, result: SweepResult, lengths: list[int]) -> None:
         )
     ax.axhline(1.0, color="gray", linestyle=":", label="1x = the cache gains nothing")
     ax.set_ylabel("speedup (time without cache / time with cache)")
-    trend = "grows" if speedups[-1] > 1.1 * speedups[0] else "does not clearly grow"  # a 10 % rise, not noise
-    ax.set_title(
-        f"the cache's speedup {trend}: {speedups[0]:.1f}x at {lengths[0]} tokens, {speedups[-1]:.1f}x at {lengths[-1]}"
-    )
+    ax.set_title(f"the cache's speedup {speedup_trend(speedups)}")  # each point's value is written beside it
     _log2_lengths(ax, lengths)
     ax.set_ylim(bottom=0, top=max([*speedups, 1.0]) * 1.2)
     ax.grid(alpha=0.3)

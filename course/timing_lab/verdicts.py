@@ -3,7 +3,8 @@
 ``cost_per_extra_token`` tabulates the seconds each extra token cost between neighbouring lengths
 (constant for a straight line, rising for one that bends upward); ``bend_verdict`` reads that table;
 ``check_answers`` and ``check_sweep_tokens`` say whether the cached and uncached runs wrote the same
-tokens, with the float32 claim checked and lower precision explained; ``direction`` names a change.
+tokens, with the float32 claim checked and lower precision explained; ``direction`` names a change;
+``speedup_trend`` says how the speedup moved across the lengths, only as far as every step of the run bears it out.
 """
 
 from __future__ import annotations
@@ -60,6 +61,20 @@ def bend_verdict(steps: pd.DataFrame, tolerance: float = 0.2) -> str:
         f"From the first step of lengths to the last, the cost of an extra token with the cache "
         f"{shape['with']}; without the cache it {shape['without']}. So {more}."
     )
+
+
+def speedup_trend(speedups: list[float], tolerance: float = 0.1) -> str:
+    """How the speedup moved from the shortest length to the longest, in words every step of the run bears out.
+
+    "grew with every length" only if it rose at each step and by more than ``tolerance`` in all (noise on a shared
+    CPU moves it by a few percent), "fell with every length" for the mirror case, otherwise no trend is claimed.
+    """
+    steps = list(zip(speedups, speedups[1:], strict=False))
+    if steps and all(b > a for a, b in steps) and speedups[-1] > (1 + tolerance) * speedups[0]:
+        return "grew with every length"
+    if steps and all(b < a for a, b in steps) and speedups[-1] < (1 - tolerance) * speedups[0]:
+        return "fell with every length"
+    return "did not move steadily with length"
 
 
 def direction(ratio: float, tolerance: float = 0.05) -> str:

@@ -221,3 +221,14 @@ def test_17_the_cache_holds_prompt_plus_new_minus_one_tokens(real_model):
     assert cache.get_seq_length() == ids.shape[1] + 8 - 1
     held = sum(layer.keys.nbytes + layer.values.nbytes for layer in cache.layers)
     assert held == costs.kv_cache_bytes(ModelConfig.from_hf(hf_model.config), ids.shape[1] + 8 - 1, bytes_per_value=4)
+
+
+def test_17_the_speedup_trend_is_claimed_only_where_every_step_bears_it_out():
+    """Issue 42: 1.80x, 2.35x, 2.11x rose 17 % in all but fell at the end: no trend is named (title, verdict)."""
+    from kvcourse.timing_lab.verdicts import speedup_trend
+
+    assert speedup_trend([1.80, 2.35, 2.11]) == "did not move steadily with length"
+    assert speedup_trend([1.80, 2.00, 2.30]) == "grew with every length"
+    assert speedup_trend([1.80, 1.85, 1.90]) == "did not move steadily with length"  # under 10 % in all: noise
+    assert speedup_trend([2.30, 2.00, 1.80]) == "fell with every length"
+    assert speedup_trend([1.80]) == "did not move steadily with length"
