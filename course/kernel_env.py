@@ -17,6 +17,14 @@ HEADLESS_ENV = "KVCOURSE_HEADLESS"
 STRICT_ENV = "KVCOURSE_STRICT"
 
 
+def running_headless() -> bool:
+    """Whether this run has nobody at the keyboard (the course's tests, nbgrader): sweeps take their short path.
+
+    Here, with nothing to import, so that a simulator can ask without importing the notebook helpers (and
+    through them the quizzes, which the learner's side of a lab never imports)."""
+    return bool(os.environ.get(HEADLESS_ENV) or os.environ.get("NBGRADER_EXECUTION"))
+
+
 def jupyter_home(home: Path) -> dict[str, str]:
     """Variables that put Jupyter's config, data and runtime files, IPython's and the progress file under ``home``."""
     return {

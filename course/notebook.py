@@ -28,7 +28,7 @@ from typing import Any
 from IPython.core.error import StdinNotImplementedError
 
 from kvcourse import feedback
-from kvcourse.kernel_env import HEADLESS_ENV, STRICT_ENV
+from kvcourse.kernel_env import STRICT_ENV, running_headless
 from kvcourse.quizzes.progress import progress_dir
 from kvcourse.quizzes.units import DIMENSIONS, AnswerFormatError, parse_quantity
 
@@ -45,7 +45,7 @@ class ExpectationFailed(AssertionError):
 
 def headless() -> bool:
     """Whether this run has nobody at the keyboard (tests, nbgrader); lessons then take their short sweeps."""
-    return bool(os.environ.get(HEADLESS_ENV) or os.environ.get("NBGRADER_EXECUTION"))
+    return running_headless()
 
 
 def strict() -> bool:

@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 from matplotlib.ticker import MaxNLocator
 
+from kvcourse.kernel_env import running_headless
 from kvcourse.kernels import MODEL_CONFIGS, costs
-from kvcourse.notebook import headless
 from kvcourse.simulators.base import SimulatorView
 from kvcourse.simulators.checks import InvalidInput, check_choice, check_int
 from kvcourse.simulators.controls import bytes_per_value_dropdown, int_control
@@ -33,7 +33,7 @@ _UNITS = (("GB", 1e9), ("MB", 1e6), ("kB", 1e3), ("B", 1.0))
 
 def decode_steps_to_time() -> int:
     """How many decode steps lesson 06 times at each position: 12 for a learner, 4 under the test harness."""
-    return 4 if headless() else 12
+    return 4 if running_headless() else 12
 
 
 def _unit_for(num_bytes: float) -> tuple[str, float]:

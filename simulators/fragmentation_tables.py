@@ -17,9 +17,9 @@ from collections.abc import Mapping, Sequence
 
 import pandas as pd
 
+from kvcourse.kernel_env import running_headless
 from kvcourse.kernels import workload
 from kvcourse.kernels.baselines.replay import MemoryReport
-from kvcourse.notebook import headless
 from kvcourse.simulators.fragmentation import share_inside_regions, sweep
 
 __all__ = ["ORCA", "REAL", "lever_shares", "literature_table", "row", "sweep_settings", "sweep_table"]
@@ -66,7 +66,7 @@ _SHORT_SWEEP = {"answer_limit": (512, 1024, 2048), "pool_slots": (16384, 32768, 
 def sweep_settings(*, short: bool | None = None) -> dict[str, list[float]]:
     """The values each knob takes in lesson 09's sweep: all of them for a learner, fewer under the test harness
     (``short`` None asks whether this run is headless)."""
-    chosen = _SHORT_SWEEP if (headless() if short is None else short) else _SWEEP
+    chosen = _SHORT_SWEEP if (running_headless() if short is None else short) else _SWEEP
     return {setting: list(values) for setting, values in chosen.items()}
 
 

@@ -9,7 +9,7 @@ import ipywidgets as widgets
 import numpy as np
 from matplotlib.ticker import MaxNLocator
 
-from kvcourse.notebook import headless
+from kvcourse.kernel_env import running_headless
 from kvcourse.simulators.base import GenerationSteps, SimulatorView, draw_per_step
 from kvcourse.simulators.checks import InvalidInput, check_int
 from kvcourse.simulators.controls import int_control
@@ -23,7 +23,7 @@ SHORT_ANSWER_LENGTHS = (4, 16)  # the same, under the test harness
 
 def answer_lengths_to_time() -> list[int]:
     """The answer lengths lesson 05 times, in new tokens: 4 to 32, or 4 and 16 under the test harness."""
-    return list(SHORT_ANSWER_LENGTHS if headless() else ANSWER_LENGTHS)
+    return list(SHORT_ANSWER_LENGTHS if running_headless() else ANSWER_LENGTHS)
 
 
 def tokens_processed_with_cache(prompt_len: int, num_new_tokens: int) -> list[int]:

@@ -24,10 +24,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from kvcourse.kernel_env import running_headless
 from kvcourse.kernels import MemoryReport, PagingReplay, ReservationReplay, workload
 from kvcourse.kernels.baselines.fragmentation import CATEGORIES
 from kvcourse.kernels.checks import ceil_div
-from kvcourse.notebook import headless
 from kvcourse.simulators.checks import InvalidInput, check_float, check_int
 
 MAX_BLOCK_SIZE = 4096
@@ -211,12 +211,12 @@ class BlockSizePoint:
 
 def block_sizes_to_sweep() -> list[int]:
     """The block sizes lesson 11 sweeps, in tokens: 1 to 256, or four of them under the test harness."""
-    return list(SHORT_BLOCK_SIZES if headless() else BLOCK_SIZES)
+    return list(SHORT_BLOCK_SIZES if running_headless() else BLOCK_SIZES)
 
 
 def timing_rounds() -> int:
     """Interleaved repeats of each decode kernel on each block size in lesson 11: 31, or 15 under the test harness."""
-    return 15 if headless() else 31
+    return 15 if running_headless() else 31
 
 
 def block_size_sweep(

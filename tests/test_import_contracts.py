@@ -258,3 +258,14 @@ def test_the_serving_stack_is_in_its_documented_order(module):
     layers = [layer_of(f"kvcourse.kernels.{name}.x", KERNEL_LAYERS) for name in order]
     assert layers == sorted(layers) and len(set(layers)) == 4
     assert layer_of(module, KERNEL_LAYERS) == layers[order.index(module.split(".")[2])]
+
+
+def test_the_simulators_never_load_the_quizzes():
+    """A lab's simulator runs where the quizzes are hidden (the learner's side of a lab, the grading sandbox): no
+    simulator loads them, directly or through the notebook helpers (ask kvcourse.kernel_env, not kvcourse.notebook)."""
+    starts = {module for module in FILES if module.startswith("kvcourse.simulators")}
+    loaded = reachable(starts, EDGES)
+    wrong = {module: chain for module, chain in loaded.items() if module.startswith("kvcourse.quizzes")}
+    assert not wrong, "a simulator loads the quizzes:\n" + "\n".join(
+        f"{module}, through:\n{_lines(chain)}" for module, chain in sorted(wrong.items())
+    )
