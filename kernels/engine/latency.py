@@ -135,9 +135,7 @@ class LatencySummary:
 
 
 def percentile(values: Sequence[float], q: float) -> float:
-    """The q-th percentile with linear interpolation between the nearest ranks (numpy's, as vLLM's benchmarks use);
-    nan if empty. The labs' replays still use ``kernels/measure/spread.percentile`` (nearest rank, a value that
-    occurred): lab C moves to this one when its grading scores latency (issue 43)."""
+    """The q-th percentile with linear interpolation between the nearest ranks (numpy's default); nan if empty."""
     if not 0 <= q <= 100:
         raise ValueError(f"a percentile lies in [0, 100], got {q!r}")
     ordered = sorted(values)
