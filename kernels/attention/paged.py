@@ -31,11 +31,32 @@ def gather_kv(cache: torch.Tensor, block_table: torch.Tensor, context_len: int) 
     return blocks.flatten(0, 1)[:context_len]  # (context_len, kv_heads, D)
 
 
+QUERY_CHUNK = 256  # a longer prompt attends in chunks of this many queries (see causal_attention)
+
+
 def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
     """Queries are the last ``len(q)`` of the ``len(k)`` positions; each sees itself and earlier keys.
 
     q: (n, num_heads, D); k, v: (context_len, num_kv_heads, D) -> (n, num_heads, D).
+    More than ``QUERY_CHUNK`` queries attend ``QUERY_CHUNK`` at a time, each chunk to the keys up to its
+    last query: the same result to rounding, and on the CPU about 2.7x faster than one call over a prompt
+    of 2,000-4,000 tokens (SmolLM2's heads, float32 and bfloat16, one thread, AMD Zen 4:
+    ``benchmarks/bench_chunked_prefill.py`` times the whole prefill). Up to ``QUERY_CHUNK`` queries it
+    is one call, as Hugging Face makes it.
     """
+    num_queries, context_len = q.shape[0], k.shape[0]
+    if num_queries <= QUERY_CHUNK:
+        return _attend(q, k, v, scale)
+    before = context_len - num_queries  # keys cached before the first query
+    chunks = []
+    for start in range(0, num_queries, QUERY_CHUNK):
+        end = min(start + QUERY_CHUNK, num_queries)
+        chunks.append(_attend(q[start:end], k[: before + end], v[: before + end], scale))
+    return torch.cat(chunks)
+
+
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
+    """``causal_attention`` in one call of SDPA."""
     num_queries, context_len = q.shape[0], k.shape[0]
     num_heads, num_kv_heads = q.shape[1], k.shape[1]
     qh, kh, vh = q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1)  # (heads, len, D)

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import torch
 
-from kvcourse.kernels.attention.paged import paged_attention_reference, paged_decode_attention
+from kvcourse.kernels.attention.paged import (
+    QUERY_CHUNK,
+    causal_attention,
+    paged_attention_reference,
+    paged_decode_attention,
+)
 from kvcourse.kernels.attention.paged_backend import PagedAttentionBackend, PagedMetadata
 from kvcourse.kernels.memory.kv_pool import BlockCopy, KVPool
 
@@ -18,6 +23,15 @@ def dense_causal(q, k, v):
     mask = torch.ones(n, ctx, dtype=torch.bool).tril(ctx - n)
     probs = scores.masked_fill(~mask, float("-inf")).softmax(-1)
     return torch.einsum("hqk,khd->qhd", probs, v)
+
+
+def test_a_long_prompt_attends_in_query_chunks_equal_to_one_dense_softmax():
+    """Past QUERY_CHUNK queries causal_attention splits them; each chunk sees the cached prefix and itself."""
+    g = torch.Generator().manual_seed(3)
+    for cached, new in ((0, 2 * QUERY_CHUNK + 37), (100, QUERY_CHUNK + 1), (0, QUERY_CHUNK)):
+        q = torch.randn(new, 6, 8, generator=g)
+        k, v = (torch.randn(cached + new, 2, 8, generator=g) for _ in range(2))
+        torch.testing.assert_close(causal_attention(q, k, v, 8**-0.5), dense_causal(q, k, v), atol=1e-5, rtol=1e-5)
 
 
 def scattered_tables(lens, block_size, num_blocks, seed):
