@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kvcourse.kernel_env import running_headless
 from kvcourse.kernels import MemoryBudget, ModelConfig, costs, num_blocks_for_budget
 from kvcourse.kernels.checks import ceil_div
 from kvcourse.simulators.checks import InvalidInput, check_choice, check_float, check_int, model_shape
@@ -165,3 +166,18 @@ class Throughput:
     def best_tokens_per_second(self) -> float:
         """The throughput at the memory cap: the most this pool allows at this context."""
         return self.tokens_per_second(self.max_batch) if self.max_batch else 0.0
+
+
+def batch_sizes_to_time() -> list[int]:
+    """The batch sizes lesson 14 times on the real engine: 1 to 32, or 1, 8 and 32 in a headless run (tests)."""
+    return [1, 8, 32] if running_headless() else [1, 2, 4, 8, 16, 32]
+
+
+def timed_rounds() -> int:
+    """Timed decode steps per batch size in lesson 14, one per interleaved round: 7, or 5 in a headless run."""
+    return 5 if running_headless() else 7
+
+
+def stream_size() -> tuple[int, int]:
+    """Lesson 14's request stream as (requests, rounds of each policy): (64, 4), or (40, 3) in a headless run."""
+    return (40, 3) if running_headless() else (64, 4)

@@ -9,7 +9,22 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from kvcourse.kernel_env import running_headless
+
 DEFAULT_LENGTHS = (16, 32, 64, 128, 256)
+LESSON_LENGTHS = (8, 16, 32, 64)  # the answer lengths lesson 17 times in the notebook
+
+
+def lesson_lengths() -> list[int]:
+    """The answer lengths lesson 17's notebook times: 8 to 64 new tokens, or 8 to 32 in a headless run (tests)."""
+    return list(LESSON_LENGTHS[:-1] if running_headless() else LESSON_LENGTHS)
+
+
+def lesson_repeats() -> int:
+    """Timed repeats of each length in lesson 17's notebook: 3, or 1 in a headless run (tests)."""
+    return 1 if running_headless() else 3
+
+
 DEFAULT_PROMPT = "Once upon a time in a distant land"
 HF_CACHE = "hf-cache"
 HF_NO_CACHE = "hf-no-cache"

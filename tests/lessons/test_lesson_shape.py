@@ -20,6 +20,13 @@ NOTEBOOKS = sorted((REPO_ROOT / "lessons").glob("*.ipynb"))
 MAX_CELL_LINES = 15
 MAX_SOLUTION_LINES = 12
 _CEIL_IDIOM = re.compile(r"-\s*\(\s*-")  # -(-n // b): say math.ceil or a helper's name instead
+# The test harness or the drawing's plumbing in sight (docs/lessons.md, "No harness in sight"): a sweep's short path
+# comes from a course helper that asks kvcourse.kernel_env.running_headless() (simulators, timing_lab), and a
+# figure is sized in kvcourse.plots, never in a cell the learner reads.
+_PLUMBING = re.compile(
+    r"headless\(|KVCOURSE_HEADLESS|NBGRADER_EXECUTION|set_size_inches|plt\.figure\(\s*figsize|\bfig\.set_"
+)
+_PLUMBING_EXEMPT = {"15_longer_context"}  # lesson 15: being cleaned in parallel
 
 
 def _code_cells(path: Path) -> list[tuple[int, str]]:
@@ -47,6 +54,35 @@ def test_code_cells_are_short(path: Path) -> None:
 def test_no_matplotlib_in_a_lesson(path: Path) -> None:
     drawing = [i for i, src in _code_cells(path) if re.search(r"^\s*(import|from)\s+matplotlib", src, re.M)]
     assert not drawing, f"{path.name}: cells {drawing} import matplotlib; put the figure in kvcourse.plots"
+
+
+@pytest.mark.parametrize("path", [p for p in NOTEBOOKS if p.stem not in _PLUMBING_EXEMPT], ids=lambda p: p.stem)
+def test_no_test_harness_or_figure_sizing_in_sight(path: Path) -> None:
+    found = [i for i, src in _code_cells(path) if _PLUMBING.search(src)]
+    assert not found, f"{path.name}: cells {found} branch on the test harness or size a figure; move it to a helper"
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "quick = headless()\nlengths = [8, 16] if quick else [8, 16, 32]",
+        "from kvcourse.kernel_env import running_headless\nn = 2 if running_headless() else 5",
+        'quick = os.environ.get("KVCOURSE_HEADLESS") == "1"',
+        'quick = "NBGRADER_EXECUTION" in os.environ',
+        "ax.figure.set_size_inches(8, 3)",
+        "fig = plt.figure(figsize=(8, 3))",
+        "fig.set_figwidth(8)",
+    ],
+)
+def test_the_plumbing_check_fails_on_a_planted_cell(source: str, tmp_path: Path) -> None:
+    """The check above fails on each kind of plumbing it names, planted in a copy of a clean lesson."""
+    lesson = json.loads(NOTEBOOKS[0].read_text())
+    test_no_test_harness_or_figure_sizing_in_sight(NOTEBOOKS[0])  # clean as committed
+    lesson["cells"].append({"cell_type": "code", "metadata": {}, "outputs": [], "source": source.splitlines(True)})
+    planted = tmp_path / NOTEBOOKS[0].name
+    planted.write_text(json.dumps(lesson))
+    with pytest.raises(AssertionError, match=rf"cells \[{len(lesson['cells']) - 1}\] branch on the test harness"):
+        test_no_test_harness_or_figure_sizing_in_sight(planted)
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)

@@ -57,7 +57,6 @@ def run_cells(lesson: str, *sources: str, **names) -> tuple[dict, str]:
         workload=workload,
         replace=replace,
         dataclasses=dataclasses,
-        headless=lambda: True,
         predict=lambda *a, **k: None,
         reveal=lambda *a, **k: None,
         expect=expect,
@@ -118,11 +117,15 @@ def test_lesson_11_s_quick_check_states_the_replay_s_ratio(shared_trace_figures)
     assert stated and stated.group(1) == f"{paging.mean_running / reservation.mean_running:.1f}"
 
 
-def test_lesson_14_s_replay_exercise_prints_what_its_engine_served():
+def test_lesson_14_s_replay_exercise_prints_what_its_engine_served(monkeypatch):
     """Lesson 14 serves its scaled trace on the engine and, in exercise 1, replays it: the same batches."""
     lesson = cells("14")
     setup = lesson["14-12"].split("\n")[:2]  # scale, block_size and pool_blocks, as the lesson sets them
     assert setup[0].startswith("scale, block_size =") and setup[1].startswith("pool_blocks =")
+    # The stream's size comes from the helper the lesson imports, which takes its short path in a headless run.
+    sizing = [line for src in lesson.values() for line in src.split("\n") if "import" in line and "stream_size" in line]
+    assert len(sizing) == 1, sizing
+    monkeypatch.setenv("KVCOURSE_HEADLESS", "1")
     model = make_tiny_model(max_position_embeddings=256)
 
     def tokenizer(text):
@@ -130,7 +133,6 @@ def test_lesson_14_s_replay_exercise_prints_what_its_engine_served():
 
     snippets: list[str] = []  # the exercise's solution code, as solution() receives it
     names = dict(
-        quick=True,
         tokenizer=tokenizer,
         model=model,
         LLMEngine=LLMEngine,
@@ -142,7 +144,7 @@ def test_lesson_14_s_replay_exercise_prints_what_its_engine_served():
         stream=stream,
         solution=lambda *a, code="", **k: snippets.append(code),
     )
-    namespace, printed = run_cells("14", "\n".join(setup), "14-14", "14-15", "14-27", **names)
+    namespace, printed = run_cells("14", *sizing, "\n".join(setup), "14-14", "14-15", "14-27", **names)
     assert len(snippets) == 1 and "PagingReplay(t, pool_blocks, block_size)" in snippets[0]
     _, exercise = run_cells(
         "14", snippets[0], **{k: namespace[k] for k in ("trace", "trace_config", "pool_blocks", "block_size")}
