@@ -1,8 +1,9 @@
-"""How published models cache, from their public config.json files (lessons 07, 16; the 2026 part).
+"""How published models cache, from their public config.json files (lessons 07, 15, 16; the 2026 part).
 
 Each entry says which config fields it reads; the numbers are those fields, not estimates. The models
 of 2023 (``config_table.py``, beside this file) are full attention on every layer, so their layout follows from
-the config alone (``cache_layout.layout_of``). The models of 2025-26 below are not, and that is the point:
+the config alone (``cache_layout.layout_of``). Some models of 2025-26 below still are (Llama-3.1, Qwen3,
+Mistral-Small-3.1); the others are not, and that is the point:
 bytes per token no longer tell the whole story; a bounded part (windows, chunks) and a fixed state
 (linear layers) sit beside it.
 """
@@ -15,6 +16,17 @@ from kvcourse.kernels.cache_layout import CacheLayout, full, latent, layout_of, 
 from kvcourse.kernels.model.config_table import MODEL_CONFIGS
 
 LAYOUTS_2026: dict[str, CacheLayout] = {
+    # The dense models of 2025-26: full grouped-query attention on every layer, as in 2023, but declaring 128k
+    # positions (lesson 15). meta-llama/Llama-3.1-8B: num_hidden_layers 32, num_key_value_heads 8, head_dim 128
+    # (hidden_size 4096 / num_attention_heads 32); Llama-3.1-70B: 80 layers, 8 KV heads, head_dim 128 (8192 / 64).
+    "llama-3.1-8b": CacheLayout((full(32, 8, 128),)),
+    "llama-3.1-70b": CacheLayout((full(80, 8, 128),)),
+    # Qwen/Qwen3-8B: num_hidden_layers 36, num_key_value_heads 8, head_dim 128; Qwen/Qwen3-32B: 64 layers, 8, 128.
+    "qwen3-8b": CacheLayout((full(36, 8, 128),)),
+    "qwen3-32b": CacheLayout((full(64, 8, 128),)),
+    # mistralai/Mistral-Small-3.1-24B-Instruct-2503 (text_config): num_hidden_layers 40, num_key_value_heads 8,
+    # head_dim 128, sliding_window null; Mistral-Small-24B-Instruct-2501 (Mistral Small 3) has the same attention.
+    "mistral-small-3.1": CacheLayout((full(40, 8, 128),)),
     # deepseek-ai/DeepSeek-V3: num_hidden_layers 61, kv_lora_rank 512, qk_rope_head_dim 64. One latent
     # vector of 512 and one RoPE key of 64 per token per layer; 128 heads' keys and values rebuilt from it.
     "deepseek-v3": CacheLayout((latent(61, 512, 64),)),

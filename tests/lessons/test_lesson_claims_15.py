@@ -162,3 +162,77 @@ def test_the_prefill_tables_split_and_the_fastest_round():
     rounds = [{128: (0.2, 0.05), 512: (1.0, 0.06)}, {128: (0.1, 0.07), 512: (1.5, 0.04)}]
     table = prefill.prefill_table(rounds, SMOL)
     assert list(table["prefill s"]) == [0.1, 1.0] and list(table["next token ms"]) == [50.0, 40.0]
+
+
+CARDS = {"24 GB": 24, "40 GB": 40, "80 GB": 80, "141 GB": 141}  # the lesson's cards, as sold: GiB
+
+
+def test_the_2026_one_user_table_by_hand_per_attention_kind():
+    """Issue 42: a window layer's part stops at its window; full and latent layers grow with every token."""
+    table = context_windows.one_user_table_2026(list(context_windows.PUBLISHED_2026), CARDS, 131_072)
+
+    def by_hand(weights: int, gib: int, per_token: int, local: int, window: int) -> int:
+        spare = gib * 2**30 - weights
+        if spare <= 0:
+            return 0
+        if spare < window * (per_token + local):  # the window is not yet full
+            return spare // ((per_token + local) * 16) * 16
+        return (spare - window * local) // (per_token * 16) * 16
+
+    llama = 2 * 32 * 8 * 128 * 2  # Llama-3.1-8B: 32 layers, 8 KV heads of 128, 16 bits
+    gemma_global, gemma_local = 2 * 10 * 16 * 128 * 2, 2 * 52 * 16 * 128 * 2
+    oss_120b = 2 * 18 * 8 * 64 * 2  # gpt-oss-120b: 18 full and 18 window layers alike
+    deepseek = 61 * (512 + 64) * 2
+    for gib in CARDS.values():
+        card = f"{gib} GB"
+        assert table.loc["llama-3.1-8b", card] == by_hand(8_030_261_248 * 2, gib, llama, 0, 1)
+        assert table.loc["gemma-3-27b", card] == by_hand(round(27.4e9) * 2, gib, gemma_global, gemma_local, 1024)
+        assert table.loc["gpt-oss-120b", card] == by_hand(round(60.8 * 2**30), gib, oss_120b, oss_120b, 128)
+        assert table.loc["deepseek-v3", card] == 0  # 671 GB of FP8 weights fit no card here
+    assert table.loc["deepseek-v3", "cache at 131,072 (GB)"] == round(deepseek * 131_072 / 1e9, 1) == 9.2
+    assert table.loc["gemma-3-27b", "cache at 131,072 (GB)"] == round(
+        (gemma_global * 131_072 + gemma_local * 1024) / 1e9, 1
+    )
+    # the same shapes as 2023's Llama-3-8B, the same weights: the same windows as the lesson's first table
+    assert list(table.loc["llama-3.1-8b", list(CARDS)]) == [74_064, 205_136, 532_816, 1_032_528]
+
+
+def test_which_limit_binds_for_one_user_in_2023_and_in_2026():
+    table_2026 = context_windows.one_user_table_2026(list(context_windows.PUBLISHED_2026), CARDS, 131_072)
+    names_2023 = ["llama-2-7b", "llama-2-13b", "llama-3-8b", "mistral-7b", "qwen2.5-7b", "llama-3-70b"]
+    table_2023 = context_windows.one_user_table(names_2023, CARDS)
+    binds_2023 = context_windows.what_binds(table_2023, list(CARDS), 131_072)
+    binds_2026 = context_windows.what_binds(table_2026, list(CARDS), 131_072)
+    assert context_windows.limit_counts(binds_2023)["memory"] == 0  # 2023: "memory never bound first"
+    assert context_windows.cases_of(binds_2026, "memory") == ["llama-3.1-8b on 24 GB", "llama-3.1-70b on 141 GB"]
+    assert context_windows.limit_counts(binds_2026) == {"fits": 13, "model": 6, "memory": 2, "weights": 15}
+    # "read with YaRN's 131,072, its memory column is what binds on the smallest card that holds its weights"
+    for name in ("qwen3-8b", "qwen3-32b"):
+        smallest = next(card for card in CARDS if table_2026.loc[name, card] > 0)
+        assert table_2026.loc[name, "config's positions"] < table_2026.loc[name, smallest] < 131_072
+    # "for the dense 8B models about as much as the weights; for the dense larger ones a good share of them"
+    ratio = table_2026["cache at 131,072 (GB)"] / table_2026["weights (GB)"]
+    assert all(1.0 <= ratio[n] < 1.25 for n in ("llama-3.1-8b", "qwen3-8b"))
+    assert all(0.25 < ratio[n] < 0.6 for n in ("llama-3.1-70b", "qwen3-32b", "mistral-small-3.1"))
+    assert ratio.idxmin() == "deepseek-v3"
+
+
+def test_the_memory_window_bisection_is_the_closed_form_on_full_attention():
+    from kvcourse.kernels.model.cache_layouts import LAYOUTS_2023
+
+    for name, shape in MODEL_CONFIGS.items():
+        spare = 7 * 10**9 + 12_345
+        assert context_windows.memory_window(LAYOUTS_2023[name], spare) == costs.context_window(
+            shape, spare, 2, block_size=16
+        )
+
+
+def test_the_prompt_lengths_to_time_are_short_only_under_the_harness(monkeypatch):
+    from kvcourse.kernel_env import HEADLESS_ENV
+    from kvcourse.simulators.context_window import prompt_lengths_to_time
+
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    monkeypatch.setenv(HEADLESS_ENV, "1")
+    assert prompt_lengths_to_time() == [128, 512]  # four times the prompt, as the lesson's prediction asks
+    monkeypatch.delenv(HEADLESS_ENV)
+    assert prompt_lengths_to_time() == [128, 256, 512, 1024]

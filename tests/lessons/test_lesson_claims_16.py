@@ -245,3 +245,35 @@ def test_16_one_scale_per_tensor_halves_the_cache_and_one_per_token_does_not():
         assert 2 * costs.kv_bytes_per_token(shape, 1) == costs.kv_bytes_per_token(shape, 2)
         scales = 2 * shape.num_layers * shape.num_kv_heads * 4
         assert costs.quantized_kv_bytes_per_token(shape, 1, 4) == costs.kv_bytes_per_token(shape, 1) + scales
+
+
+def test_16_the_ways_of_2026_per_token_at_128k_by_hand():
+    """Issue 42: the lesson's 2026 cell, by hand from the config fields; its sentences hold on every row."""
+    from dataclasses import replace
+
+    from kvcourse.kernels import MODEL_CONFIGS
+    from kvcourse.kernels.model.cache_layouts import LAYOUTS_2026
+
+    ns = {"expect": lambda ok, message: None}
+    exec(_lesson_16_cell("names_2026 = ["), ns)  # noqa: S102  (the lesson's own code)
+    n, per_token = ns["long_context"], ns["per_token_2026"]
+    assert n == 131_072
+    by_hand = {
+        "llama-3.1-8b": 2 * 32 * 8 * 128 * 2,
+        "qwen3-32b": 2 * 64 * 8 * 128 * 2,
+        "gemma-3-27b": (2 * 10 * 16 * 128 * 2 * n + 2 * 52 * 16 * 128 * 2 * 1024) / n,  # locals stop at 1,024
+        "gpt-oss-120b": (2 * 18 * 8 * 64 * 2 * n + 2 * 18 * 8 * 64 * 2 * 128) / n,  # locals stop at 128
+        "deepseek-v3": 61 * (512 + 64) * 2,  # one latent vector and one RoPE key per layer
+    }
+    assert per_token == pytest.approx(by_hand, rel=1e-12)
+    # "the dense models follow the 2023 rule": full attention on every layer, the formula exact
+    assert per_token["llama-3.1-8b"] == costs.kv_bytes_per_token(MODEL_CONFIGS["llama-3-8b"], 2)
+    for name in ("gemma-3-27b", "gpt-oss-120b"):  # "little more per token than their global layers alone"
+        assert LAYOUTS_2026[name].per_token_bytes < per_token[name] < 1.05 * LAYOUTS_2026[name].per_token_bytes
+    assert per_token["deepseek-v3"] < per_token["llama-3.1-8b"]
+    assert round(ns["every_head"] / per_token["deepseek-v3"]) == 71
+    # "in a model whose every layer is full attention, the saving against MHA is exactly the size of a group"
+    for name in ("llama-3-8b", "llama-2-70b", "smollm2-135m"):
+        shape = MODEL_CONFIGS[name]
+        mha = costs.kv_bytes_per_token(replace(shape, num_kv_heads=shape.num_heads), 2)
+        assert mha == shape.num_queries_per_kv * costs.kv_bytes_per_token(shape, 2)
