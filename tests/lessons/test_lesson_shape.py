@@ -26,7 +26,6 @@ _CEIL_IDIOM = re.compile(r"-\s*\(\s*-")  # -(-n // b): say math.ceil or a helper
 _PLUMBING = re.compile(
     r"headless\(|KVCOURSE_HEADLESS|NBGRADER_EXECUTION|set_size_inches|plt\.figure\(\s*figsize|\bfig\.set_"
 )
-_PLUMBING_EXEMPT = {"15_longer_context"}  # lesson 15: being cleaned in parallel
 
 
 def _code_cells(path: Path) -> list[tuple[int, str]]:
@@ -56,7 +55,7 @@ def test_no_matplotlib_in_a_lesson(path: Path) -> None:
     assert not drawing, f"{path.name}: cells {drawing} import matplotlib; put the figure in kvcourse.plots"
 
 
-@pytest.mark.parametrize("path", [p for p in NOTEBOOKS if p.stem not in _PLUMBING_EXEMPT], ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_no_test_harness_or_figure_sizing_in_sight(path: Path) -> None:
     found = [i for i, src in _code_cells(path) if _PLUMBING.search(src)]
     assert not found, f"{path.name}: cells {found} branch on the test harness or size a figure; move it to a helper"
