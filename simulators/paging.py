@@ -2,7 +2,7 @@
 
 The config, the model and lesson 11's measuring helpers are paging_model.py. With ``scheduling_policy``
 (lab C, lesson 20) the view serves the trace on the learner's scheduling policy beside first come, first
-served (``LearnerPagingSim``, simulators/learner_policy.py). The model sits below the learner's twin and the
+served (``LearnerPagingSim``, simulators/learner_paging.py). The model sits below the learner's twin and the
 view above both, so the three never import one another in a loop.
 """
 
@@ -23,7 +23,7 @@ from kvcourse.kernels.checks import ceil_div
 from kvcourse.simulators.base import SimulatorView
 from kvcourse.simulators.checks import InvalidInput
 from kvcourse.simulators.controls import float_control, int_control
-from kvcourse.simulators.learner_policy import LearnerPagingSim
+from kvcourse.simulators.learner_paging import LearnerPagingSim
 from kvcourse.simulators.paging_model import WINDOW, PagingConfig, PagingSim, utilisation_curve
 from kvcourse.simulators.paging_model import block_size_sweep as block_size_sweep
 from kvcourse.simulators.paging_model import block_sizes_to_sweep as block_sizes_to_sweep

@@ -7,7 +7,7 @@ demand, step for step as LLMEngine would serve the trace; tests/simulators/test_
 against the engine). Both see the same requests arrive at the same steps, in a pool of the same size;
 Step plays ``steps_per_click`` engine steps on both; the view (paging.py) draws their utilisation so
 far and the two pools slot by slot at the latest step. Lab C (lesson 20) serves the trace on the
-learner's scheduling policy (``LearnerPagingSim`` in learner_policy.py builds on this module); the view is
+learner's scheduling policy (``LearnerPagingSim`` in learner_paging.py builds on this module); the view is
 paging.py.
 
 The helpers below serve lesson 11's measurements: ``utilisation_curve`` (a rolling share of busy
