@@ -61,8 +61,8 @@ def test_the_card_holds_80_gib_and_17_users_fit_at_4096_tokens(card):
     assert ns["card_80"].num_blocks == blocks == 4567
     expected = {n: blocks // math.ceil(n / 16) for n in (1024, 4096, 16384)}
     assert ns["users"] == expected == {1024: 71, 4096: 17, 16384: 4}
-    assert revealed["08.users_4k"] == 17
-    assert ns["users"][1024] != 4 * ns["users"][4096]  # whole users: a quarter of the context is not exactly 4x
+    assert ns["users"][1024] > 4 * ns["users"][4096]  # whole users: a quarter of the context gives more than 4x
+    assert revealed["08.quarter_context"] == "a little more than 4x as many"
 
 
 def test_the_exercises_reserve_and_eight_bits(card):
