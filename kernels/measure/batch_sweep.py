@@ -13,6 +13,7 @@ import statistics
 import pandas as pd
 
 from kvcourse.kernels import costs
+from kvcourse.kernels.measure.roofline import Roofline
 from kvcourse.kernels.model.config import ModelConfig
 
 
@@ -48,6 +49,27 @@ def with_roofline(table: pd.DataFrame) -> pd.DataFrame:
     reading = out["MB read"] / 1e3 / out["GB/s achieved"].max()
     computing = out["GFLOP"] / out["GFLOP/s achieved"].max()
     out["roofline ms"] = pd.concat([reading, computing], axis=1).max(axis=1) * 1e3
+    out["measured / roofline"] = out["fastest ms"] / out["roofline ms"]
+    return out.round(2)
+
+
+def beside_roofline(
+    table: pd.DataFrame, machine: Roofline, config: ModelConfig, context: int, bytes_per_value: int
+) -> pd.DataFrame:
+    """``table`` beside a roofline measured apart from it (lesson 01's ``roofline.measure``).
+
+    Each step's floor is the longer of its bytes at the measured bandwidth and its FLOPs at the measured
+    peak rate. The rates come from one copy and one matrix product, not from the sweep, so a measured step
+    can come out above its floor (slower than the machine's rates allow) or below it (it beat them).
+    """
+    out = table.copy()
+    seconds = out["fastest ms"] / 1e3
+    step_bytes = {b: costs.decode_step_bytes(config, b, context, bytes_per_value) for b in out.index}
+    step_flops = {b: costs.decode_step_flops(config, b, context) for b in out.index}
+    out["GB/s achieved"] = [step_bytes[b] / 1e9 / s for b, s in seconds.items()]
+    out["GFLOP/s achieved"] = [step_flops[b] / 1e9 / s for b, s in seconds.items()]
+    out["roofline ms"] = [machine.floor_seconds(step_flops[b], step_bytes[b]) * 1e3 for b in out.index]
+    out["binds"] = [machine.binding(step_flops[b], step_bytes[b]) for b in out.index]
     out["measured / roofline"] = out["fastest ms"] / out["roofline ms"]
     return out.round(2)
 

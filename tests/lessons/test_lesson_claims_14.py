@@ -10,6 +10,7 @@ cost model's formulas and the spec-sheet numbers, without the simulator.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 
 import pytest
@@ -26,7 +27,8 @@ from kvcourse.kernels import (
     trace_prompts,
     workload,
 )
-from kvcourse.kernels.measure import stream
+from kvcourse.kernels.measure import batch_sweep, batching, stream
+from kvcourse.kernels.measure.roofline import Roofline
 from kvcourse.simulators.hardware import HARDWARE, kv_budget_on_card
 from kvcourse.simulators.throughput import Throughput, ThroughputConfig, max_batch
 
@@ -178,3 +180,39 @@ def test_a_quarter_of_the_memory_per_conversation_shorter_or_shared():
     assert quarter.max_batch == quarter_fit
     assert quarter.best_tokens_per_second / sim.best_tokens_per_second == pytest.approx(shorter)
     assert quarter_fit / sim.step_seconds(quarter_fit) / sim.best_tokens_per_second == pytest.approx(shared)
+
+
+@pytest.mark.parametrize("num_requests, static_steps, continuous_steps", [(40, 140, 73), (64, 212, 102)])
+def test_continuous_batching_fills_the_slots_static_batching_leaves_empty(
+    tiny, num_requests, static_steps, continuous_steps
+):
+    # the lesson's "Keep the batch full": the stream's requests all queued at step 0, served 8 at a time
+    waiting = [dataclasses.replace(r, arrival_step=0) for r in lesson_trace(num_requests)]
+    static, continuous = batching.serve_static_and_continuous(
+        tiny, waiting, trace_prompts(waiting, list(range(3, 90))), 8, BLOCK_SIZE
+    )
+    lengths = [r.num_output_tokens for r in waiting]
+    # static: each group of 8, in order, lasts as long as its longest answer
+    assert static.num_steps == sum(max(lengths[i : i + 8]) for i in range(0, len(lengths), 8)) == static_steps
+    # continuous: at most 8 a step, a freed slot refilled at the next step, so no step can run more
+    assert continuous.num_steps == continuous_steps and continuous.max_batch == 8
+    assert continuous.num_steps >= math.ceil(sum(lengths) / 8)
+    assert static.num_tokens == continuous.num_tokens == sum(lengths)
+    assert 1 - continuous_steps / static_steps > 0.4  # the lesson's reveal: "over 40% fewer"
+
+
+def test_the_roofline_comes_from_the_machine_not_from_the_sweep():
+    machine = Roofline(flops_per_second=100e9, bytes_per_second=20e9)
+    table = batch_sweep.step_table([{1: 0.030, 32: 0.040}, {1: 0.031, 32: 0.041}], SMOL, 16, 4)
+    roof = batch_sweep.beside_roofline(table, machine, SMOL, 16, 4)
+    floor_1 = max(costs.decode_step_bytes(SMOL, 1, 16, 4) / 20e9, costs.decode_step_flops(SMOL, 1, 16) / 100e9)
+    assert roof.loc[1, "roofline ms"] == pytest.approx(floor_1 * 1e3, abs=0.01)
+    assert roof.loc[1, "measured / roofline"] > 1 and roof.loc[1, "binds"] == "memory"
+    assert roof.loc[32, "binds"] == "compute" and roof.loc[32, "measured / roofline"] < 1  # a step can beat it
+
+
+def test_a_run_is_priced_at_the_sweep_s_step_times_and_on_an_h100():
+    assert batching.seconds_for_batches([1, 2, 4], {1: 0.1, 4: 0.4}) == pytest.approx(0.7)
+    hw = HARDWARE["H100 SXM"]
+    h100 = Throughput(ThroughputConfig("smollm2-135m", 2, hw.bandwidth_gbs, hw.tflops, 1.0, 16))
+    assert h100.step_seconds(24) / h100.step_seconds(8) < 1.05  # a fuller step costs almost nothing there
