@@ -11,6 +11,7 @@ values' drift on recompute with the model (model/recompute.py), attention weight
 
 Served and read back: ``serving`` a request trace fed to LLMEngine one step at a time (lesson 14);
 ``stream`` paging against reservation on a stream of requests, in rounds, as tidy tables (lesson 14);
+``batching`` static batching (a group at a time) against the engine's continuous batching (lesson 14);
 ``conversation`` a chat served turn by turn, the cache kept or started afresh (lesson 06);
 ``event_log`` each request's path and the pool over time (lessons 08, 15); ``wall_tables`` the
 scheduler's decisions and the requests' paths as tables (lesson 08); ``prefix_evictions`` whose cached
