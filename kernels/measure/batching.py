@@ -11,6 +11,7 @@ the next group only when it is empty makes it batch statically, so both run the 
 from __future__ import annotations
 
 import math
+import sys
 
 import numpy as np
 import pandas as pd
@@ -20,6 +21,8 @@ from kvcourse.kernels.engine.llm_engine import LLMEngine
 from kvcourse.kernels.measure.serving import ServedTrace, TraceServer, serve_interleaved
 from kvcourse.kernels.model.transformer import Transformer
 from kvcourse.kernels.workload import TraceRequest
+
+NOT_YET = sys.maxsize  # the start step of a request whose group has not been handed over
 
 __all__ = ["StaticServer", "compare_table", "seconds_for_batches", "serve_static_and_continuous"]
 
@@ -35,7 +38,7 @@ class StaticServer(TraceServer):
     def step(self) -> None:
         if not self.engine.has_unfinished_requests:
             self._released = min(len(self.trace), self._released + self.batch)
-        self.starts = [0 if i < self._released else math.inf for i in range(len(self.trace))]
+        self.starts = [0 if i < self._released else NOT_YET for i in range(len(self.trace))]
         super().step()
 
 

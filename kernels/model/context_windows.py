@@ -124,4 +124,4 @@ def limit_counts(binds: pd.DataFrame) -> dict[str, int]:
 
 def cases_of(binds: pd.DataFrame, verdict: str) -> list[str]:
     """The (model, card) cases of ``what_binds`` with one verdict, as "model on card"."""
-    return [f"{name} on {card}" for (name, card), v in binds.stack().items() if v == verdict]
+    return [f"{name} on {card}" for name in binds.index for card in binds.columns if binds.loc[name, card] == verdict]
