@@ -35,24 +35,6 @@ def step_table(rounds: list[dict[int, float]], config: ModelConfig, context: int
     return table
 
 
-def with_roofline(table: pd.DataFrame) -> pd.DataFrame:
-    """``table`` plus the rates each step achieved and the roofline's step at the best of them.
-
-    The roofline takes the longer of a step's reads at the most bytes/s any step of the sweep moved
-    and its arithmetic at the most FLOP/s any step did, so no measured step can come out below it:
-    measured / roofline is at least 1, and exactly 1 for the steps that set the two rates.
-    """
-    out = table.copy()
-    seconds = out["fastest ms"] / 1e3
-    out["GB/s achieved"] = out["MB read"] / 1e3 / seconds
-    out["GFLOP/s achieved"] = out["GFLOP"] / seconds
-    reading = out["MB read"] / 1e3 / out["GB/s achieved"].max()
-    computing = out["GFLOP"] / out["GFLOP/s achieved"].max()
-    out["roofline ms"] = pd.concat([reading, computing], axis=1).max(axis=1) * 1e3
-    out["measured / roofline"] = out["fastest ms"] / out["roofline ms"]
-    return out.round(2)
-
-
 def beside_roofline(
     table: pd.DataFrame, machine: Roofline, config: ModelConfig, context: int, bytes_per_value: int
 ) -> pd.DataFrame:

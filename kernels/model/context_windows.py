@@ -56,8 +56,8 @@ class Published:
 # max_position_embeddings from its config.json. Caches in 16 bits, from cache_layouts.LAYOUTS_2026.
 PUBLISHED_2026: dict[str, Published] = {
     # 8.03B and 70.6B parameters in bf16: exactly Llama-3-8B's and Llama-3-70B's shapes (config_table.py)
-    "llama-3.1-8b": Published(8_030_261_248 * 2, 131_072),
-    "llama-3.1-70b": Published(70_553_706_496 * 2, 131_072),
+    "llama-3.1-8b": Published(costs.weight_bytes(MODEL_CONFIGS["llama-3-8b"], 2), 131_072),
+    "llama-3.1-70b": Published(costs.weight_bytes(MODEL_CONFIGS["llama-3-70b"], 2), 131_072),
     # Qwen3 declares 40,960 positions (32,768 native); its model card reaches 131,072 with YaRN
     "qwen3-8b": Published(round(8.2e9) * 2, 40_960),  # 8.2B, bf16
     "qwen3-32b": Published(round(32.8e9) * 2, 40_960),  # 32.8B, bf16
