@@ -10,6 +10,7 @@ notebook, in the sandbox and in the grader's replay.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from functools import cache
 
@@ -40,17 +41,22 @@ TOKEN_BUDGET = 48  # tokens per engine step: long prompts are prefilled in chunk
 LAB_THREADS = 1  # every run of a trace, in the notebook, the sandbox (1 core) and the grader's replay (any count)
 
 
+_BUILDING = threading.Lock()
+
+
 @cache
-def lab_model() -> Transformer:
-    """The tiny decoder every lab runs on (seeded: identical everywhere)."""
-    state = torch.random.get_rng_state()
-    torch.manual_seed(20261202)
-    try:
-        model = Transformer(LAB_MODEL)
-        model.reset_parameters(std=0.5)
-    finally:
-        torch.random.set_rng_state(state)
+def _built() -> Transformer:
+    model = Transformer(LAB_MODEL)
+    model.reset_parameters(std=0.5, generator=torch.Generator().manual_seed(20261202))
     return model.eval()
+
+
+def lab_model() -> Transformer:
+    """The tiny decoder every lab runs on (seeded: identical everywhere). Its weights come from a generator of
+    its own, never torch's global one: the grader judges two submissions at once in two threads, and a draw
+    from the shared stream in between gave the replay other weights than the sandbox's run."""
+    with _BUILDING:  # one model per process, however many threads ask first
+        return _built()
 
 
 def lab_config(trace: LabTrace, prefix_caching: bool = False) -> EngineConfig:

@@ -99,8 +99,9 @@ class Transformer(nn.Module):
         if not self.embed_tokens.weight.is_meta:
             self.reset_parameters()
 
-    def reset_parameters(self, std: float = 0.02) -> None:
-        """Random weights N(0, std), unit norms, zero biases: a fresh untrained model."""
+    def reset_parameters(self, std: float = 0.02, generator: torch.Generator | None = None) -> None:
+        """Random weights N(0, std), unit norms, zero biases: a fresh untrained model. Drawn from ``generator``
+        where given (the same weights whatever else the process draws, in any thread), else torch's global one."""
         with torch.no_grad():
             for name, param in self.named_parameters():
                 if name.endswith("layernorm.weight") or name == "norm.weight":
@@ -108,7 +109,7 @@ class Transformer(nn.Module):
                 elif name.endswith("bias"):
                     param.zero_()
                 else:
-                    param.normal_(0.0, std)
+                    param.normal_(0.0, std, generator=generator)
 
     @property
     def dtype(self) -> torch.dtype:

@@ -7,13 +7,15 @@ Everything here runs on the lab's tiny model in a second or two per trace; the s
 from __future__ import annotations
 
 import copy
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
 
 from kvcourse.kernels.engine.threads import thread_policy
 from kvcourse.kernels.memory.kv_pool import BlockCopy
-from kvcourse.labs import LABS, Refuse, check, draw_trace, judge_runs, public_traces, record_runs
+from kvcourse.labs import LABS, Refuse, check, draw_trace, judge_runs, model, public_traces, record_runs
 from kvcourse.labs.model import LAB_THREADS, lab_model
 from kvcourse.labs.traces import LabTrace
 from kvcourse.quizzes.labs import reference
@@ -68,8 +70,31 @@ def test_every_run_of_a_trace_holds_the_labs_thread_count_whatever_the_callers(l
 
 def test_the_lab_model_is_the_same_every_time():
     state = lab_model().state_dict()
-    lab_model.cache_clear()
+    model._built.cache_clear()
     assert all((state[k] == v).all() for k, v in lab_model().state_dict().items())
+
+
+def test_the_lab_model_is_the_same_whatever_other_threads_draw():
+    # The grader judges two submissions at once, in two threads of one process: weights drawn from torch's global
+    # stream while the other thread drew from it too came out different, and a right answer failed its replay.
+    state = lab_model().state_dict()
+    model._built.cache_clear()
+    stop = threading.Event()
+
+    def draw() -> None:
+        while not stop.is_set():
+            torch.randn(64)
+
+    other = threading.Thread(target=draw)
+    other.start()
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            built = list(pool.map(lambda _: lab_model(), range(2)))
+    finally:
+        stop.set()
+        other.join()
+    assert built[0] is built[1]
+    assert all((state[k] == v).all() for k, v in built[0].state_dict().items())
 
 
 # -- lab A: block managers that break a rule -------------------------------------------------------
