@@ -36,11 +36,15 @@ def test_01_one_token_is_two_flops_per_weight_plus_a_sliver_of_attention():
     assert 1.99 < flops / costs.num_parameters(SMOLLM2) < 2.01
 
 
-def test_01_exercise_2_a_longer_pass_costs_more_than_proportionally():
-    """01-33: the quadratic attention term makes T tokens cost more than T single tokens, increasingly."""
+def test_01_exercise_2_a_prompt_pass_scores_its_last_position_only_as_in_lesson_02():
+    """01-33: a T-token prompt's pass, counted as the engine runs it (the output layer at the last position, as
+    lesson 02 counts it), costs less than T single tokens while T is short, and more once attention's square
+    takes over."""
     one = costs.forward_flops(SMOLLM2, 1, 1)
-    ratios = [costs.forward_flops(SMOLLM2, t, t) / (t * one) for t in (10, 1_000, 10_000)]
-    assert 1 < ratios[0] < ratios[1] < ratios[2]
+    ratios = [costs.forward_flops(SMOLLM2, t, t, num_logits=1) / (t * one) for t in (10, 1_000, 10_000)]
+    assert ratios[0] < ratios[1] < 1 < ratios[2]
+    output_layer = 2 * SMOLLM2.hidden_size * SMOLLM2.vocab_size
+    assert costs.forward_flops(SMOLLM2, 10, 10) - costs.forward_flops(SMOLLM2, 10, 10, num_logits=1) == 9 * output_layer
 
 
 @pytest.mark.parametrize("bytes_per_value", [4, 2])
@@ -82,6 +86,16 @@ def test_02_exercise_2_triangle_overtakes_rectangle_at_2p_plus_2():
     assert 101 * p == 101 * 100 // 2
 
 
+@pytest.mark.parametrize("tokens_per_word", [1.01, 1.17, 1.99])
+def test_02_big_part_a_200_word_answer_rereads_itself_more_than_the_prompt(tokens_per_word):
+    """02-15/02-16 (02.big_part): for the 50-token prompt, any answer of 200 words at 1-2 tokens per word (lesson
+    01's range) is past n = 2P + 2, so the triangle is the larger part, by more than the reveal's 1.25 band."""
+    p, n = 50, round(200 * tokens_per_word)
+    rectangle, triangle = n * p, n * (n - 1) // 2
+    assert rectangle + triangle == costs.tokens_processed(p, n, use_cache=False)
+    assert triangle / rectangle > 1.25
+
+
 # ---------------------------------------------------------------- lesson 03
 
 
@@ -119,6 +133,9 @@ def test_03_tiled_attention_holds_one_tile_and_agrees_to_the_last_bit(dtype):
     tiles = tiled_attention(q, k, v, 0, stats=tiled, block_size=block)
     assert naive.peak_score_bytes == (t // block) * tiled.peak_score_bytes
     assert naive.num_score_cells == tiled.num_score_cells
+    half = AttentionStats()  # 03.tiled_growth: every query against one block, so twice the length, twice the bytes
+    tiled_attention(*_random_qkv(t // 2, dtype), 0, stats=half, block_size=block)
+    assert tiled.peak_score_bytes == 2 * half.peak_score_bytes
     tolerance = 2 * max(torch.finfo(dtype).eps, 1e-5)
     assert torch.allclose(tiles.float(), plain.float(), rtol=tolerance, atol=tolerance)
 
