@@ -103,3 +103,20 @@ def test_the_answers_share_counts_p_plus_n_minus_1_tokens(tiny_model):
     assert held[-1] == per_token * (len(prompt) + n - 1)
     assert math.isclose((held[-1] - held[0]) / held[-1], (n - 1) / (len(prompt) + n - 1))
     assert Turn(5, 2, 0.1, []).cached == 3
+
+
+def test_one_token_adds_the_same_bytes_to_every_layer_whichever_token_it_is(tiny_model):
+    """Lesson 06 c3/c6 (06.layer_entry): every decode step adds one token's K and V, the same in every layer and for
+    every token fed, so the reveal's (layers alike, steps alike) is (True, True): the first option."""
+    prompt, n = list(range(3, 3 + 9)), 6
+    run = generate(tiny_model, prompt, n, cache="contiguous", eos_token_id=[])
+    held = [s.kv_cache_bytes for s in run.stats]
+    added = [b - a for a, b in zip(held, held[1:], strict=False)]
+    cache = run.backend
+    layer_bytes = [
+        k[:, : cache.num_tokens].nbytes + v[:, : cache.num_tokens].nbytes
+        for k, v in zip(cache.k_cache, cache.v_cache, strict=True)
+    ]
+    config, bpv = tiny_model.config, tiny_model.dtype.itemsize
+    assert len(set(layer_bytes)) == 1 and len(set(added)) == 1
+    assert layer_bytes[0] == cache.num_tokens * 2 * config.num_kv_heads * config.head_dim * bpv
