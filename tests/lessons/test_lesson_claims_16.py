@@ -229,8 +229,12 @@ def test_16_the_decode_step_context_is_inside_every_compared_model_s_trained_win
 
     from kvcourse.kernels import MODEL_CONFIGS
 
-    ns = {"MODEL_CONFIGS": MODEL_CONFIGS, "replace": replace, "costs": costs, "reveal": lambda *a, **k: None}
-    exec(_lesson_16_cell('llama3 = MODEL_CONFIGS["llama-3-8b"]'), ns)  # noqa: S102  (the lesson's own code)
+    revealed: dict[str, object] = {}
+    ns = {"MODEL_CONFIGS": MODEL_CONFIGS, "replace": replace, "costs": costs, "predict": lambda *a, **k: None}
+    ns["reveal"] = lambda key, value: revealed.update({key: value})
+    exec(_lesson_16_cell("mqa_share = {"), ns)  # noqa: S102  (the lesson's own code)
+    exec(_lesson_16_cell('llama3 = MODEL_CONFIGS["llama-3-8b"]'), ns)  # noqa: S102
+    assert revealed == {"16.mqa_share": "an eighth"}  # 1 KV head where Llama-3-8B has 8: the cache per token / 8
     exec(_lesson_16_cell("context = min("), ns)  # noqa: S102
     assert ns["context"] == MODEL_CONFIGS["llama-2-7b"].max_position_embeddings == 4096
     assert all(ns["context"] <= ns["shapes"][name].max_position_embeddings for name in ns["compared"])
@@ -245,6 +249,9 @@ def test_16_one_scale_per_tensor_halves_the_cache_and_one_per_token_does_not():
         assert 2 * costs.kv_bytes_per_token(shape, 1) == costs.kv_bytes_per_token(shape, 2)
         scales = 2 * shape.num_layers * shape.num_kv_heads * 4
         assert costs.quantized_kv_bytes_per_token(shape, 1, 4) == costs.kv_bytes_per_token(shape, 1) + scales
+    # 16.int8_share's answer for SmolLM2: codes and scales are a little more than half of 16 bits
+    smol = MODEL_CONFIGS["smollm2-135m"]
+    assert costs.quantized_kv_bytes_per_token(smol, 1, 4) / costs.kv_bytes_per_token(smol, 2) == 12_240 / 23_040
 
 
 def test_16_the_ways_of_2026_per_token_at_128k_by_hand():
