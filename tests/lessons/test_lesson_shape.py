@@ -50,6 +50,14 @@ def test_code_cells_are_short(path: Path) -> None:
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_every_cell_has_its_own_id(path: Path) -> None:
+    """nbformat 4.5 gives each cell an id, unique in its notebook: JupyterLab, nbgrader and links rely on it."""
+    ids = [cell.get("id") for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]]
+    assert None not in ids, f"{path.name}: cells without an id at {[i for i, x in enumerate(ids) if x is None]}"
+    assert len(set(ids)) == len(ids), f"{path.name}: ids used twice: {sorted({x for x in ids if ids.count(x) > 1})}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_no_matplotlib_in_a_lesson(path: Path) -> None:
     drawing = [i for i, src in _code_cells(path) if re.search(r"^\s*(import|from)\s+matplotlib", src, re.M)]
     assert not drawing, f"{path.name}: cells {drawing} import matplotlib; put the figure in kvcourse.plots"
