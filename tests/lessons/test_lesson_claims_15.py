@@ -24,6 +24,7 @@ from kvcourse.kernels import (
     costs,
 )
 from kvcourse.kernels.measure import prefill
+from kvcourse.kernels.measure.block_sizes import closest_option
 from kvcourse.kernels.model import context_windows
 from kvcourse.simulators.context_window import (
     MEMORY,
@@ -99,6 +100,9 @@ def test_one_user_on_real_cards_by_hand():
         for gb in cards:
             assert table.loc[name, f"{gb} GB"] == by_hand(name, gb), (name, gb)
     assert by_hand("llama-3-8b", 80) == 532_816 and by_hand("llama-2-13b", 24) == 0
+    # 15.llama_80 is revealed as the order of magnitude nearest the table's count on a log scale
+    llama_80 = {f"about {n:,}": n for n in (5_000, 50_000, 500_000, 5_000_000)}
+    assert closest_option(llama_80, by_hand("llama-3-8b", 80)) == "about 500,000"
     # 141 GiB is 151.4e9 bytes: llama-3-70b's 141.1e9 bytes of 16-bit weights fit the H200 alone, barely
     assert by_hand("llama-3-70b", 141) == 31_392 and by_hand("llama-3-70b", 80) == 0
     # every model that fits reads fewer tokens than one user's memory allows
