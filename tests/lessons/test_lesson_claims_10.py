@@ -8,6 +8,7 @@ live here. The tiny model covers the mechanism; the real model the lesson's own 
 from __future__ import annotations
 
 import inspect
+import math
 from pathlib import Path
 
 import pytest
@@ -148,6 +149,8 @@ def test_lesson_10_run_on_smollm2_in_float32(real_model, smol_model):
     )
     assert (tables, lengths) == (sim.tables, sim.lengths)
     assert lengths == [47, 48, 48] and [len(t) for t in tables] == [6, 6, 6]
+    # 10.table_size's options name three different counts: the whole answer's blocks, those stored, one per token
+    assert (math.ceil((36 + NUM_NEW - 1) / BLOCK_SIZE), len(tables[0]), lengths[0]) == (7, 6, 47)
     assert sum(num_adjacent(t) for t in tables) == 0  # "0 of 15 neighbours" with seed 0
     contiguous = [generate(model, p, NUM_NEW, cache="contiguous", eos_token_id=[]) for p in prompts]
     assert paged == [c.tokens for c in contiguous]  # token for token, all three
