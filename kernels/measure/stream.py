@@ -61,8 +61,10 @@ def serve_both(
 def counts_table(served: PolicyRound, trace: list[TraceRequest], pool_blocks: int, block_size: int) -> pd.DataFrame:
     """What the engine counted, one row per policy: the same in every round, on any machine.
 
-    "pool holding tokens" is the replays' utilisation (lessons 09 and 11): the share of the pool's
-    slot-steps under demand that held a real token.
+    "utilisation" and "internal" are lesson 11's, from the replays of the same trace on the same pool: the share
+    of the busy memory (every slot except those free while nobody waits) that held a token's keys and values, and
+    the share lost inside what a request held (reservation: room for answer tokens that never came; paging: the
+    empty tail of each sequence's last block).
     """
     replays = {
         "reservation": ReservationReplay(trace, pool_blocks * block_size).run(),
@@ -75,7 +77,8 @@ def counts_table(served: PolicyRound, trace: list[TraceRequest], pool_blocks: in
             "tokens": run.num_tokens,
             "tokens per step": run.num_tokens / run.num_steps,  # = sequences per step, on average
             "most sequences in a step": run.max_batch,
-            "pool holding tokens": f"{replays[name].utilisation:.0%}",
+            "utilisation": f"{replays[name].utilisation:.0%}",
+            "internal": f"{replays[name].share('internal'):.0%}",
         }
     return pd.DataFrame.from_dict(rows, orient="index").round(2)
 
