@@ -2,38 +2,41 @@
 
 The gather reference (``paged_decode_attention``) copies every sequence's blocks into one padded
 tensor and hands it to SDPA: the same bytes are read, written and read again, whatever the block
-size. This kernel reads each block where it lies. One program per (sequence, KV head), as in the
-Triton kernel beside it: it loads the query heads that share the KV head, walks the sequence's
-block table one block at a time, and keeps a running max, a running sum and an fp32 accumulator
-(online softmax), so neither the padded copy nor the score row is ever made. The loops are the
-Triton kernel's, written out: where Triton says ``tl.sum(q[:, None, :] * k[None, :, :], axis=2)``
-over a tile, this says ``for t ... for g ... for d``; the tile is one block. The programs are
-independent, so they run in parallel (numba's ``prange``) on the cores torch's step has.
+size. This kernel reads each block where it lies. It walks the table as the Triton kernel beside it
+does: a program loads the query heads, walks the sequence's block table one block at a time, and keeps a
+running max, a running sum and an fp32 accumulator per head (online softmax), so neither the padded copy
+nor the score row is ever made. The loops are the Triton kernel's, written out: where Triton says
+``tl.sum(q[:, None, :] * k[None, :, :], axis=2)`` over a tile, this says ``for t ... for h ... for d``;
+the tile is one block. Two things differ, because a CPU has a few cores and no thousands of threads:
+- one program per sequence, not per (sequence, KV head): a program takes every head of a block, so it
+  reads the block front to back, each token's keys for all its KV heads side by side in memory;
+- its exponentials are ``exp_neg`` (cpu_scalars.py), a polynomial numba turns into vector instructions,
+  where the maths library's ``exp`` is one call per score.
+  The two together took 15 % less time in float32 and 20-30 % less in bfloat16 than a program per
+  (sequence, KV head) with the library's exp (one thread, AMD Zen 4, 32 sequences of 128-512 tokens).
+The programs are independent, so they run in parallel (numba's ``prange``) on the cores torch's step has.
+A bfloat16 pool is read through its bits (``widen``) and computed in float32, the output rounded once.
 
 Why numba: its kernels are Python a learner can read beside the Triton one, and it compiles them
 to machine code for whatever CPU runs them (AVX2 or AVX-512) on first use (about 4 s), caching the
 result on disk (about 0.2 s to load after that). A C++/OpenMP op built with ``torch.utils.cpp_extension``
 was not built to compare: it would need a compiler on every learner's machine (most Windows and many
 macOS set-ups have none with OpenMP) and a minute of building against torch's headers on first
-import, and a learner would read C++ against a Python Triton kernel. Measured with
-``python -m benchmarks.bench_paged_kernels`` on an AMD EPYC (Zen 5, AVX-512, 2 threads), float32,
-32 realistic requests, when it still ran on one thread: this kernel's attention took 1.3x (blocks of
-8) to 1.8x (blocks of 32) less time than the gather's, and 18-21 % of a decode step. It is still about 3x
-the time the K/V bytes alone need at this machine's copy bandwidth: every score pays one scalar ``exp``
-(numba's PyPI build has no vector maths library), which a vectorised exp would remove.
+import, and a learner would read C++ against a Python Triton kernel. Its time beside the gather's,
+per dtype, is measured by ``python -m benchmarks.bench_batch_throughput`` (attention alone, every layer
+of a batch of 32), on the machine its results file names.
 
-Optional by construction: without numba, for a dtype it cannot compute (bfloat16: numpy has no
-such type), or with the fast paths off (``KVCOURSE_FAST_PATHS=0``, ``accelerate("off")``), the
-engine uses the gather reference, and ``in_place_decode()`` says why once. Where it is on, it was
-first run on a small case and compared with the reference (``kernels/attention/paged.py``), then
-timed against the gather on a realistic batch: where it is not faster here, the gather runs.
+Optional by construction: without numba, for a pool it does not read (float16), or with the fast paths
+off (``KVCOURSE_FAST_PATHS=0``, ``accelerate("off")``), the engine uses the gather reference, and
+``in_place_decode()`` says why once. Where it is on, it was first run on a small case and compared with
+the reference (``kernels/attention/paged.py``), then timed against the gather on a realistic batch in
+the pool's dtype: where it is not faster here, the gather runs.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib.util
-import math
 import os
 import threading
 import types
@@ -43,19 +46,21 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
+from kvcourse.kernels.attention.cpu_scalars import compiled_widen, exp_neg, widen
 from kvcourse.kernels.model import timing
 from kvcourse.kernels.model.cpu_fast import FastPath
 
 NEG_BIG = np.float32(-3.0e38)  # the running max before any key: finite, so fast-math may assume no infinities
-DTYPES = (torch.float32,)  # what numba computes in; bf16 pools take the gather reference
+DTYPES = (torch.float32, torch.bfloat16)  # the pools it reads; it computes in float32 either way
+FASTMATH = {"reassoc", "contract", "nsz", "arcp"}  # sums in any order (vector lanes), no infinities assumed away
 SLOWER_HERE = "not faster than the gather on this machine"  # a measured choice, not a missing part: no warning
 
 
 # Annotations for the checker only: numba compiles the code object, typed by the arrays it is given.
 def _kernel(
     q: npt.NDArray[np.float32],
-    k_cache: npt.NDArray[np.float32],  # pragma: no cover - compiled by numba
-    v_cache: npt.NDArray[np.float32],
+    k_cache: npt.NDArray[np.float32] | npt.NDArray[np.int16],  # pragma: no cover - compiled by numba
+    v_cache: npt.NDArray[np.float32] | npt.NDArray[np.int16],
     block_tables: npt.NDArray[np.int64],
     context_lens: npt.NDArray[np.int64],
     out: npt.NDArray[np.float32],
@@ -64,40 +69,42 @@ def _kernel(
     batch, num_heads, head_dim = q.shape
     block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
     group = num_heads // num_kv_heads
-    for program in prange(batch * num_kv_heads):  # one program per (sequence, KV head), spread over the step's cores
-        seq, kv_head = program // num_kv_heads, program % num_kv_heads
+    for seq in prange(batch):  # one program per sequence, spread over the step's cores
         context_len = context_lens[seq]
         num_blocks = (context_len + block_size - 1) // block_size
-        running_max = np.full(group, NEG_BIG, np.float32)
-        running_sum = np.zeros(group, np.float32)
-        acc = np.zeros((group, head_dim), np.float32)
-        scores = np.empty((group, block_size), np.float32)
+        running_max = np.full(num_heads, NEG_BIG, np.float32)
+        running_sum = np.zeros(num_heads, np.float32)
+        acc = np.zeros((num_heads, head_dim), np.float32)
+        weights = np.empty((num_heads, block_size), np.float32)
         for logical_block in range(num_blocks):
             block = block_tables[seq, logical_block]
             tokens = min(block_size, context_len - logical_block * block_size)  # the last block may be part full
-            for t in range(tokens):  # scores of this block's keys, for each query head of the group
-                for g in range(group):
+            for t in range(tokens):  # scores of this block's keys, for every query head (h reads KV head h // group)
+                for h in range(num_heads):
                     s = np.float32(0.0)
                     for d in range(head_dim):
-                        s += q[seq, kv_head * group + g, d] * k_cache[block, t, kv_head, d]
-                    scores[g, t] = s * scale
-            for g in range(group):  # online softmax: rescale what came before to the new max
-                new_max = running_max[g]
+                        s += q[seq, h, d] * widen(k_cache[block, t, h // group, d])
+                    weights[h, t] = s * scale
+            for h in range(num_heads):  # online softmax: rescale what came before to the new max
+                new_max = running_max[h]
                 for t in range(tokens):
-                    new_max = max(new_max, scores[g, t])
-                correction = np.float32(math.exp(running_max[g] - new_max))
-                running_sum[g] *= correction
+                    new_max = max(new_max, weights[h, t])
+                correction = exp_neg(running_max[h] - new_max)
+                block_sum = np.float32(0.0)
+                for t in range(tokens):
+                    weights[h, t] = exp_neg(weights[h, t] - new_max)
+                    block_sum += weights[h, t]
+                running_sum[h] = running_sum[h] * correction + block_sum
                 for d in range(head_dim):
-                    acc[g, d] *= correction
-                for t in range(tokens):
-                    p = np.float32(math.exp(scores[g, t] - new_max))
-                    running_sum[g] += p
+                    acc[h, d] *= correction
+                running_max[h] = new_max
+            for t in range(tokens):  # the values, weighted: each token's row read once for every head
+                for h in range(num_heads):
                     for d in range(head_dim):
-                        acc[g, d] += p * v_cache[block, t, kv_head, d]
-                running_max[g] = new_max
-        for g in range(group):
+                        acc[h, d] += weights[h, t] * widen(v_cache[block, t, h // group, d])
+        for h in range(num_heads):
             for d in range(head_dim):
-                out[seq, kv_head * group + g, d] = acc[g, d] / running_sum[g]
+                out[seq, h, d] = acc[h, d] / running_sum[h]
 
 
 def prange(n: int) -> range:
@@ -128,8 +135,10 @@ def _compiled() -> Callable[..., None]:
 
     if not os.environ.get("NUMBA_THREADING_LAYER"):
         numba.config.THREADING_LAYER = "workqueue"
-    kernel = types.FunctionType(_kernel.__code__, {**globals(), "prange": numba.prange}, "_kernel")
-    return numba.njit(kernel, parallel=True, nogil=True, cache=True, fastmath={"reassoc", "contract", "nsz", "arcp"})
+    numba.extending.overload(widen)(compiled_widen())
+    fast_exp = numba.njit(exp_neg, inline="always", fastmath=FASTMATH)
+    kernel = types.FunctionType(_kernel.__code__, {**globals(), "prange": numba.prange, "exp_neg": fast_exp}, "_kernel")
+    return numba.njit(kernel, parallel=True, nogil=True, cache=True, fastmath=FASTMATH)
 
 
 def cpu_paged_decode(
@@ -142,27 +151,31 @@ def cpu_paged_decode(
 ) -> torch.Tensor:
     """q (B, num_heads, D) over one layer's pool (num_blocks, block_size, kv_heads, D) -> (B, num_heads, D).
 
-    Float32 CPU tensors; the pool is read where it lies (a view of it, no copy). Its programs run on as
-    many threads as torch's step has (``torch.get_num_threads()``), never more.
+    Float32 or bfloat16 CPU tensors; the pool is read where it lies (a view of it, no copy), a bfloat16 one
+    through its bits. It computes in float32 and rounds the output to the query's dtype once. Its programs run
+    on as many threads as torch's step has (``torch.get_num_threads()``), never more.
     """
     if q.dtype not in DTYPES or k_cache.dtype != q.dtype or q.device.type != "cpu":
-        raise ValueError(f"the in-place CPU kernel computes in {DTYPES} on the CPU, got {q.dtype} on {q.device}")
+        raise ValueError(f"the in-place CPU kernel reads {DTYPES} on the CPU, got {q.dtype} on {q.device}")
     import numba
 
-    out = torch.empty_like(q)
+    out = torch.empty(q.shape, dtype=torch.float32)
+    pools = (
+        (k_cache, v_cache) if k_cache.dtype == torch.float32 else (k_cache.view(torch.int16), v_cache.view(torch.int16))
+    )
     kernel = _compiled()
     with _LAUNCH:
         numba.set_num_threads(max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS)))
         kernel(
-            q.contiguous().numpy(),
-            k_cache.numpy(),
-            v_cache.numpy(),
+            q.float().contiguous().numpy(),
+            pools[0].numpy(),
+            pools[1].numpy(),
             block_tables.numpy(),
             context_lens.numpy(),
             out.numpy(),
             np.float32(scale),
         )
-    return out
+    return out.to(q.dtype)
 
 
 @functools.cache
@@ -172,7 +185,7 @@ def in_place_decode(dtype: torch.dtype) -> tuple[bool, str]:
     ok, why = in_place_runs(dtype)
     if not ok:
         return ok, why
-    form, why = timing.pick(_time_against_gather(), textbook="gather")
+    form, why = timing.pick(_time_against_gather(dtype), textbook="gather")
     why = why.replace("the textbook form", "the gather") + " on 32 sequences of 128-512 tokens"
     if form == "gather":
         return False, f"{SLOWER_HERE}, so decode gathers the blocks first: {why}"
@@ -190,19 +203,21 @@ def in_place_runs(dtype: torch.dtype) -> tuple[bool, str]:
     if not numba_installed():
         return False, "numba is not installed, so decode gathers each sequence's blocks into a copy first"
     if dtype not in DTYPES:
-        return False, f"numba computes no {str(dtype).removeprefix('torch.')}, so decode gathers the blocks first"
+        name = str(dtype).removeprefix("torch.")
+        return False, f"the in-place kernel reads no {name} pool, so decode gathers the blocks first"
     from kvcourse.kernels.attention.paged import paged_decode_attention
 
     gen = torch.Generator().manual_seed(0)
-    pool_k, pool_v = (torch.randn(7, 4, 2, 8, generator=gen) for _ in range(2))  # 7 blocks of 4, 2 KV heads, D 8
-    q = torch.randn(2, 6, 8, generator=gen)  # 2 sequences, 3 query heads per KV head
+    pool_k, pool_v = (torch.randn(7, 4, 2, 8, generator=gen).to(dtype) for _ in range(2))  # 7 blocks of 4, 2 KV heads
+    q = torch.randn(2, 6, 8, generator=gen).to(dtype)  # 2 sequences, 3 query heads per KV head, D 8
     tables = torch.tensor([[5, 1, 3], [0, 6, 0]])
     lens = torch.tensor([10, 5])
     try:
         got = cpu_paged_decode(q, pool_k, pool_v, tables, lens, 8**-0.5)
     except Exception as err:  # numba failing to compile on this machine: say so, use the reference
         return False, f"numba could not compile the kernel here ({type(err).__name__}: {str(err).splitlines()[0]})"
-    if not torch.allclose(got, paged_decode_attention(q, pool_k, pool_v, tables, lens, 8**-0.5), atol=1e-5):
+    want = paged_decode_attention(q.float(), pool_k.float(), pool_v.float(), tables, lens, 8**-0.5).to(dtype)
+    if not torch.allclose(got, want, rtol=0, atol=1e-5 if dtype == torch.float32 else 1e-2):  # bf16: output rounding
         return False, "the compiled kernel disagreed with the gather reference on this CPU"
     return True, "compiled and equal to the gather reference on a small case"
 
@@ -210,7 +225,7 @@ def in_place_runs(dtype: torch.dtype) -> tuple[bool, str]:
 TIMING_LAYERS = 4  # layers' pools the choice walks per call, so K/V come from memory as in a step, not from a cache
 
 
-def _time_against_gather() -> dict[str, float]:
+def _time_against_gather(dtype: torch.dtype) -> dict[str, float]:
     """Seconds of decode attention over ``TIMING_LAYERS`` layers by each kernel, each layer after one of the MLP's
     matrix products (so the kernel meets torch's threads as a step has them): 32 sequences of 128-512 tokens
     in blocks of 16 scattered over each layer's pool, SmolLM2's heads (9 query heads on 3 KV heads of 64),
@@ -226,10 +241,10 @@ def _time_against_gather() -> dict[str, float]:
     tables = torch.zeros(32, max(num_blocks), dtype=torch.long)
     for seq, start in enumerate(np.cumsum([0, *num_blocks[:-1]])):
         tables[seq, : num_blocks[seq]] = order[start : start + num_blocks[seq]]
-    pool = torch.randn(2, sum(num_blocks), 16, 3, 64, generator=gen)
+    pool = torch.randn(2, sum(num_blocks), 16, 3, 64, generator=gen).to(dtype)
     layers = [pool.clone() for _ in range(TIMING_LAYERS)]
-    q = torch.randn(32, 9, 64, generator=gen)
-    x, w = torch.randn(32, 576, generator=gen), torch.randn(1536, 576, generator=gen)  # an MLP product's shape
+    q = torch.randn(32, 9, 64, generator=gen).to(dtype)
+    x, w = torch.randn(32, 576, generator=gen).to(dtype), torch.randn(1536, 576, generator=gen).to(dtype)
 
     def step(attend: Callable[..., torch.Tensor]) -> None:
         for k_v in layers:  # as in a decode step: torch's threads have just run a product

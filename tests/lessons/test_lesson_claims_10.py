@@ -74,9 +74,9 @@ def test_the_sources_the_lesson_shows_side_by_side_still_have_their_landmarks():
     assert "    batch, num_heads" in inspect.getsource(paged_decode_attention)
     twin = inspect.getsource(cpu_paged._kernel)  # the CPU twin's walk, cut by the lesson's two markers
     walk = twin[
-        twin.index("        for logical_block") : twin.index("\n        for g in range(group):\n            for d")
+        twin.index("        for logical_block") : twin.index("\n        for h in range(num_heads):\n            for d")
     ]
-    assert "block_tables[seq, logical_block]" in walk and "k_cache[block, t, kv_head, d]" in walk
+    assert "block_tables[seq, logical_block]" in walk and "k_cache[block, t, h // group, d]" in walk
     assert "running_max" in walk and "out[" not in walk
 
 
