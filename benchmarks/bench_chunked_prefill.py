@@ -7,7 +7,8 @@ whole document is prefilled in one step and every chatting user waits for it; wi
 document is cut into chunks that ride along with the decodes, so each stall is short, and the document's
 own first token comes later. Measured on the real model, each budget side by side in interleaved rounds:
 the chatting users' longest inter-token gap (ITL), their p99 ITL, and the document's time to first token
-(TTFT), with vLLM's definitions (kernels/engine/latency.py). Printed as ratios, the worst gap's first.
+(TTFT), with vLLM's definitions (kernels/engine/latency.py); the trace is served by
+kernels/measure/chunked_prefill.py, which lesson 21 serves it through too. Printed as ratios, the worst gap's first.
 Run: .venv/bin/python -m benchmarks.bench_chunked_prefill [--rounds 3] [--budgets 2560 512 128]
 Writes benchmarks/results/chunked_prefill.json.
 """
@@ -15,50 +16,17 @@ Writes benchmarks/results/chunked_prefill.json.
 from __future__ import annotations
 
 import argparse
-import statistics
 
 import torch
 
 from benchmarks.common import interleaved, machine_header, summary, write_result
 from benchmarks.engine_setup import load_engine_model, random_prompts
-from kvcourse.kernels import EngineConfig, LLMEngine, SamplingParams
-from kvcourse.kernels.engine.latency import RequestLatency, percentile
+from kvcourse.kernels.measure.chunked_prefill import CHAT_ANSWER_TOKENS as CHAT_ANSWER
+from kvcourse.kernels.measure.chunked_prefill import DOCUMENT_ARRIVES_AT_STEP, figures, serve_chat_and_document
 
 BUDGETS = [2560, 512, 128]  # the first holds the whole document: no chunking
 DOCUMENT_TOKENS = 2000
-CHAT_USERS, CHAT_PROMPT, CHAT_ANSWER = 4, (24, 48), 40
-DOCUMENT_ARRIVES_AT_STEP = 4
-
-
-def serve_chat_and_document(
-    model, budget: int, document: list[int], chats: list[list[int]], answer: int = CHAT_ANSWER
-) -> dict[str, RequestLatency]:
-    """The chats from step 0, the document after DOCUMENT_ARRIVES_AT_STEP steps; each request's latency."""
-    engine = LLMEngine(model, EngineConfig(max_num_batched_tokens=budget))
-    params = SamplingParams(max_new_tokens=answer, stop_on_eos=False)
-    ids = {f"chat {i}": engine.add_request(chat, params) for i, chat in enumerate(chats)}
-    for _ in range(DOCUMENT_ARRIVES_AT_STEP):
-        engine.step()
-    ids["document"] = engine.add_request(document, SamplingParams(max_new_tokens=2, stop_on_eos=False))
-    while engine.has_unfinished_requests:
-        engine.step()
-    latencies = {name: engine.requests[rid].output().latency for name, rid in ids.items()}
-    if any(lat is None for lat in latencies.values()):
-        raise RuntimeError(f"a request did not finish at a budget of {budget} tokens: {latencies}")
-    return {name: lat for name, lat in latencies.items() if lat is not None}
-
-
-def figures(latencies: dict[str, RequestLatency]) -> dict[str, float]:
-    """The chatting users' worst gap and p99 ITL, the steps they found slowed, and the document's TTFT."""
-    gaps = [gap for name, lat in latencies.items() if name != "document" for gap in lat.itl_s]
-    typical = statistics.median(gaps)
-    return {
-        "chat_worst_gap_s": max(gaps),
-        "chat_p99_itl_s": percentile(gaps, 99),
-        "chat_p50_itl_s": percentile(gaps, 50),
-        "chat_gaps_over_2x_median": sum(gap > 2 * typical for gap in gaps),
-        "document_ttft_s": latencies["document"].ttft_s,
-    }
+CHAT_USERS, CHAT_PROMPT = 4, (24, 48)
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -11,6 +11,8 @@ values' drift on recompute with the model (model/recompute.py), attention weight
 
 Served and read back: ``serving`` a request trace fed to LLMEngine one step at a time (lesson 14);
 ``stream`` paging against reservation on a stream of requests, in rounds, as tidy tables (lesson 14);
+``chunked_prefill`` a long prompt among chatting users at several token budgets, their gaps and goodput
+(lesson 21 and benchmarks/bench_chunked_prefill.py);
 ``batching`` static batching (a group at a time) against the engine's continuous batching (lesson 14);
 ``conversation`` a chat served turn by turn, the cache kept or started afresh (lesson 06);
 ``event_log`` each request's path and the pool over time (lessons 08, 15); ``wall_tables`` the

@@ -136,9 +136,9 @@ def test_chunked_prefill_sides_serve_every_request(tiny):
     document, chats = list(range(3, 43)), [list(range(5, 5 + n)) for n in (4, 6)]
     whole = bench_chunked_prefill.serve_chat_and_document(ours, 64, document, chats, answer=6)
     chunked = bench_chunked_prefill.serve_chat_and_document(ours, 8, document, chats, answer=6)
-    assert set(whole) == set(chunked) == {"chat 0", "chat 1", "document"}
+    assert set(whole.latencies) == set(chunked.latencies) == {"chat 0", "chat 1", "document"}
     # 40 tokens: 6 per step beside the two chats' last two decodes, then 8 per step once they finish
-    assert whole["document"].ttft_steps == 1 and chunked["document"].ttft_steps == 6
-    assert all(gap == 1 for name, lat in chunked.items() if name != "document" for gap in lat.itl_steps)
+    assert whole.latencies["document"].ttft_steps == 1 and chunked.latencies["document"].ttft_steps == 6
+    assert all(gap == 1 for name, lat in chunked.latencies.items() if name != "document" for gap in lat.itl_steps)
     row = bench_chunked_prefill.figures(chunked)
     assert row["chat_worst_gap_s"] >= row["chat_p99_itl_s"] >= row["chat_p50_itl_s"] > 0
