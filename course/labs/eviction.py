@@ -5,13 +5,20 @@ empty block left, the block pool shows the learner's policy every free block tha
 prefix (``EvictionCandidate``) and evicts the one it chooses (lesson 13). ``RecordingEviction`` writes
 down each question and answer; ``ReplayEviction`` answers the same questions from that log in the
 grader's process, where the pool itself refuses a block in use or one whose child is still cached.
-The grade is the prefix-cache hit rate (prompt tokens found in the cache) against LRU's on the same
-trace: at LRU's rate or above, full marks; below it, the share of LRU's rate that it reached.
+
+The grade is the prefix-cache hit rate (prompt tokens found in the cache), set between three rates the grader
+computes on the same trace: least recently used's (the engine's own, 60 %), the reference policy's (an online
+policy of the instructor's, read as text from ``REFERENCE``: 100 %) and Belady's offline oracle's (oracle.py: the
+room no online policy can quite reach). Linear between LRU's and the reference's rate; below LRU's, its share of
+60 %; above the reference's, still 100 %, and the verdict says by how much. Where the reference does no better
+than LRU on a trace, reaching LRU's rate there is full marks.
 """
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache, lru_cache
+from importlib.util import find_spec
+from pathlib import Path
 
 from kvcourse.kernels import LLMEngine
 from kvcourse.kernels.memory.eviction import (
@@ -24,9 +31,12 @@ from kvcourse.kernels.memory.eviction import (
 from .common import Cursor, LabViolation, ReplayMismatch, TraceResult, check_log, run_error
 from .drive import Served, serve
 from .model import lab_config, lab_model
+from .oracle import serve_oracle
 from .traces import LabTrace
 
-TOLERANCE = 0.005  # a hit rate this close to LRU's counts as LRU's
+TOLERANCE = 0.005  # a hit rate this close to another counts as equal to it
+BASELINE_SCORE = 0.6  # least recently used's hit rate scores this; the reference's scores 1
+REFERENCE = "kvcourse.quizzes.labs.solution_eviction"  # the instructor's policy: found and read, never imported
 
 
 class EvictionBase:
@@ -100,19 +110,65 @@ def _figures(served: Served) -> dict[str, float]:
     }
 
 
+@cache
+def reference_policy() -> type:
+    """The reference policy's class, run from its source text (``REFERENCE``: the instructor's side)."""
+    try:
+        found = find_spec(REFERENCE)
+    except ImportError:  # the instructor's side is hidden here (the grading sandbox records runs, never judges)
+        found = None
+    if found is None or found.origin is None:
+        raise FileNotFoundError(f"lab B's reference policy {REFERENCE} is missing")
+    namespace: dict = {}
+    source = Path(found.origin).read_text(encoding="utf-8")
+    exec(compile(source, "<the reference policy of lab B>", "exec"), namespace)  # our own file
+    return namespace["MyEviction"]
+
+
 @lru_cache(maxsize=64)  # a class's public traces are judged once per student: serve LRU once
 def _lru(trace: LabTrace) -> Served:
     return serve(_engine(trace, LRUEviction()), trace)
 
 
+@lru_cache(maxsize=64)
+def rates(trace: LabTrace) -> dict[str, float]:
+    """The three hit rates a policy is set between on ``trace``: LRU's, the reference's, the oracle's."""
+    reference = serve(_engine(trace, reference_policy()()), trace)
+    return {
+        "LRU": round(hit_rate(_lru(trace)), 4),
+        "reference": round(hit_rate(reference), 4),
+        "oracle": round(hit_rate(serve_oracle(trace)), 4),
+    }
+
+
+def score(mine: float, lru: float, reference: float) -> float:
+    """LRU's hit rate scores 60 %, the reference's 100 %, linear between; below LRU's, its share of 60 %."""
+    if reference <= lru + TOLERANCE:  # the reference found no room on this trace: LRU's rate is the target
+        return 1.0 if mine >= lru - TOLERANCE else round(BASELINE_SCORE * mine / lru, 4)
+    if mine >= reference:
+        return 1.0
+    if mine >= lru:
+        return round(BASELINE_SCORE + (1 - BASELINE_SCORE) * (mine - lru) / (reference - lru), 4)
+    return round(BASELINE_SCORE * mine / lru, 4) if lru > 0 else 0.0
+
+
+def four_rates(mine: float, line: dict[str, float]) -> str:
+    """The verdict's figures: "LRU 41 %, yours 47 %, the reference 52 %, the oracle 58 %"."""
+    return (
+        f"LRU {line['LRU']:.0%}, yours {mine:.0%}, the reference {line['reference']:.0%}, "
+        f"the oracle {line['oracle']:.0%}"
+    )
+
+
 def judge(trace: LabTrace, log: object) -> TraceResult:
-    """Replay the choices on the engine; score the hit rate against LRU's."""
+    """Replay the choices on the engine; score the hit rate between LRU's and the reference's."""
     lru = _lru(trace)
-    reference = _figures(lru)
+    line = rates(trace)
     error = run_error(log)
 
     def fail(reason: str, kind: str) -> TraceResult:
-        return TraceResult(trace.name, trace.public, 0.0, reason, {}, reference, kind)
+        rates_here = f"LRU {line['LRU']:.0%}, the reference {line['reference']:.0%}, the oracle {line['oracle']:.0%}"
+        return TraceResult(trace.name, trace.public, 0.0, f"{reason} ({rates_here})", {}, line, kind)
 
     try:
         replay = ReplayEviction(check_log(log)["entries"])
@@ -133,15 +189,9 @@ def judge(trace: LabTrace, log: object) -> TraceResult:
     if lost:
         return fail(f"request {lost[0]} was not served: {mine.statuses[lost[0]]}", "not served")
     metrics = _figures(mine)
-    mine_rate, lru_rate = metrics["hit rate"], reference["hit rate"]
-    if lru_rate <= 0 or mine_rate >= lru_rate - TOLERANCE:
-        return TraceResult(trace.name, trace.public, 1.0, "", metrics, reference)
-    return TraceResult(
-        trace.name,
-        trace.public,
-        round(mine_rate / lru_rate, 4),
-        f"hit rate {mine_rate:.1%} against LRU's {lru_rate:.1%}",
-        metrics,
-        reference,
-        "hit rate",
-    )
+    rate = metrics["hit rate"]
+    points = score(rate, line["LRU"], line["reference"])
+    verdict = four_rates(rate, line)
+    if rate > line["reference"] + TOLERANCE:
+        verdict += f"; yours beats the reference by {100 * (rate - line['reference']):.1f} points"
+    return TraceResult(trace.name, trace.public, points, verdict, metrics, line, "" if points >= 1 else "hit rate")

@@ -131,33 +131,43 @@ def block_manager_trace(rng: random.Random, name: str, public: bool) -> LabTrace
 
 
 def eviction_trace(rng: random.Random, name: str, public: bool) -> LabTrace:
-    """A popular and a rarer system prompt, one-off prompts that pass through the cache once, and follow-up
-    turns that come soon after the turn they continue; two requests at a time, on a pool with room for the
-    longest conversation and a few cached blocks more. Recency and popularity pull apart: a burst of
-    one-off prompts pushes the popular prompt out of least recently used's cache, while a fresh
-    conversation has no hits yet and is the first that counting hits forgets."""
-    systems = [_prompt(rng, 4 * rng.randint(3, 4)), _prompt(rng, 4 * rng.randint(2, 3))]
+    """A chat service's day beside a batch job, two requests at a time, on a pool with room for the longest
+    conversation and a few cached blocks more. Four system prompts, two of them in use in each half of the day
+    (so a count of hits from the morning outstays its use in the afternoon); bursts of one-off batch prompts of
+    two to four blocks that nobody continues and nobody asks for again; and chats whose next turn comes back
+    after a few other requests, its prompt the whole conversation so far. Least recently used forgets a popular
+    prompt and a conversation that was about to continue while a burst passes; an online policy can tell them
+    from the burst by their hits and their depth; only the future tells which conversations go on."""
+    systems = [_prompt(rng, 4 * rng.randint(4, 6)) for _ in range(4)]
+    order = rng.sample(range(4), 4)
     requests: list[LabRequest] = []
     totals: list[int] = []  # each request's prompt and answer, earlier turns included
-    step = 0
-    for i in range(rng.randint(22, 28)):
-        step += rng.randint(1, 5)
+    chats: list[int] = []  # the requests a later turn may continue
+    step, burst = 0, 0
+    count = rng.randint(28, 34)
+    for i in range(count):
+        step += rng.randint(2, 6)
+        half = 2 * (2 * i // count)
         draw = rng.random()
-        recent = [j for j in range(max(0, i - 3), i) if totals[j] < 64]  # a conversation goes on soon, or not
-        if recent and draw < 0.25:
-            parent = rng.choice(recent)
+        waiting = [j for j in chats if i - 10 <= j < i - 2 and totals[j] < 60]  # a conversation comes back later
+        if burst or (not waiting and draw < 0.2) or 0.3 <= draw < 0.5:  # a one-off of whole blocks, in a burst
+            burst = burst - 1 if burst else rng.randint(1, 3)
+            request = LabRequest(_prompt(rng, 4 * rng.randint(2, 4)), rng.randint(3, 8), step)
+            totals.append(len(request.prompt) + request.max_new_tokens)
+        elif waiting and draw < 0.3:
+            parent = rng.choice(waiting)
+            chats.remove(parent)
             request = LabRequest(_prompt(rng, rng.randint(2, 6)), rng.randint(3, 8), step, follows=parent)
             totals.append(totals[parent] + len(request.prompt) + request.max_new_tokens)
+            chats.append(i)
         else:
-            if draw < 0.65:
-                head = systems[0] if rng.random() < 0.7 else systems[1]
-                request = LabRequest(head + _prompt(rng, rng.randint(2, 6)), rng.randint(3, 8), step)
-            else:  # a one-off prompt of whole blocks: cached once, never asked for again
-                request = LabRequest(_prompt(rng, 4 * rng.randint(3, 5)), rng.randint(3, 8), step)
+            head = systems[order[half]] if rng.random() < 0.6 else systems[order[half + 1]]
+            request = LabRequest(head + _prompt(rng, rng.randint(2, 6)), rng.randint(3, 8), step)
             totals.append(len(request.prompt) + request.max_new_tokens)
+            chats.append(i)
         requests.append(request)
     longest = -(-max(totals) // 4)  # blocks of 4 for the longest turn, earlier turns included
-    return LabTrace(name, "eviction", tuple(requests), longest + rng.randint(6, 10), max_num_seqs=2, public=public)
+    return LabTrace(name, "eviction", tuple(requests), longest + rng.randint(5, 8), max_num_seqs=2, public=public)
 
 
 def scheduler_trace(rng: random.Random, name: str, public: bool) -> LabTrace:

@@ -6,19 +6,35 @@ Everything here runs on the lab's tiny model in a second or two per trace; the s
 
 from __future__ import annotations
 
+import ast
 import copy
+import json
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 import torch
 
 from kvcourse.kernels.engine.threads import thread_policy
 from kvcourse.kernels.memory.kv_pool import BlockCopy
-from kvcourse.labs import LABS, Refuse, check, draw_trace, judge_runs, model, public_traces, record_runs
+from kvcourse.labs import (
+    LABS,
+    EvictionBase,
+    Refuse,
+    check,
+    draw_trace,
+    eviction,
+    judge_runs,
+    model,
+    public_traces,
+    record_runs,
+)
 from kvcourse.labs.model import LAB_THREADS, lab_model
+from kvcourse.labs.oracle import access_sequence
+from kvcourse.labs.room import room, room_summary
 from kvcourse.labs.traces import LabTrace
-from kvcourse.quizzes.labs import reference
+from kvcourse.quizzes.labs import reference, solution_source
 
 DRAWN = (101, 20261202, 987654321)  # seeds standing in for the grader's hidden draws
 
@@ -34,7 +50,9 @@ def _traces(lab):
 @pytest.mark.parametrize("lab", list(LABS))
 def test_the_reference_scores_full_marks_on_every_trace(lab):
     results = _judge(lab, reference(lab), _traces(lab))
-    assert [(r.name, r.score, r.reason) for r in results] == [(r.name, 1.0, "") for r in results]
+    assert [(r.name, r.score) for r in results] == [(r.name, 1.0) for r in results]
+    # lab B's verdict always sets its four hit rates side by side; the others say nothing when all is well
+    assert all(r.reason.startswith("LRU ") if lab == "eviction" else r.reason == "" for r in results)
     assert all(r.metrics for r in results)
 
 
@@ -172,6 +190,14 @@ class MostRecent:
         return max(tails, key=lambda c: c.last_used).block_id
 
 
+class LeastRecent:
+    """Least recently used, written as a learner would (the engine's own LRUEviction is barred from answers)."""
+
+    def choose(self, candidates):
+        tails = [c for c in candidates if not c.has_cached_children] or candidates
+        return min(tails, key=lambda c: (c.last_used, -c.depth)).block_id
+
+
 class Heads:
     def choose(self, candidates):
         return min(candidates, key=lambda c: c.depth).block_id
@@ -183,38 +209,62 @@ class Busy:
         return next(b for b in range(1000) if b not in free)
 
 
-def test_a_worse_eviction_policy_earns_its_share_of_lrus_hit_rate():
-    results = _judge("eviction", MostRecent, _traces("eviction"))
-    worse = [r for r in results if not r.passed]
-    assert worse, "most-recently-used must lose to LRU on some trace"
+def test_the_score_runs_from_lru_at_60_to_the_reference_at_100():
+    assert eviction.score(0.30, 0.30, 0.40) == 0.6
+    assert eviction.score(0.35, 0.30, 0.40) == pytest.approx(0.8)
+    assert eviction.score(0.40, 0.30, 0.40) == eviction.score(0.55, 0.30, 0.40) == 1.0  # capped above the reference
+    assert eviction.score(0.15, 0.30, 0.40) == pytest.approx(0.3)  # proportional below LRU: 0 at a hit rate of 0
+    assert eviction.score(0.0, 0.30, 0.40) == 0.0
+    assert eviction.score(0.30, 0.30, 0.30) == 1.0  # no room for the reference on this trace: LRU's rate is the target
+    assert eviction.score(0.0, 0.0, 0.10) == 0.6  # LRU finds nothing: 60 % for nothing, as LRU
+
+
+def test_lru_scores_60_and_the_verdict_sets_four_rates_side_by_side():
+    results = _judge("eviction", LeastRecent, _traces("eviction"))
+    for r in results:
+        line = r.reference
+        assert set(line) == {"LRU", "reference", "oracle"} and r.metrics["hit rate"] == line["LRU"]
+        assert line["oracle"] >= line["reference"] - 0.02, (r.name, line)
+        assert r.reason == eviction.four_rates(line["LRU"], line) and r.reason.startswith("LRU ")
+        roomless = line["reference"] <= line["LRU"] + eviction.TOLERANCE
+        assert r.score == (1.0 if roomless else 0.6), (r.name, line)
+    assert all(r.reference["reference"] > r.reference["LRU"] for r in results if r.public)  # the public seeds show room
+
+
+def test_a_policy_above_the_reference_is_told_by_how_much(monkeypatch):
+    trace = public_traces("eviction")[0]
+    honest = eviction.rates(trace)
+    monkeypatch.setattr(eviction, "rates", lambda t: {**honest, "reference": honest["LRU"] - 0.05})
+    [result] = _judge("eviction", LeastRecent, [trace])
+    assert result.score == 1.0 and result.passed
+    assert result.reason.endswith("yours beats the reference by 5.0 points"), result.reason
+
+
+def test_a_worse_eviction_policy_earns_its_share_of_60_below_lru():
+    results = _judge("eviction", Lowest, _traces("eviction"))
+    worse = [r for r in results if r.metrics["hit rate"] < r.reference["LRU"]]
+    assert worse, "the lowest block id must lose to LRU on some trace"
     for r in worse:
-        assert 0 < r.score < 1 and r.kind == "hit rate"
-        assert r.score == pytest.approx(r.metrics["hit rate"] / r.reference["hit rate"], abs=1e-3)
+        assert 0 <= r.score < 0.6 and r.kind == "hit rate"
+        assert r.score == pytest.approx(0.6 * r.metrics["hit rate"] / r.reference["LRU"], abs=1e-3)
 
 
-class MostHits:
-    def choose(self, candidates):
-        tails = [c for c in candidates if not c.has_cached_children] or candidates
-        return min(tails, key=lambda c: (c.num_hits, c.last_used)).block_id
-
-
-class LowestId:
+class Lowest:
     def choose(self, candidates):
         tails = [c for c in candidates if not c.has_cached_children] or candidates
         return min(tails, key=lambda c: c.block_id).block_id
 
 
-def test_the_traces_tell_policies_apart_as_lesson_19_says():
-    """Most recently used loses on every public trace; counting hits wins on one and loses on the others;
-    a choice that ignores what a block is worth (the lowest id) loses on half the drawn traces or more."""
-    mru = _judge("eviction", MostRecent, public_traces("eviction"))
-    assert all(not r.passed for r in mru), [(r.name, r.metrics, r.reference) for r in mru]
-    lfu = [
-        r.metrics["hit rate"] - r.reference["hit rate"] for r in _judge("eviction", MostHits, public_traces("eviction"))
-    ]
-    assert lfu[0] > 0 and all(d < 0 for d in lfu[1:]), lfu
-    drawn = [draw_trace("eviction", seed) for seed in range(1000, 1010)]
-    assert sum(not r.passed for r in _judge("eviction", LowestId, drawn)) >= 5
+ROOM_SEEDS = range(2000, 2040)  # the suite's short path of benchmarks/bench_eviction_room.py (1,000 traces)
+
+
+def test_the_traces_leave_room_above_lru_and_above_the_reference():
+    """Issue 43: over drawn traces the oracle stands well above LRU and above the reference, and the reference
+    clearly above LRU (the benchmark measures 1,000 traces; this is its short path)."""
+    gaps = room_summary(room(ROOM_SEEDS))
+    assert gaps["oracle over LRU"] >= 9, gaps  # 11.0 points on these 40 traces, 9.5 on the benchmark's 1,000
+    assert gaps["oracle over reference"] >= 4.5, gaps  # 5.5 here, 5.8 on 1,000
+    assert gaps["reference over LRU"] >= 4 and gaps["reference above LRU"] >= 0.85, gaps  # 5.5 and 95 % here
 
 
 @pytest.mark.parametrize(
@@ -224,6 +274,57 @@ def test_an_eviction_the_pool_must_refuse_scores_zero(policy, kind, words):
     results = _judge("eviction", policy, public_traces("eviction"))
     failed = [r for r in results if not r.passed]
     assert failed and all(r.score == 0 and r.kind == kind and words in r.reason for r in failed)
+
+
+def test_the_oracle_replays_the_future_of_the_trace_it_serves():
+    trace = public_traces("eviction")[0]
+    accesses = access_sequence(trace)
+    assert len(accesses) >= len(trace.requests) and any(accesses)
+    line = eviction.rates(trace)
+    assert line["oracle"] > line["LRU"]
+
+
+# -- lab B's notebook shows no solution -------------------------------------------------------------------
+
+LESSON_19 = Path(__file__).resolve().parents[2] / "lessons" / "19_lab_eviction.ipynb"
+
+
+def _shown_policies() -> list[tuple[str, str]]:
+    """Every class with a ``choose`` that lesson 19's body defines: in a code cell, or in a solution's code."""
+    sources = []
+    for cell in json.loads(LESSON_19.read_text(encoding="utf-8"))["cells"]:
+        if cell["cell_type"] != "code":
+            continue
+        text = "".join(cell["source"])
+        sources.append(text)
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "solution":
+                codes = [k.value for k in node.keywords if k.arg == "code"]
+                sources += [c.value for c in codes if isinstance(c, ast.Constant)]
+    shown = []
+    for text in sources:
+        for node in ast.parse(text).body:
+            if isinstance(node, ast.ClassDef) and any(
+                isinstance(f, ast.FunctionDef) and f.name == "choose" for f in node.body
+            ):
+                shown.append((node.name, ast.unparse(node)))
+    return shown
+
+
+def test_no_policy_the_lesson_shows_scores_above_70_and_the_reference_is_not_on_the_page():
+    shown = _shown_policies()
+    assert "MyEviction" in [name for name, _ in shown]  # the skeleton, at least
+    traces = _traces("eviction")
+    for name, source in shown:
+        namespace: dict = {"EvictionBase": EvictionBase}
+        exec(compile(source, f"<lesson 19: {name}>", "exec"), namespace)
+        results = _judge("eviction", namespace[name], traces)
+        assert sum(r.score for r in results) / len(results) <= 0.7, (name, [r.score for r in results])
+    text = LESSON_19.read_text(encoding="utf-8")
+    assert "passing_run" not in text and "solution_source" not in text and "kvcourse.quizzes.labs" not in text
+    for line in solution_source("eviction").splitlines():  # every statement of the reference's method
+        if line.startswith(" " * 8) and len(line.strip()) > 12:
+            assert json.dumps(line.strip())[1:-1] not in text, line
 
 
 # -- lab C: schedulers -------------------------------------------------------------------------------
