@@ -57,7 +57,9 @@ def sweep(model, workload: Workload, batch_sizes: list[int], rounds: int, steps:
         measures[f"linears_b{b}"] = lambda b=b: linears_seconds(linears, rows=b)
         measures[f"kv_read_b{b}"] = lambda b=b: kv_read_seconds(engines[b])
     largest = batch_sizes[-1]
-    kernel = engines[largest].model_runner.decode_kernel
+    runner = engines[largest].model_runner
+    in_place_from = runner.in_place_from if runner.decode_kernel == "in place" else None
+    kernel = "gather" if in_place_from is not None and largest < in_place_from else runner.decode_kernel
     measures["attention_engine_kernel"] = lambda: attention_seconds(engines[largest], kernel)
     measures["attention_gather"] = lambda: attention_seconds(engines[largest], "gather")
     samples = interleaved(measures, rounds, log=None)
@@ -105,7 +107,8 @@ def sweep(model, workload: Workload, batch_sizes: list[int], rounds: int, steps:
     print(
         f"  batch {largest}: paged attention through the {kernel!r} kernel {attention['median']:.1f} ms of the "
         f"{step_ms:.1f} ms step ({attention['median'] / step_ms:.0%}); through the gather "
-        f"{gather['median']:.1f} ms",
+        f"{gather['median']:.1f} ms"
+        + (f"; the in-place kernel takes batches of {in_place_from} or more" if in_place_from else ""),
         flush=True,
     )
     engine_scale = last["engine_speedup_vs_batch1"]["ratio_of_medians"]
@@ -115,6 +118,7 @@ def sweep(model, workload: Workload, batch_sizes: list[int], rounds: int, steps:
         "rows": rows,
         "largest_batch": last["batch"],
         "decode_kernel": kernel,
+        "in_place_from_batch": in_place_from,  # measured at start-up: smaller decode batches gather
         "largest_batch_attention_ms_per_step": attention,
         "largest_batch_attention_share_of_step": attention["median"] / step_ms,
         "largest_batch_gather_attention_ms_per_step": gather,

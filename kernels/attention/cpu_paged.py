@@ -178,22 +178,34 @@ def cpu_paged_decode(
     return out.to(q.dtype)
 
 
+TIMED_BATCHES = (32, 24, 16, 12, 8, 4, 2, 1)  # decode batches timed, largest first, down to the first the gather wins
+
+
 @functools.cache
-def in_place_decode(dtype: torch.dtype) -> tuple[bool, str]:
-    """Whether decode steps take the in-place kernel here for this dtype, and why: where it runs
-    (``in_place_runs``) and measured faster than the gather (once per process)."""
+def in_place_decode(dtype: torch.dtype) -> tuple[int, str]:
+    """The smallest decode batch that takes the in-place kernel here for this dtype (0: none does), and why:
+    where it runs (``in_place_runs``) and measured faster than the gather, at each batch size (once per process).
+    A call costs a launch of numba's threads, which one or two sequences may not repay."""
     ok, why = in_place_runs(dtype)
     if not ok:
-        return ok, why
-    form, why = timing.pick(_time_against_gather(dtype), textbook="gather")
-    why = why.replace("the textbook form", "the gather") + " on 32 sequences of 128-512 tokens"
+        return 0, why
+    form, why = timing.pick(_time_against_gather(dtype, TIMED_BATCHES[0]), textbook="gather")
+    why = why.replace("the textbook form", "the gather") + f" on {TIMED_BATCHES[0]} sequences of 128-512 tokens"
     if form == "gather":
-        return False, f"{SLOWER_HERE}, so decode gathers the blocks first: {why}"
+        return 0, f"{SLOWER_HERE}, so decode gathers the blocks first: {why}"
+    smallest, below = TIMED_BATCHES[0], "every batch size timed takes it"
+    for batch in TIMED_BATCHES[1:]:
+        seconds = _time_against_gather(dtype, batch)
+        if timing.pick(seconds, textbook="gather")[0] == "gather":
+            speed = seconds["gather"] / seconds["in place"]
+            below = f"smaller batches gather (at {batch}: the kernel {speed:.2f}x the gather's speed, measured)"
+            break
+        smallest = batch
     import numba
 
-    return True, (
+    return smallest, (
         f"numba kernel walking the block table on its {numba.threading_layer()} threads, equal to the "
-        f"gather reference, {why}"
+        f"gather reference, {why}; decode batches of {smallest} or more take it, {below}"
     )
 
 
@@ -225,9 +237,9 @@ def in_place_runs(dtype: torch.dtype) -> tuple[bool, str]:
 TIMING_LAYERS = 4  # layers' pools the choice walks per call, so K/V come from memory as in a step, not from a cache
 
 
-def _time_against_gather(dtype: torch.dtype) -> dict[str, float]:
+def _time_against_gather(dtype: torch.dtype, batch: int) -> dict[str, float]:
     """Seconds of decode attention over ``TIMING_LAYERS`` layers by each kernel, each layer after one of the MLP's
-    matrix products (so the kernel meets torch's threads as a step has them): 32 sequences of 128-512 tokens
+    matrix products (so the kernel meets torch's threads as a step has them): ``batch`` sequences of 128-512 tokens
     in blocks of 16 scattered over each layer's pool, SmolLM2's heads (9 query heads on 3 KV heads of 64),
     on the threads torch has now. Each layer has its own pool (16 MB of K/V): a step reads 30 of them, more
     than any cache holds, and so does this; timed on one small pool, the gather's copy stayed in the cache and
@@ -235,16 +247,16 @@ def _time_against_gather(dtype: torch.dtype) -> dict[str, float]:
     from kvcourse.kernels.attention.paged import paged_decode_attention
 
     gen = torch.Generator().manual_seed(1)
-    lens = torch.randint(128, 513, (32,), generator=gen)
+    lens = torch.randint(128, 513, (batch,), generator=gen)
     num_blocks = [(int(n) + 15) // 16 for n in lens]
     order = torch.randperm(sum(num_blocks), generator=gen)  # blocks scattered over the pool, as a busy engine has them
-    tables = torch.zeros(32, max(num_blocks), dtype=torch.long)
+    tables = torch.zeros(batch, max(num_blocks), dtype=torch.long)
     for seq, start in enumerate(np.cumsum([0, *num_blocks[:-1]])):
         tables[seq, : num_blocks[seq]] = order[start : start + num_blocks[seq]]
     pool = torch.randn(2, sum(num_blocks), 16, 3, 64, generator=gen).to(dtype)
     layers = [pool.clone() for _ in range(TIMING_LAYERS)]
-    q = torch.randn(32, 9, 64, generator=gen).to(dtype)
-    x, w = torch.randn(32, 576, generator=gen).to(dtype), torch.randn(1536, 576, generator=gen).to(dtype)
+    q = torch.randn(batch, 9, 64, generator=gen).to(dtype)
+    x, w = torch.randn(batch, 576, generator=gen).to(dtype), torch.randn(1536, 576, generator=gen).to(dtype)
 
     def step(attend: Callable[..., torch.Tensor]) -> None:
         for k_v in layers:  # as in a decode step: torch's threads have just run a product
@@ -268,4 +280,5 @@ def paged_decode_path(dtype: torch.dtype, device: torch.device | str = "cpu") ->
         return FastPath(name, False, f"on {torch.device(device).type} the engine takes the Triton kernel")
     if fast_paths_mode() == "off":
         return FastPath(name, False, f"{FAST_PATHS_ENV}=0: decode gathers each sequence's blocks first")
-    return FastPath(name, *in_place_decode(dtype))
+    smallest, why = in_place_decode(dtype)
+    return FastPath(name, smallest > 0, why)

@@ -48,6 +48,14 @@ def decode_kernel(
     return "gather"
 
 
+def smallest_in_place_batch(dtype: torch.dtype) -> int:
+    """The smallest decode batch the in-place kernel takes where ``decode_kernel`` chose it: below it, one launch
+    of numba's threads costs more than the gather's copy (measured once per process, cpu_paged.py)."""
+    from kvcourse.kernels.attention.cpu_paged import in_place_decode
+
+    return max(1, in_place_decode(dtype)[0])
+
+
 class KVBlocks(Protocol):
     """What the backend needs of a KV pool: K and V blocks of every layer (see memory.kv_pool.KVPool)."""
 
@@ -112,41 +120,55 @@ class PagedMetadata:
 class PagedAttentionBackend:
     """Writes K/V into the pool at ``slot_mapping`` and attends through the block tables (lesson 10)."""
 
-    def __init__(self, pool: KVBlocks, metadata: PagedMetadata, kernel: str | None = None) -> None:
+    def __init__(
+        self, pool: KVBlocks, metadata: PagedMetadata, kernel: str | None = None, in_place_from: int = 1
+    ) -> None:
+        """``kernel`` for decode steps (``decode_kernel`` chooses where it is None); the in-place kernel takes only
+        batches of ``in_place_from`` decoding sequences or more (where it is chosen: ``smallest_in_place_batch``)."""
         if kernel is not None and kernel not in DECODE_KERNELS:
             raise ValueError(f"the decode kernel must be one of {DECODE_KERNELS}, got {kernel!r}")
         self.pool = pool
         self.metadata = metadata
-        self.kernel = kernel or decode_kernel(pool.k.device, pool.k.dtype)
+        if kernel is None:
+            kernel = decode_kernel(pool.k.device, pool.k.dtype)
+            in_place_from = smallest_in_place_batch(pool.k.dtype) if kernel == "in place" else 1
+        self.kernel = kernel
+        self.in_place_from = in_place_from
         # The decode inputs, built once per step for the first layer and reused by the others, keyed
         # on the decoding sequences they were built for (None: every sequence of the batch).
-        self._decode_inputs: dict[tuple[int, ...] | None, tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]] = {}
+        self._decode_inputs: dict[
+            tuple[int, ...] | None, tuple[str, torch.Tensor, torch.Tensor, torch.Tensor | None]
+        ] = {}
 
-    def _decode_batch(self, seqs: tuple[int, ...] | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """Block tables, context lengths and mask of the decoding sequences ``seqs`` (batch positions)."""
+    def _decode_batch(
+        self, seqs: tuple[int, ...] | None
+    ) -> tuple[str, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """The kernel for the decoding sequences ``seqs`` (batch positions), their block tables, lengths and mask."""
         if seqs not in self._decode_inputs:
             meta = self.metadata
             rows = None if seqs is None else torch.tensor(seqs, device=meta.context_lens.device)
             tables = meta.block_tables if rows is None else meta.block_tables[rows]
             context = meta.context_lens if rows is None else meta.context_lens[rows]
-            mask = None
-            if self.kernel == "gather":
+            kernel, mask = self.kernel, None
+            if kernel == "in place" and len(context) < self.in_place_from:
+                kernel = "gather"  # too few sequences to repay a launch of the kernel's threads
+            if kernel == "gather":
                 block_size = self.pool.block_size
                 num_blocks = ceil_div(int(context.max()), block_size)
                 tables = tables[:, :num_blocks]
                 mask = decode_mask(context, num_blocks * block_size, self.pool.k.dtype)  # built once a step
-            self._decode_inputs[seqs] = (tables, context, mask)
+            self._decode_inputs[seqs] = (kernel, tables, context, mask)
         return self._decode_inputs[seqs]
 
     def _decode(
         self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, seqs: tuple[int, ...] | None, scale: float
     ) -> torch.Tensor:
-        tables, context, mask = self._decode_batch(seqs)
-        if self.kernel == "triton":
+        kernel, tables, context, mask = self._decode_batch(seqs)
+        if kernel == "triton":
             from kvcourse.kernels.attention.triton_paged import triton_paged_decode
 
             return triton_paged_decode(q, k_cache, v_cache, tables, context, scale)
-        if self.kernel == "in place":
+        if kernel == "in place":
             from kvcourse.kernels.attention.cpu_paged import cpu_paged_decode
 
             return cpu_paged_decode(q, k_cache, v_cache, tables, context, scale)

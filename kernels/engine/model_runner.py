@@ -14,7 +14,12 @@ import itertools
 
 import torch
 
-from kvcourse.kernels.attention.paged_backend import PagedAttentionBackend, PagedMetadata, decode_kernel
+from kvcourse.kernels.attention.paged_backend import (
+    PagedAttentionBackend,
+    PagedMetadata,
+    decode_kernel,
+    smallest_in_place_batch,
+)
 from kvcourse.kernels.engine.batch import ScheduledBatch
 from kvcourse.kernels.memory.kv_pool import KVPool
 from kvcourse.kernels.model.transformer import Transformer
@@ -29,6 +34,14 @@ class ModelRunner:
         # The CPU's in-place decode kernel is one of the model's fast paths: off where they are off.
         fast = any(path.on for path in getattr(model, "fast_paths", ()))
         self.decode_kernel = decode_kernel(pool.k.device, pool.k.dtype, use_triton, in_place=fast)
+        # Where the in-place kernel is chosen, a batch of fewer decoding sequences than this gathers (measured).
+        self.in_place_from = smallest_in_place_batch(pool.k.dtype) if self.decode_kernel == "in place" else 1
+
+    def kernel_for(self, num_decoding: int) -> str:
+        """The kernel a decode step of ``num_decoding`` sequences takes: the chosen one, but for the in-place kernel
+        below its measured smallest batch, where the gather is faster."""
+        below = self.decode_kernel == "in place" and num_decoding < self.in_place_from
+        return "gather" if below else self.decode_kernel
 
     @classmethod
     def for_model(
@@ -63,6 +76,6 @@ class ModelRunner:
         ends = list(itertools.accumulate(batch.num_scheduled_tokens))
         rows = [end - k for s, end in zip(batch.seqs, ends, strict=True) for k in range(s.num_logits, 0, -1)]
         logits_index = torch.tensor(rows, dtype=torch.long, device=device)
-        backend = PagedAttentionBackend(self.pool, meta, self.decode_kernel)
+        backend = PagedAttentionBackend(self.pool, meta, self.decode_kernel, self.in_place_from)
         logits: torch.Tensor = self.model(input_ids, meta.positions, backend, logits_index)
         return logits  # (len(rows), vocab)

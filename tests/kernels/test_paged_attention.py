@@ -104,7 +104,18 @@ def test_decode_inputs_are_kept_per_set_of_decoding_sequences():
     meta = PagedMetadata.build([[0, 1], [2, 3, 4], [5]], [3, 4, 0], [1, 1, 2], 2)
     backend = PagedAttentionBackend(pool, meta, kernel="gather")
     first, second = backend._decode_batch((0,)), backend._decode_batch((1,))
-    assert first[0].tolist() == [[0, 1]] and second[0].tolist() == [[2, 3, 4]]
-    assert first[1].tolist() == [4] and second[1].tolist() == [5]
+    assert first[1].tolist() == [[0, 1]] and second[1].tolist() == [[2, 3, 4]]
+    assert first[2].tolist() == [4] and second[2].tolist() == [5]
     assert backend._decode_batch((0,)) is first, "built once, then reused"
-    assert backend._decode_batch(None)[0].shape[0] == 3
+    assert backend._decode_batch(None)[1].shape[0] == 3
+
+
+def test_the_in_place_kernel_takes_only_batches_from_its_measured_smallest():
+    """Below ``in_place_from`` decoding sequences a step gathers (a launch of the kernel's threads costs more than
+    the copy there); from it up, the in-place kernel runs. A kernel forced without a bound takes every batch."""
+    pool = KVPool.create(1, 8, 2, 1, 4)
+    meta = PagedMetadata.build([[0, 1], [2, 3, 4], [5]], [3, 4, 0], [1, 1, 2], 2)
+    backend = PagedAttentionBackend(pool, meta, kernel="in place", in_place_from=2)
+    assert backend._decode_batch((0,))[0] == "gather" and backend._decode_batch((0,))[3] is not None
+    assert backend._decode_batch((0, 1))[0] == "in place" and backend._decode_batch((0, 1))[3] is None
+    assert PagedAttentionBackend(pool, meta, kernel="in place")._decode_batch((0,))[0] == "in place"

@@ -6,6 +6,7 @@ and the fast paths off all take the reference."""
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -88,7 +89,7 @@ def test_the_engine_takes_the_reference_where_the_kernel_cannot_run(monkeypatch)
 def test_where_the_gather_measures_faster_it_runs_and_the_doctor_says_so(monkeypatch):
     """A machine where the kernel loses: the gather runs, with no warning (a choice, not a missing part)."""
     cpu = torch.device("cpu")
-    monkeypatch.setattr(cpu_paged, "_time_against_gather", lambda dtype: {"gather": 1.0, "in place": 1.2})
+    monkeypatch.setattr(cpu_paged, "_time_against_gather", lambda dtype, batch: {"gather": 1.0, "in place": 1.2})
     monkeypatch.delenv("KVCOURSE_FAST_PATHS", raising=False)
     cpu_paged.in_place_decode.cache_clear()
     try:
@@ -99,12 +100,11 @@ def test_where_the_gather_measures_faster_it_runs_and_the_doctor_says_so(monkeyp
             assert decode_kernel(cpu, torch.float32) == "gather"
         path = cpu_paged.paged_decode_path(torch.float32)
         assert not path.on and cpu_paged.SLOWER_HERE in str(path)
-        monkeypatch.setattr(cpu_paged, "_time_against_gather", lambda dtype: {"gather": 1.5, "in place": 1.0})
+        monkeypatch.setattr(cpu_paged, "_time_against_gather", lambda dtype, batch: {"gather": 1.5, "in place": 1.0})
         cpu_paged.in_place_decode.cache_clear()
-        assert (
-            decode_kernel(cpu, torch.float32) == "in place"
-            and "1.50x faster than the gather" in cpu_paged.in_place_decode(torch.float32)[1]
-        )
+        assert decode_kernel(cpu, torch.float32) == "in place"
+        assert cpu_paged.in_place_decode(torch.float32)[0] == 1
+        assert "1.50x faster than the gather" in cpu_paged.in_place_decode(torch.float32)[1]
     finally:
         monkeypatch.undo()
         cpu_paged.in_place_decode.cache_clear()
@@ -132,18 +132,35 @@ def test_the_kernel_uses_the_steps_threads_and_gives_the_same_answer_on_each(mon
 def test_engine_tokens_are_the_same_on_the_in_place_kernel_and_on_the_gather(tiny_hf, fast_paths_on, monkeypatch):
     from kvcourse.kernels import EngineConfig, LLMEngine, SamplingParams, Transformer
 
-    faster = {"gather": 2.0, "in place": 1.0}
-    monkeypatch.setattr(cpu_paged, "_time_against_gather", lambda dtype: faster)  # as if faster
-    cpu_paged.in_place_decode.cache_clear()
+    """As if the kernel were faster from 2 decoding sequences up: 3 sequences decode on it, the fourth (admitted
+    when they finish) decodes alone on the gather, and every token is the textbook model's."""
+    from kvcourse.kernels.attention import paged_backend
 
-    prompts = [[5, 9, 2, 7, 1, 3, 8][:n] for n in (3, 7, 5)]
+    def as_measured(dtype: torch.dtype, batch: int) -> dict[str, float]:
+        return {"gather": 2.0, "in place": 1.0} if batch >= 2 else {"gather": 1.0, "in place": 2.0}
+
+    monkeypatch.setattr(cpu_paged, "_time_against_gather", as_measured)
+    cpu_paged.in_place_decode.cache_clear()
+    smallest, why = cpu_paged.in_place_decode(torch.float32)
+    assert smallest == 2 and "batches of 2 or more take it, smaller batches gather (at 1: the kernel 0.50x" in why
+    batches: dict[str, list[int]] = {"in place": [], "gather": []}
+
+    def spy(name: str, kernel: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+        return lambda q, *args: batches[name].append(q.shape[0]) or kernel(q, *args)
+
+    monkeypatch.setattr(cpu_paged, "cpu_paged_decode", spy("in place", cpu_paged.cpu_paged_decode))
+    monkeypatch.setattr(paged_backend, "paged_decode_attention", spy("gather", paged_backend.paged_decode_attention))
+    prompts = [[5, 9, 2, 7, 1, 3, 8][:n] for n in (3, 7, 5, 4)]
     params = SamplingParams(max_new_tokens=12, stop_on_eos=False)
     tokens = {}
     for fast in ("auto", "off"):
         model = Transformer.from_hf(tiny_hf).accelerate(fast)
         engine = LLMEngine(model, EngineConfig(max_num_seqs=3, num_blocks=24, block_size=4))
         assert engine.model_runner.decode_kernel == ("in place" if fast == "auto" else "gather")
+        assert engine.model_runner.in_place_from == (2 if fast == "auto" else 1)
         tokens[fast] = [out.tokens for out in engine.generate(prompts, params)]
+        if fast == "auto":
+            assert set(batches["in place"]) == {3} and 1 in batches["gather"], batches
     cpu_paged.in_place_decode.cache_clear()
     assert tokens["auto"] == tokens["off"]
 
@@ -160,6 +177,7 @@ def test_in_bfloat16_the_engine_on_the_kernel_tracks_float32_as_far_as_the_gathe
     def served(dtype: torch.dtype, kernel: str) -> list[list[int]]:
         engine = LLMEngine(Transformer.from_hf(tiny_hf).to(dtype), EngineConfig(max_num_seqs=3, num_blocks=24))
         engine.model_runner.decode_kernel = kernel  # the textbook model: only the decode kernel differs
+        engine.model_runner.in_place_from = 1  # forced for every batch, however small
         return [out.tokens for out in engine.generate(prompts, SamplingParams(max_new_tokens=12, stop_on_eos=False))]
 
     def agreed(a: list[int], b: list[int]) -> int:
