@@ -189,3 +189,12 @@ def test_03_ten_times_the_length_is_between_10x_and_100x_for_the_whole_pass():
     assert 10 < whole < attention < 100.1
     share = lambda cfg, t: 1 - t * costs.matmul_flops_per_token(cfg) / costs.forward_flops(cfg, t, t)  # noqa: E731
     assert share(MODEL_CONFIGS["llama-2-7b"], 10_000) < share(SMOLLM2, 10_000)
+
+
+def test_03_ten_times_nearer_10x_than_100x_for_smollm2_and_llama_2_70b():
+    """03-27: 03.ten_times_nearer is revealed as 'closer to 10x for both' (the log scale's middle is 10^1.5)."""
+    ratios = [
+        costs.forward_flops(cfg, 10_000, 10_000) / costs.forward_flops(cfg, 1_000, 1_000)
+        for cfg in (SMOLLM2, MODEL_CONFIGS["llama-2-70b"])
+    ]
+    assert all(10 < r < 10**1.5 for r in ratios), ratios

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from kvcourse.kernel_env import HEADLESS_ENV
-from kvcourse.kernels import costs, generate
+from kvcourse.kernels import MODEL_CONFIGS, costs, generate
 from kvcourse.simulators.kv_cache import ANSWER_LENGTHS, SHORT_ANSWER_LENGTHS, answer_lengths_to_time
 from kvcourse.syllabus import REPO_ROOT
 
@@ -31,6 +31,8 @@ def test_05_the_cache_holds_every_token_fed_and_the_fed_ratio_is_the_reveal():
     without = costs.tokens_processed(prompt_len, num_new, False)
     assert with_cache == prompt_len + num_new - 1
     assert without == sum(prompt_len + t for t in range(num_new))
+    for bytes_per_value in (4, 2):  # 05.cache_span: the span "1 MB to 10 MB" in float32 and in bfloat16
+        assert 1e6 <= costs.kv_cache_bytes(MODEL_CONFIGS["smollm2-135m"], with_cache, 1, bytes_per_value) < 1e7
 
 
 def _code() -> str:

@@ -95,6 +95,20 @@ def test_sharing_saves_n_minus_1_full_prompt_blocks_and_changes_no_answer(tiny_m
     assert used_alone[0] - used_shared[0] == (n - 1) * blocks_for(prompt_len, block_size)  # before the copies
 
 
+@pytest.mark.parametrize("prompt_len, block_size", [(18, 4), (16, 4), (23, 8)])
+def test_after_the_first_write_all_tables_share_the_full_prompt_blocks_only(tiny_model, prompt_len, block_size):
+    """12-10: 12.shared_after_write is revealed from the blocks every table holds with reference count n."""
+    n = 4
+    prompt = [3 + (7 * i) % 90 for i in range(prompt_len)]
+    engine = LLMEngine(tiny_model, EngineConfig(block_size=block_size))
+    rid = engine.add_request(prompt, SamplingParams(temperature=1.2, seed=11, n=n, max_new_tokens=6, stop_on_eos=False))
+    engine.step()
+    engine.step()  # every sample has written its first token
+    counts = engine.kv_cache_manager.block_pool.ref_counts
+    for seq in engine.requests[rid].seqs:
+        assert sum(counts[b] == n for b in seq.block_table) == prompt_len // block_size
+
+
 @pytest.mark.parametrize("prompt_len, width, steps, block_size", [(10, 3, 8, 4), (17, 4, 12, 4), (30, 4, 9, 8)])
 def test_beam_search_peak_is_the_distinct_blocks_of_the_beams(
     tiny_hf, tiny_model, prompt_len, width, steps, block_size

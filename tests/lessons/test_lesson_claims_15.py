@@ -111,6 +111,11 @@ def test_one_user_on_real_cards_by_hand():
     )
 
 
+def qwen_window(users: int, shared_percent: float) -> int:
+    """Lesson 15's qwen(): Qwen2.5-7B on an 80 GB card, 16-bit, blocks of 16."""
+    return ContextWindow(ContextWindowConfig(80.0, "qwen2.5-7b", 2, users, shared_percent, 16)).window
+
+
 def test_many_users_of_qwen_with_half_of_each_conversation_shared():
     shape = MODEL_CONFIGS["qwen2.5-7b"]
     blocks = (80 * 2**30 - costs.weight_bytes(shape, 2)) // (57_344 * 16)
@@ -128,6 +133,9 @@ def test_many_users_of_qwen_with_half_of_each_conversation_shared():
         a = ContextWindow(ContextWindowConfig(80.0, "qwen2.5-7b", 2, users, 0.0, 16))
         s = ContextWindow(ContextWindowConfig(80.0, "qwen2.5-7b", 2, users, 50.0, 16))
         assert (a.window, s.window, a.limit, s.limit) == (alone, shared, limit, limit)
+    # 15.sharing_binds: revealed from the windows' ratios, rounded, at 8 and at 64 users
+    gains = [qwen_window(u, 50.0) / qwen_window(u, 0.0) for u in (8, 64)]
+    assert [round(g) for g in gains] == [1, 2]
     int8 = (80 * 2**30 - costs.weight_bytes(shape, 2)) // ((2 * 28 * 4 * (128 + 4)) * 16)  # scales counted
     assert round(max(k for k in range(2, 20_000, 2) if k // 2 + 64 * (k // 2) <= int8) * 16 / 19_248, 1) == 3.8
 
