@@ -9,6 +9,7 @@ no answer is ever stored.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import hashlib
 import math
 import operator
@@ -18,6 +19,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from kvcourse.kernels import costs
+from kvcourse.kernels.engine.latency import LatencyTargets, RequestTimes, latency_summary
+from kvcourse.kernels.model.cache_layouts import LAYOUTS_2026
 from kvcourse.kernels.model.config_table import MODEL_CONFIGS
 
 GB = 10**9
@@ -56,6 +59,59 @@ def _last_block_waste(values: dict[str, Any]) -> float:
     return math.ceil(tokens / block_size) * block_size - tokens
 
 
+# Lesson 21's request logs: (arrival, first token, last token) in seconds and the output tokens, per request.
+REQUEST_LOGS: dict[int, tuple[tuple[float, float, float, int], ...]] = {
+    1: ((0.0, 0.3, 1.7, 33), (0.6, 1.8, 9.0, 81), (1.0, 1.6, 4.2, 33), (1.6, 2.2, 5.8, 81), (2.1, 2.8, 5.4, 41)),
+    2: ((0.0, 0.7, 3.8, 49), (0.3, 0.5, 6.1, 81), (0.9, 2.3, 9.5, 81), (1.3, 1.7, 2.5, 21), (1.6, 3.0, 4.6, 21)),
+    3: ((0.0, 0.3, 1.1, 21), (0.3, 1.0, 3.2, 49), (0.7, 1.0, 5.8, 81), (1.2, 2.0, 5.2, 41), (1.7, 1.9, 4.5, 41)),
+}
+# Lesson 21's budget tables: token budget -> (the chatting users' longest gap in ms, the document's TTFT in s).
+# Under the bank's targets (gap at most 300 ms, TTFT at most 2 s) exactly one budget of each table meets both.
+BUDGET_TABLES: dict[int, dict[int, tuple[int, float]]] = {
+    1: {2048: (1450, 1.45), 1024: (760, 1.52), 512: (410, 1.66), 256: (230, 1.85), 128: (130, 2.21), 64: (80, 2.9)},
+    2: {2048: (900, 1.30), 1024: (480, 1.48), 512: (260, 1.72), 256: (150, 2.15), 128: (95, 2.6), 64: (60, 3.4)},
+    3: {2048: (2400, 1.2), 1024: (1250, 1.31), 512: (650, 1.44), 256: (350, 1.7), 128: (190, 1.92), 64: (110, 2.45)},
+    4: {2048: (520, 1.75), 1024: (280, 1.9), 512: (160, 2.2), 256: (90, 2.6), 128: (55, 3.3), 64: (40, 4.5)},
+}
+BUDGET_TARGETS = (300, 2.0)  # the longest gap in ms, the document's TTFT in s
+
+
+def _log_latencies(log: int, naive_tpot: bool = False) -> list:
+    """The requests of a log as the engine's RequestLatency records (its TTFT and TPOT definitions)."""
+    out = []
+    for arrival, first, last, tokens in REQUEST_LOGS[log]:
+        times = RequestTimes(0, arrival)
+        times.add_tokens(1, 1, first)
+        times.add_tokens(tokens - 1, 2, last)  # the gaps' spread does not change TPOT, their mean
+        times.finish(2, last)
+        latency = times.latency()
+        assert latency is not None  # finished, with tokens
+        if naive_tpot:  # the slip: end to end over every token, the first one's wait included
+            latency = dataclasses.replace(latency, tpot_s=latency.e2e_s / tokens)
+        out.append(latency)
+    return out
+
+
+def _goodput(values: dict[str, Any], ttft: bool = True, tpot: bool = True, naive_tpot: bool = False) -> float:
+    targets = LatencyTargets(
+        ttft_s=values["ttft_target_s"] if ttft else None, tpot_s=values["tpot_target_ms"] / 1e3 if tpot else None
+    )
+    summary = latency_summary(_log_latencies(values["request_log"], naive_tpot), targets)
+    assert summary.goodput_per_s is not None
+    return summary.goodput_per_s
+
+
+def _budget_meeting_targets(values: dict[str, Any]) -> float:
+    gap_ms, ttft_s = BUDGET_TARGETS
+    table = BUDGET_TABLES[values["budget_table"]]
+    (budget,) = [b for b, (gap, ttft) in table.items() if gap <= gap_ms and ttft <= ttft_s]
+    return budget
+
+
+def _transfer_bytes(values: dict[str, Any]) -> float:
+    return LAYOUTS_2026[values["model_2026"]].bytes_at(values["prompt_tokens"]).total
+
+
 FORMULAS: dict[str, Formula] = {
     "kv_bytes_per_token": Formula(
         ("model", "bytes_per_value"), lambda v: costs.kv_bytes_per_token(_config(v), v["bytes_per_value"])
@@ -78,6 +134,9 @@ FORMULAS: dict[str, Formula] = {
     "int8_kv_bytes_per_token": Formula(("model",), lambda v: costs.quantized_kv_bytes_per_token(_config(v), 1, 4)),
     "no_cache_tokens": Formula(("prompt_tokens", "new_tokens"), _no_cache_tokens),
     "last_block_waste": Formula(("block_size", "num_tokens"), _last_block_waste),
+    "goodput_from_log": Formula(("request_log", "ttft_target_s", "tpot_target_ms"), _goodput),
+    "budget_meeting_targets": Formula(("budget_table",), _budget_meeting_targets),
+    "disaggregated_transfer_bytes": Formula(("model_2026", "prompt_tokens"), _transfer_bytes),
 }
 
 
@@ -121,8 +180,41 @@ def facts(values: dict[str, Any]) -> dict[str, Any]:
         for name in ("num_layers", "num_heads", "num_kv_heads", "head_dim", "hidden_size"):
             out.setdefault(name, getattr(cfg, name))
         out.setdefault("num_parameters", costs.num_parameters(cfg))
+    out.update(_serving_facts(values))
     if "bytes_per_value" in values:
         out["dtype"] = _DTYPES.get(values["bytes_per_value"], f"{values['bytes_per_value']}-byte")
+    return out
+
+
+def _serving_facts(values: dict[str, Any]) -> dict[str, Any]:
+    """Lesson 21's names: a request log or a budget table written out, a 2026 model's cache per layer."""
+    out: dict[str, Any] = {}
+    if "request_log" in values:
+        rows = REQUEST_LOGS[values["request_log"]]
+        out["log_text"] = "; ".join(
+            f"request {i}: arrives at {a:g} s, first token at {f:g} s, last token at {t:g} s, {n} tokens"
+            for i, (a, f, t, n) in enumerate(rows, start=1)
+        )
+        out["log_seconds"] = max(t for _, _, t, _ in rows) - min(a for a, _, _, _ in rows)
+        if {"ttft_target_s", "tpot_target_ms"} <= values.keys():  # the slips, as rates (planted mistakes)
+            out["rate_ttft_only"] = _goodput(values, tpot=False)
+            out["rate_tpot_only"] = _goodput(values, ttft=False)
+            out["rate_naive_tpot"] = _goodput(values, naive_tpot=True)
+    if "budget_table" in values:
+        table = BUDGET_TABLES[values["budget_table"]]
+        out["budget_text"] = "; ".join(f"{b:,} tokens: {gap:,} ms, {ttft:.2f} s" for b, (gap, ttft) in table.items())
+    if "model_2026" in values:
+        (group,) = LAYOUTS_2026[values["model_2026"]].groups  # the bank draws models with one kind of layer
+        out["num_layers"] = group.num_layers
+        out["layer_values"] = group.values_per_token
+        out["token_bytes"] = group.num_layers * group.values_per_token * 2  # 16 bits
+        if "prompt_tokens" in values:  # the transfer's time over the links lesson 21 names
+            out["ndr_ms"] = _transfer_bytes(values) / 50e6
+            out["nvlink_ms"] = _transfer_bytes(values) / 900e6
+        out["cache_kind"] = {
+            "full": "the keys and values of its grouped key/value heads",
+            "latent": "one compressed latent vector and one shared RoPE key: multi-head latent attention",
+        }[group.kind]
     return out
 
 
