@@ -2,9 +2,10 @@
 
 The config and the model (prefill as an M/D/1 queue, decode steps on the roofline, the KV transfer between the
 pools, goodput as the highest rate meeting both targets) are disaggregation_model.py; ``DisaggregationConfig``
-and ``Disaggregation`` are importable from here too. The left panel draws goodput against the number of
-prefill GPUs, with colocated serving (every GPU doing both) as a level line; the right panel draws, at the
-arrival rate set, each mean latency as a share of its target, apart and colocated.
+and ``Disaggregation`` (and ``transfer_table``, the bytes a request sends for models of 2026) are importable
+from here too. The left panel draws goodput against the number of prefill GPUs, with colocated serving (every
+GPU doing both) as a level line; the right panel draws, at the arrival rate set, each mean latency as a share of
+its target, apart and colocated.
 """
 
 from __future__ import annotations
@@ -23,11 +24,12 @@ from kvcourse.simulators.disaggregation_model import (
     Disaggregation,
     DisaggregationConfig,
     Latency,
+    transfer_table,
 )
 from kvcourse.simulators.hardware import HARDWARE
 from kvcourse.simulators.labels import format_bytes, plain_ticks
 
-__all__ = ["Disaggregation", "DisaggregationConfig", "DisaggregationView"]
+__all__ = ["Disaggregation", "DisaggregationConfig", "DisaggregationView", "transfer_table"]
 
 LINK_PRESET = Preset("link", {name: {"link_gbs": gbs} for name, gbs in LINKS.items()})
 OFF_SCALE = 10.0  # a latency past ten times its target is drawn at ten times, marked as growing without bound

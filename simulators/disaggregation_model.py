@@ -33,6 +33,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import pandas as pd
+
 from kvcourse.kernels.cache_layout import CacheLayout
 from kvcourse.kernels.model.cache_layouts import LAYOUTS_2026
 from kvcourse.kernels.model.context_windows import PUBLISHED_2026
@@ -53,6 +55,25 @@ MAX_TOKENS = 131_072
 MAX_RATE = 1e6
 MAX_SECONDS = 1e4
 MAX_LINK_GBS = 1e5
+
+
+def transfer_table(models: list[str], prompt_tokens: int, links: dict[str, float] | None = None) -> pd.DataFrame:
+    """One row per model of the 2026 table (``LAYOUTS_2026``, any of them): the bytes every prompt token adds, the
+    bytes one prompt of ``prompt_tokens`` sends from a prefill GPU to a decode GPU, and the milliseconds that takes
+    over each link (``LINKS`` by default); 16-bit caches."""
+    rows = {}
+    for name in models:
+        layout = LAYOUTS_2026[name]
+        sent = layout.bytes_at(prompt_tokens).total
+        rows[name] = {
+            "bytes per token": layout.per_token_bytes,
+            "MB per request": round(sent / 1e6, 1),
+            **{
+                f"ms over {link} ({gbs:g} GB/s)": round(sent / (gbs * GB) * 1e3, 2)
+                for link, gbs in (links or LINKS).items()
+            },
+        }
+    return pd.DataFrame.from_dict(rows, orient="index")
 
 
 @dataclass(frozen=True)

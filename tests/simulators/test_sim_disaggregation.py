@@ -10,7 +10,7 @@ from sim_checks import assert_bad_input_is_shown, assert_each_control_redraws, s
 from kvcourse.kernels.model.cache_layouts import LAYOUTS_2026
 from kvcourse.kernels.model.context_windows import PUBLISHED_2026
 from kvcourse.simulators.base import InvalidInput, SimulatorView
-from kvcourse.simulators.disaggregation import DisaggregationView
+from kvcourse.simulators.disaggregation import DisaggregationView, transfer_table
 from kvcourse.simulators.disaggregation_model import (
     LINKS,
     MODELS,
@@ -213,3 +213,14 @@ def test_a_cache_larger_than_the_spare_memory_decodes_nothing():
     sim = _sim(model="qwen3-32b", card="A100 80GB SXM", prompt_tokens=131_072, ttft_target_s=1e4, tpot_target_ms=1e6)
     assert sim.max_batch < 1 and math.isinf(sim.decode_tpot(1e-6, 0.0))
     assert sim.best_split[1] == 0.0 and sim.colocated_goodput == 0.0
+
+
+def test_transfer_table_is_the_layouts_bytes_over_each_link():
+    table = transfer_table(["llama-3.1-70b", "deepseek-v3", "gpt-oss-120b"], 8192)
+    for name, row in table.iterrows():
+        sent = LAYOUTS_2026[name].bytes_at(8192).total
+        assert row["bytes per token"] == LAYOUTS_2026[name].per_token_bytes
+        assert row["MB per request"] == pytest.approx(sent / 1e6, abs=0.05)
+        for link, gbs in LINKS.items():
+            assert row[f"ms over {link} ({gbs:g} GB/s)"] == pytest.approx(sent / (gbs * 1e9) * 1e3, abs=0.005)
+    assert table.loc["llama-3.1-70b", "MB per request"] == pytest.approx(327_680 * 8192 / 1e6, abs=0.05)
