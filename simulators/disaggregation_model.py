@@ -89,7 +89,7 @@ class DisaggregationConfig:
     answer_tokens: int = 256
     link_gbs: float = LINKS["InfiniBand NDR"]
     ttft_target_s: float = 0.5
-    tpot_target_ms: float = 25.0
+    tpot_target_ms: float = 15.0
 
     def __post_init__(self) -> None:
         check_choice("Model", self.model, [(name, name) for name in MODELS])
