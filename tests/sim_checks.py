@@ -62,6 +62,7 @@ VIEW_CELLS: dict[str, tuple[str, str]] = {
     "18": ("sharing", 'SharingView(10, 4, 3, num_blocks=18, block_manager=reference("block_manager"))'),
     "19": ("prefix_cache", 'PrefixCacheView(eviction=reference("eviction")())'),
     "20": ("paging", 'PagingView(steps_per_click=50, scheduling_policy=reference("scheduler")())'),
+    "21": ("serving_budget", "ServingBudgetView()"),
 }
 LAB_VIEWS = ("18", "19", "20")  # the lab lessons' views: a lesson's simulator with the learner's policy
 VIEW_IMPORTS = (
