@@ -45,6 +45,11 @@ ANSWER_WORDS: dict[str, tuple[str, list[str]]] = {
         ["not change", "never change", "don't change", "unchanged", "stay the same", "are fixed"],
     ),
     "04.mat_depends": ("headings", ["earlier word", "earlier edit", "not on later", "never on later", "only on"]),
+    # lesson 07's section titles once framed its Check-yourself question by its answer ("keeping them?")
+    "07.main_cost": ("headings", ["keeping them", "storing them", "the memory they hold"]),
+    "07.smol_reaches": ("headings", ["context ends", "out of reach", "never reaches", "never weighs"]),
+    "07.users_13b_weights": ("headings", ["several times", "outweigh", "outweighs"]),
+    "12.shared_after_write": ("headings", ["full blocks only", "only full blocks", "only its full blocks"]),
 }
 
 
