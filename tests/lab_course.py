@@ -66,7 +66,7 @@ REFUSER = with_imports(
     def choose_victim(self, running, needy):
         return running[-1].seq_id
 ''',
-).replace("import SchedulerBase", "import Refuse, SchedulerBase")
+).replace("SchedulerBase\n", "Refuse, SchedulerBase\n", 1)
 NEWEST_FIRST = with_imports(
     "scheduler",
     '''class MyScheduler(SchedulerBase):

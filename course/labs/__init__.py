@@ -15,7 +15,7 @@ from .block_manager import BlockManagerBase
 from .common import TraceResult
 from .eviction import EvictionBase
 from .run import check, judge_runs, record_runs
-from .scheduler import SchedulerBase
+from .scheduler import TPOT_TARGET_STEPS, TTFT_TARGET_STEPS, SchedulerBase
 from .spec import LABS, LabSpec, draw_trace, lab_spec, public_traces
 from .traces import LabTrace
 
@@ -28,6 +28,8 @@ __all__ = [
     "BlockManagerBase",
     "EvictionBase",
     "SchedulerBase",
+    "TPOT_TARGET_STEPS",
+    "TTFT_TARGET_STEPS",
     "LabSpec",
     "LabTrace",
     "TraceResult",

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from importlib.util import find_spec
+from pathlib import Path
 
 
 class LabViolation(Exception):
@@ -84,3 +86,31 @@ def run_error(log: object) -> str:
     """The error a recorded run stopped on, or "" when it ran to the end."""
     error = log.get("error") if isinstance(log, dict) else None
     return str(error)[:400] if error else ""
+
+
+def reference_class(module: str, class_name: str, what: str) -> type:
+    """A lab's reference policy, run from its source text (the instructor's side: found and read, never
+    imported, so that kvcourse.labs never imports kvcourse.quizzes). ``what`` names it in the error."""
+    try:
+        found = find_spec(module)
+    except ImportError:  # the instructor's side is hidden here (the grading sandbox records runs, never judges)
+        found = None
+    if found is None or found.origin is None:
+        raise FileNotFoundError(f"{what} {module} is missing")
+    namespace: dict = {}
+    source = Path(found.origin).read_text(encoding="utf-8")
+    exec(compile(source, f"<{what}>", "exec"), namespace)  # our own file
+    return namespace[class_name]
+
+
+def score_between(mine: float, baseline: float, reference: float, tolerance: float, at_baseline: float) -> float:
+    """The baseline's figure scores ``at_baseline``, the reference's 1, linear between; below the baseline, its
+    share of ``at_baseline``; above the reference, still 1. Where the reference is within ``tolerance`` of the
+    baseline (no room on this trace), reaching the baseline is full marks. Higher figures are better."""
+    if reference <= baseline + tolerance:
+        return 1.0 if mine >= baseline - tolerance else round(at_baseline * mine / baseline, 4)
+    if mine >= reference - tolerance:
+        return 1.0
+    if mine >= baseline:
+        return round(at_baseline + (1 - at_baseline) * (mine - baseline) / (reference - baseline), 4)
+    return round(at_baseline * mine / baseline, 4) if baseline > 0 else 0.0

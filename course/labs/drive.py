@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kvcourse.kernels import LLMEngine, SamplingParams
+from kvcourse.kernels.engine.latency import RequestLatency
 from kvcourse.kernels.engine.request import RequestStatus
 
 from .traces import LabTrace
@@ -30,6 +31,7 @@ class Served:
     num_prompt_tokens: list[int]
     num_steps: int = 0
     blocks_in_use: list[int] = field(default_factory=list)  # after each step, where the manager says
+    latencies: list[RequestLatency | None] = field(default_factory=list)  # per request, once finished (latency.py)
 
     @property
     def num_answer_tokens(self) -> int:
@@ -67,6 +69,7 @@ def serve(engine: LLMEngine, trace: LabTrace, max_steps: int | None = None) -> S
         [0] * count,
         [0] * count,
     )
+    served.latencies = [None] * count
     limit = max_steps if max_steps is not None else max_steps_for(trace)
     pending = list(range(count))
     while True:
@@ -111,3 +114,4 @@ def _collect(engine: LLMEngine, served: Served) -> None:
             out = req.output()
             served.answers[i] = [list(s) for s in out.samples]
             served.num_cached_tokens[i] = req.num_cached_tokens
+            served.latencies[i] = out.latency

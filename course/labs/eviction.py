@@ -17,8 +17,6 @@ than LRU on a trace, reaching LRU's rate there is full marks.
 from __future__ import annotations
 
 from functools import cache, lru_cache
-from importlib.util import find_spec
-from pathlib import Path
 
 from kvcourse.kernels import LLMEngine
 from kvcourse.kernels.memory.eviction import (
@@ -28,7 +26,16 @@ from kvcourse.kernels.memory.eviction import (
     LRUEviction,
 )
 
-from .common import Cursor, LabViolation, ReplayMismatch, TraceResult, check_log, run_error
+from .common import (
+    Cursor,
+    LabViolation,
+    ReplayMismatch,
+    TraceResult,
+    check_log,
+    reference_class,
+    run_error,
+    score_between,
+)
 from .drive import Served, serve
 from .model import lab_config, lab_model
 from .oracle import serve_oracle
@@ -113,16 +120,7 @@ def _figures(served: Served) -> dict[str, float]:
 @cache
 def reference_policy() -> type:
     """The reference policy's class, run from its source text (``REFERENCE``: the instructor's side)."""
-    try:
-        found = find_spec(REFERENCE)
-    except ImportError:  # the instructor's side is hidden here (the grading sandbox records runs, never judges)
-        found = None
-    if found is None or found.origin is None:
-        raise FileNotFoundError(f"lab B's reference policy {REFERENCE} is missing")
-    namespace: dict = {}
-    source = Path(found.origin).read_text(encoding="utf-8")
-    exec(compile(source, "<the reference policy of lab B>", "exec"), namespace)  # our own file
-    return namespace["MyEviction"]
+    return reference_class(REFERENCE, "MyEviction", "lab B's reference policy")
 
 
 @lru_cache(maxsize=64)  # a class's public traces are judged once per student: serve LRU once
@@ -143,13 +141,7 @@ def rates(trace: LabTrace) -> dict[str, float]:
 
 def score(mine: float, lru: float, reference: float) -> float:
     """LRU's hit rate scores 60 %, the reference's 100 %, linear between; below LRU's, its share of 60 %."""
-    if reference <= lru + TOLERANCE:  # the reference found no room on this trace: LRU's rate is the target
-        return 1.0 if mine >= lru - TOLERANCE else round(BASELINE_SCORE * mine / lru, 4)
-    if mine >= reference:
-        return 1.0
-    if mine >= lru:
-        return round(BASELINE_SCORE + (1 - BASELINE_SCORE) * (mine - lru) / (reference - lru), 4)
-    return round(BASELINE_SCORE * mine / lru, 4) if lru > 0 else 0.0
+    return score_between(mine, lru, reference, TOLERANCE, BASELINE_SCORE)
 
 
 def four_rates(mine: float, line: dict[str, float]) -> str:

@@ -4,28 +4,46 @@ The engine's scheduler keeps the mechanics (the token budget, the sequence limit
 the learner's policy who is admitted next and who gives way when blocks run out (lessons 08 and 14;
 ``kvcourse.kernels.engine.policy``). ``RecordingPolicy`` writes down every question and answer;
 ``ReplayPolicy`` answers the same questions from that log in the grader's process, where the scheduler
-itself refuses an impossible choice. Graded against first come, first served on the same trace, half
-on tokens per engine step (throughput), half on the 95th-percentile steps from arrival to finish
-(what the slowest users wait). A request lost (never finished, or left waiting while the pool stood
-idle) or refused without a reason scores 0 on that trace; one refused with a reason counts as served
-at the last step, so turning work away never pays.
+itself refuses an impossible choice.
+
+The grade is goodput, as serving engines are judged in 2026 (lesson 21): a request is good when its time to
+first token and its time per output token, in engine steps (the engine's own latency stamps, latency.py),
+meet the targets below; goodput is good requests per engine step. A run shorter than first come, first served's
+counts as long as it, and a request turned away adds the steps it would have taken alone: turning work away must
+not pay by shortening the run. First come, first served's goodput scores
+60 %, the reference scheduler's (the instructor's, read as text from ``REFERENCE``) 100 %, linear between; below
+first come, first served, its share of 60 %. A request lost (never finished, or left waiting while the pool stood
+idle) or refused without a reason scores 0 on that trace; one refused with a reason missed its targets.
 """
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache, lru_cache
 
 from kvcourse.kernels import LLMEngine
+from kvcourse.kernels.engine.latency import RequestLatency
 from kvcourse.kernels.engine.policy import FCFSPolicy, Refuse, SchedulingPolicyError, SeqView
 from kvcourse.kernels.engine.stuck import STUCK
-from kvcourse.kernels.measure.spread import percentile
 
-from .common import Cursor, LabViolation, ReplayMismatch, TraceResult, check_log, run_error
+from .common import (
+    Cursor,
+    LabViolation,
+    ReplayMismatch,
+    TraceResult,
+    check_log,
+    reference_class,
+    run_error,
+    score_between,
+)
 from .drive import Served, max_steps_for, serve
 from .model import lab_config, lab_model
 from .traces import LabTrace
 
-TOLERANCE = 0.01  # within 1 % of first come, first served counts as equal
+TTFT_TARGET_STEPS = 6  # a good request's first token comes out within this many steps of its arrival
+TPOT_TARGET_STEPS = 1.5  # and its later tokens at most this many steps apart on average (1: one every step)
+TOLERANCE = 0.01  # goodputs within 1 % of each other count as equal
+BASELINE_SCORE = 0.6  # first come, first served's goodput scores this; the reference's scores 1
+REFERENCE = "kvcourse.quizzes.labs.solution_scheduler"  # the instructor's scheduler: found and read, never imported
 
 
 class SchedulerBase:
@@ -115,16 +133,26 @@ def record(policy, trace: LabTrace) -> dict:
     return log
 
 
-def _figures(served: Served, limit: int) -> dict[str, float]:
-    waits = [
-        (finish if finish is not None else limit) - (arrival or 0)
-        for finish, arrival in zip(served.finishes, served.arrivals, strict=True)
-    ]
+def good(latency: RequestLatency | None) -> bool:
+    """Whether a request met both targets (a request never finished, or refused, has no latency: it did not)."""
+    if latency is None:
+        return False
+    return latency.ttft_steps <= TTFT_TARGET_STEPS and (latency.tpot_steps or 0.0) <= TPOT_TARGET_STEPS
+
+
+def _figures(served: Served, trace: LabTrace, fewest_steps: int = 1) -> dict[str, float]:
+    """Goodput over the steps the run took, counted as at least ``fewest_steps`` (first come, first served's), plus,
+    for each request turned away, the steps it would have taken alone after the run (its prompt in one step, then
+    a step per answer token): a run that turns work away must not gain by ending sooner."""
+    num_good = sum(good(lat) for lat in served.latencies)
+    refused = [r for r, s in zip(trace.requests, served.statuses, strict=True) if s.startswith("refused")]
+    steps = max(fewest_steps, served.num_steps) + sum(r.max_new_tokens for r in refused)
     return {
-        "tokens per step": round(served.num_answer_tokens / max(1, served.num_steps), 4),
-        "p95 steps to finish": percentile(waits, 95),
-        "steps": served.num_steps,
-        "refused": sum(s.startswith("refused") for s in served.statuses),
+        "goodput": round(num_good / max(1, steps), 4),
+        "good requests": num_good,
+        "requests": len(served.statuses),
+        "steps": steps,
+        "refused": len(refused),
     }
 
 
@@ -133,11 +161,33 @@ def _fcfs(trace: LabTrace, limit: int) -> Served:
     return serve(LLMEngine(lab_model(), lab_config(trace), scheduling_policy=FCFSPolicy()), trace, limit)
 
 
-def judge(trace: LabTrace, log: object) -> TraceResult:
-    """Replay the choices on the engine; score throughput and the slowest finishes against FCFS."""
+@cache
+def reference_policy() -> type:
+    """The reference scheduler's class, run from its source text (``REFERENCE``: the instructor's side)."""
+    return reference_class(REFERENCE, "MyScheduler", "lab C's reference scheduler")
+
+
+@lru_cache(maxsize=64)
+def goodputs(trace: LabTrace) -> dict[str, float]:
+    """The two goodputs a scheduler is set between on ``trace``: first come, first served's and the reference's."""
     limit = max_steps_for(trace)
     fcfs = _fcfs(trace, limit)
-    reference = _figures(fcfs, limit)
+    reference = serve(LLMEngine(lab_model(), lab_config(trace), scheduling_policy=reference_policy()()), trace, limit)
+    return {
+        "FCFS": _figures(fcfs, trace)["goodput"],
+        "reference": _figures(reference, trace, fcfs.num_steps)["goodput"],
+    }
+
+
+def targets_in_words() -> str:
+    return f"first token within {TTFT_TARGET_STEPS} steps, then at most {TPOT_TARGET_STEPS:g} steps per token"
+
+
+def judge(trace: LabTrace, log: object) -> TraceResult:
+    """Replay the choices on the engine; score goodput between first come, first served's and the reference's."""
+    limit = max_steps_for(trace)
+    line = goodputs(trace)
+    reference = dict(line)  # the verdict sets yours between them
     error = run_error(log)
 
     def fail(reason: str, kind: str, metrics: dict | None = None) -> TraceResult:
@@ -154,7 +204,7 @@ def judge(trace: LabTrace, log: object) -> TraceResult:
         return fail(error, "raised") if error else fail(f"the recorded run cannot be replayed: {err}", "replay")
     if error:
         return fail(error, "raised")
-    metrics = _figures(mine, limit)
+    metrics = _figures(mine, trace, _fcfs(trace, limit).num_steps)
     for i, status in enumerate(mine.statuses):
         if status == "lost":
             return fail(f"request {i} was lost: not finished after {limit} steps", "lost", metrics)
@@ -165,15 +215,13 @@ def judge(trace: LabTrace, log: object) -> TraceResult:
                 "lost",
                 metrics,
             )
-    tps, ref_tps = metrics["tokens per step"], reference["tokens per step"]
-    p95, ref_p95 = metrics["p95 steps to finish"], reference["p95 steps to finish"]
-    throughput = 1.0 if tps >= ref_tps * (1 - TOLERANCE) else tps / ref_tps
-    latency = 1.0 if p95 <= ref_p95 * (1 + TOLERANCE) else ref_p95 / p95
-    score = round(0.5 * throughput + 0.5 * latency, 4)
-    reasons = []
-    if throughput < 1:
-        reasons.append(f"{tps:.2f} tokens per step against first come, first served's {ref_tps:.2f}")
-    if latency < 1:
-        reasons.append(f"95th-percentile finish after {p95:g} steps against {ref_p95:g}")
-    kind = "throughput" if throughput < latency else "latency" if latency < 1 else ""
-    return TraceResult(trace.name, trace.public, score, "; ".join(reasons), metrics, reference, kind)
+    rate = metrics["goodput"]
+    points = score_between(rate, line["FCFS"], line["reference"], TOLERANCE * line["FCFS"], BASELINE_SCORE)
+    verdict = (
+        f"{metrics['good requests']:g} of {metrics['requests']:g} requests good ({targets_in_words()}) in "
+        f"{metrics['steps']:g} steps; good requests per step: first come, first served {line['FCFS']:.3f}, "
+        f"yours {rate:.3f}, the reference {line['reference']:.3f}"
+    )
+    if rate > line["reference"] * (1 + TOLERANCE):
+        verdict += f"; yours beats the reference by {rate / line['reference'] - 1:.0%}"
+    return TraceResult(trace.name, trace.public, points, verdict, metrics, reference, "" if points >= 1 else "goodput")

@@ -171,12 +171,16 @@ def eviction_trace(rng: random.Random, name: str, public: bool) -> LabTrace:
 
 
 def scheduler_trace(rng: random.Random, name: str, public: bool) -> LabTrace:
-    """A burst of short and long requests on a pool too small for all of them at once."""
+    """A rush of short and long requests on a pool too small for all of them at once: 16 to 22 requests, most
+    arriving in the same step as another, nearly half of them long (prompts of 8-24 tokens, answers of 16-40).
+    First come, first served makes every short request behind a long one miss its first-token target, and
+    preempts whoever came last; an order that looks at the targets and at what each request still needs has
+    room on every trace drawn (lab C's goodput, scheduler.py)."""
     requests = []
     step = 0
-    for _ in range(rng.randint(10, 16)):
-        step += rng.choice([0, 0, 1, 2, 4])
-        long = rng.random() < 0.3
+    for _ in range(rng.randint(16, 22)):
+        step += rng.choice([0, 0, 1, 1, 3])
+        long = rng.random() < 0.45
         requests.append(
             LabRequest(
                 _prompt(rng, rng.randint(8, 24) if long else rng.randint(2, 8)),
@@ -184,4 +188,4 @@ def scheduler_trace(rng: random.Random, name: str, public: bool) -> LabTrace:
                 step,
             )
         )
-    return LabTrace(name, "scheduler", tuple(requests), rng.randint(16, 24), max_num_seqs=6, public=public)
+    return LabTrace(name, "scheduler", tuple(requests), rng.randint(16, 22), max_num_seqs=6, public=public)

@@ -83,6 +83,12 @@ class RequestLatency:
         """Steps from arrival to the step that gave the first token (1: it came out of the next step)."""
         return self.first_token_step - self.arrival_step
 
+    @property
+    def tpot_steps(self) -> float | None:
+        """Steps per output token after the first (TPOT counted in engine steps); None for a single token."""
+        n = self.num_output_tokens
+        return (self.finish_step - self.first_token_step) / (n - 1) if n > 1 else None
+
     def meets(self, targets: LatencyTargets) -> bool:
         """Whether every target given holds for this request (a target left None always holds)."""
         checks = (

@@ -37,6 +37,7 @@ class SeqView:
     num_blocks_needed: int  # waiting: free blocks admission takes; running: free blocks its next step takes
     num_preemptions: int  # how often it has been preempted so far
     preempted_this_step: bool  # a sequence preempted in this step cannot be admitted again before the next
+    now: int = 0  # the engine step being scheduled (now - arrival: the steps it has been in the engine)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from kvcourse.kernels.engine.sequence import Sequence, SequenceStatus
 from kvcourse.kernels.memory.block_manager import BlockManager
 
 
-def seq_view(manager: BlockManager, seq: Sequence, preempted: Collection[Sequence] = ()) -> SeqView:
+def seq_view(manager: BlockManager, seq: Sequence, preempted: Collection[Sequence] = (), now: int = 0) -> SeqView:
     """What the policy sees of a sequence (blocks needed: to admit it when waiting, to append when running)."""
     waiting = seq.status is SequenceStatus.WAITING
     count = getattr(manager, "num_blocks_to_allocate" if waiting else "num_blocks_to_append", None)
@@ -29,6 +29,7 @@ def seq_view(manager: BlockManager, seq: Sequence, preempted: Collection[Sequenc
         needed,
         seq.num_preemptions,
         any(seq is p for p in preempted),
+        now,
     )
 
 
@@ -38,12 +39,15 @@ def chosen_victim(
     running: list[Sequence],
     needy: Sequence,
     scheduled: list[Sequence],
+    now: int = 0,
 ) -> Sequence:
     """The running sequence to preempt for ``needy``: one not given its tokens this step yet, or ``needy``."""
     if type(policy) is FCFSPolicy:  # the default needs no views: the newest running sequence
         return running[-1]
     candidates = [s for s in running if not any(s is done for done in scheduled)]
-    choice = policy.choose_victim([seq_view(manager, s) for s in candidates], seq_view(manager, needy))
+    choice = policy.choose_victim(
+        [seq_view(manager, s, now=now) for s in candidates], seq_view(manager, needy, now=now)
+    )
     for seq in candidates:
         if seq.seq_id == choice and not isinstance(choice, bool):
             return seq
@@ -59,6 +63,7 @@ def chosen_admission(
     waiting: deque[Sequence],
     preempted: list[Sequence],
     refuse: Callable[[Sequence, str], None],
+    now: int = 0,
 ) -> int | None:
     """The policy's next admission as an index into ``waiting``, after carrying out its refusals.
 
@@ -67,7 +72,7 @@ def chosen_admission(
     if type(policy) is FCFSPolicy:  # the default needs no views: the head, unless just preempted
         return None if any(waiting[0] is p for p in preempted) else 0
     while waiting:
-        views = [seq_view(manager, s, preempted) for s in waiting]
+        views = [seq_view(manager, s, preempted, now) for s in waiting]
         choice = policy.choose_admission(views, manager.num_free_blocks)
         if isinstance(choice, Refuse):
             if not isinstance(choice.reason, str) or not choice.reason.strip():

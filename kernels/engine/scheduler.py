@@ -139,7 +139,9 @@ class Scheduler:
             if seq.status is not SequenceStatus.RUNNING:
                 continue  # preempted earlier in this loop
             while not self.kv_cache_manager.can_append(seq):
-                victim = chosen_victim(self.policy, self.kv_cache_manager, self.running, seq, batch.seqs)
+                victim = chosen_victim(
+                    self.policy, self.kv_cache_manager, self.running, seq, batch.seqs, self.events.step
+                )
                 self.preempt(victim)
                 batch.preempted.append(victim)
                 if victim is seq:
@@ -153,7 +155,7 @@ class Scheduler:
 
     def view(self, seq: Sequence, preempted: Collection[Sequence] = ()) -> SeqView:
         """What the policy sees of a sequence (policy_choices.py): blocks needed to admit it, or to append."""
-        return seq_view(self.kv_cache_manager, seq, preempted)
+        return seq_view(self.kv_cache_manager, seq, preempted, self.events.step)
 
     def _refuse(self, seq: Sequence, reason: str) -> None:
         """Turn a waiting sequence away for good; the engine ends its whole request with ``reason``."""
@@ -173,7 +175,9 @@ class Scheduler:
     def _schedule_waiting(self, batch: _Draft, budget: int) -> tuple[Sequence | None, str]:
         """Admit what fits; returns the sequence admission stopped at (if one) and why it stopped."""
         while self.waiting and budget > 0:
-            index = chosen_admission(self.policy, self.kv_cache_manager, self.waiting, batch.preempted, self._refuse)
+            index = chosen_admission(
+                self.policy, self.kv_cache_manager, self.waiting, batch.preempted, self._refuse, self.events.step
+            )
             if index is None:
                 return None, (
                     f"the scheduling policy admitted none of the {len(self.waiting)} waiting sequences "

@@ -160,3 +160,24 @@ def test_an_engine_never_changes_the_model_it_is_given(tiny_model):
     assert fast.generate([PROMPT], params)[0].tokens == off.generate([PROMPT], params)[0].tokens
     as_given = LLMEngine(tiny_model, EngineConfig(block_size=4))
     assert as_given.model is tiny_model, "fast_paths None runs the model as it is given"
+
+
+def test_a_scheduling_policy_sees_the_step_being_scheduled(tiny_model):
+    """SeqView.now is the engine step being scheduled: now - arrival is how long a request has been in the engine
+    (lab C's first-token target is counted from it)."""
+    from kvcourse.kernels.engine.policy import FCFSPolicy
+
+    seen: list[tuple[int, int, int]] = []
+
+    class Watching(FCFSPolicy):
+        def choose_admission(self, waiting, free_blocks):
+            seen.extend((view.now, view.arrival, engine.num_steps) for view in waiting)
+            return None if not waiting or waiting[0].preempted_this_step else 0
+
+    engine = LLMEngine(tiny_model, EngineConfig(max_num_seqs=1, num_blocks=32), scheduling_policy=Watching())
+    for prompt in ([1, 2, 3], [4, 5], [6]):
+        engine.add_request(prompt, SamplingParams(max_new_tokens=3, stop_on_eos=False))
+    while engine.has_unfinished_requests:
+        engine.step()
+    assert seen and all(now == step for now, _, step in seen)
+    assert max(now - arrival for now, arrival, _ in seen) >= 3  # the third request waited for two before it

@@ -22,6 +22,7 @@ from kvcourse.labs import (
     LABS,
     EvictionBase,
     Refuse,
+    SchedulerBase,
     check,
     draw_trace,
     eviction,
@@ -51,8 +52,11 @@ def _traces(lab):
 def test_the_reference_scores_full_marks_on_every_trace(lab):
     results = _judge(lab, reference(lab), _traces(lab))
     assert [(r.name, r.score) for r in results] == [(r.name, 1.0) for r in results]
-    # lab B's verdict always sets its four hit rates side by side; the others say nothing when all is well
-    assert all(r.reason.startswith("LRU ") if lab == "eviction" else r.reason == "" for r in results)
+    # labs B and C always set their figures side by side; lab A says nothing when all is well
+    starts = {"eviction": "LRU ", "scheduler": ""}.get(lab)
+    assert all(r.reason.startswith(starts) if starts is not None else r.reason == "" for r in results)
+    if lab == "scheduler":
+        assert all("good requests per step: first come, first served" in r.reason for r in results)
     assert all(r.metrics for r in results)
 
 
@@ -289,10 +293,17 @@ def test_the_oracle_replays_the_future_of_the_trace_it_serves():
 LESSON_19 = Path(__file__).resolve().parents[2] / "lessons" / "19_lab_eviction.ipynb"
 
 
-def _shown_policies() -> list[tuple[str, str]]:
-    """Every class with a ``choose`` that lesson 19's body defines: in a code cell, or in a solution's code."""
+LESSON_20 = LESSON_19.with_name("20_lab_scheduler.ipynb")
+SHOWN = {  # lab -> its lesson, the method its policies define, the base a learner's class subclasses
+    "eviction": (LESSON_19, "choose", EvictionBase),
+    "scheduler": (LESSON_20, "choose_admission", SchedulerBase),
+}
+
+
+def _shown_policies(lesson: Path, method: str) -> list[tuple[str, str]]:
+    """Every class with ``method`` that a lab lesson's body defines: in a code cell, or in a solution's code."""
     sources = []
-    for cell in json.loads(LESSON_19.read_text(encoding="utf-8"))["cells"]:
+    for cell in json.loads(lesson.read_text(encoding="utf-8"))["cells"]:
         if cell["cell_type"] != "code":
             continue
         text = "".join(cell["source"])
@@ -305,24 +316,26 @@ def _shown_policies() -> list[tuple[str, str]]:
     for text in sources:
         for node in ast.parse(text).body:
             if isinstance(node, ast.ClassDef) and any(
-                isinstance(f, ast.FunctionDef) and f.name == "choose" for f in node.body
+                isinstance(f, ast.FunctionDef) and f.name == method for f in node.body
             ):
                 shown.append((node.name, ast.unparse(node)))
     return shown
 
 
-def test_no_policy_the_lesson_shows_scores_above_70_and_the_reference_is_not_on_the_page():
-    shown = _shown_policies()
-    assert "MyEviction" in [name for name, _ in shown]  # the skeleton, at least
-    traces = _traces("eviction")
+@pytest.mark.parametrize("lab", list(SHOWN))
+def test_no_policy_the_lesson_shows_scores_above_70_and_the_reference_is_not_on_the_page(lab):
+    lesson, method, base = SHOWN[lab]
+    shown = _shown_policies(lesson, method)
+    assert f"My{base.__name__.removesuffix('Base')}" in [name for name, _ in shown]  # the skeleton, at least
+    traces = _traces(lab)
     for name, source in shown:
-        namespace: dict = {"EvictionBase": EvictionBase}
-        exec(compile(source, f"<lesson 19: {name}>", "exec"), namespace)
-        results = _judge("eviction", namespace[name], traces)
+        namespace: dict = {base.__name__: base, "Refuse": Refuse}
+        exec(compile(source, f"<{lesson.stem}: {name}>", "exec"), namespace)
+        results = _judge(lab, namespace[name], traces)
         assert sum(r.score for r in results) / len(results) <= 0.7, (name, [r.score for r in results])
-    text = LESSON_19.read_text(encoding="utf-8")
+    text = lesson.read_text(encoding="utf-8")
     assert "passing_run" not in text and "solution_source" not in text and "kvcourse.quizzes.labs" not in text
-    for line in solution_source("eviction").splitlines():  # every statement of the reference's method
+    for line in solution_source(lab).splitlines():  # every statement of the reference's method
         if line.startswith(" " * 8) and len(line.strip()) > 12:
             assert json.dumps(line.strip())[1:-1] not in text, line
 
@@ -363,7 +376,55 @@ def test_a_scheduler_that_loses_a_request_scores_zero(policy, kind, words):
 def test_refusing_work_with_a_reason_never_pays():
     results = _judge("scheduler", Shedder, public_traces("scheduler"))
     refused = [r for r in results if r.metrics.get("refused")]
-    assert refused and all(r.score < 1 and r.kind in ("latency", "throughput") for r in refused)
+    assert refused and all(r.score < 1 and r.kind == "goodput" for r in refused)
+
+
+class FirstComeFirstServed(Idle):
+    def choose_admission(self, waiting, free_blocks):
+        return None if not waiting or waiting[0].preempted_this_step else 0
+
+
+class LongestFirst(Idle):
+    """Lesson 20's example: the order that overtakes the wrong way."""
+
+    def choose_admission(self, waiting, free_blocks):
+        ready = [i for i, seq in enumerate(waiting) if not seq.preempted_this_step]
+        return max(ready, key=lambda i: waiting[i].num_prompt_tokens + waiting[i].max_new_tokens) if ready else None
+
+
+class ShortestFirst(Idle):
+    """An hour's honest improvement: shortest job first, the engine's own victim."""
+
+    def choose_admission(self, waiting, free_blocks):
+        ready = [i for i, seq in enumerate(waiting) if not seq.preempted_this_step]
+        return min(ready, key=lambda i: waiting[i].num_prompt_tokens + waiting[i].max_new_tokens) if ready else None
+
+
+def test_lab_c_scores_goodput_from_first_come_first_served_at_60_to_the_reference_at_100():
+    """On the public and drawn traces: FCFS 60 % (the reference beats it on every one), lesson 20's example at
+    most 70 %, shortest job first (an hour's work) between 60 and 100."""
+    from kvcourse.labs.scheduler import goodputs
+
+    traces = _traces("scheduler")
+    assert all(goodputs(t)["reference"] > goodputs(t)["FCFS"] * 1.01 for t in traces), "room on every trace"
+    fcfs = [r.score for r in _judge("scheduler", FirstComeFirstServed, traces)]
+    assert fcfs == [0.6] * len(traces)
+    assert sum(r.score for r in _judge("scheduler", LongestFirst, traces)) / len(traces) <= 0.7
+    middle = sum(r.score for r in _judge("scheduler", ShortestFirst, traces)) / len(traces)
+    assert 0.6 < middle < 1.0
+
+
+def test_lab_c_counts_a_request_good_by_the_engines_own_latency_stamps():
+    """TTFT and TPOT in steps, from the engine's RequestLatency: a request is good when both meet the targets."""
+    from kvcourse.kernels.engine.latency import RequestLatency
+    from kvcourse.labs.scheduler import TPOT_TARGET_STEPS, TTFT_TARGET_STEPS, good
+
+    def latency(ttft: int, steps: int, tokens: int) -> RequestLatency:
+        return RequestLatency(0, ttft, ttft + steps, tokens, 0.0, 1.0, None, (), 1.0, ())
+
+    assert good(latency(TTFT_TARGET_STEPS, 9, 10)) and not good(latency(TTFT_TARGET_STEPS + 1, 9, 10))
+    assert not good(latency(1, int(9 * TPOT_TARGET_STEPS) + 1, 10)) and good(latency(1, 0, 1))
+    assert not good(None)
 
 
 # -- the grader's side trusts no log ------------------------------------------------------------------

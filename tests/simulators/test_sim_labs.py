@@ -354,6 +354,16 @@ class Idle(SchedulerBase):
         return needy.seq_id
 
 
+class FirstComeFirstServed(SchedulerBase):
+    """The engine's own order, as lesson 20 writes it: the head unless just preempted; the newest gives way."""
+
+    def choose_admission(self, waiting, free_blocks):
+        return None if not waiting or waiting[0].preempted_this_step else 0
+
+    def choose_victim(self, running, needy):
+        return running[-1].seq_id
+
+
 class BadIndex(ReferenceScheduler):
     def choose_admission(self, waiting, free_blocks):
         return len(waiting)
@@ -384,8 +394,8 @@ def _records(replay: PagingReplay) -> list:
     [PagingConfig(), PagingConfig(**SMALL), PagingConfig(block_size=4, **SMALL)],
     ids=["lesson", "small", "small blocks"],
 )
-def test_the_reference_scheduler_is_first_come_first_served_step_for_step(config):
-    sim = LearnerPagingSim(config, ReferenceScheduler)
+def test_first_come_first_served_written_as_a_learner_writes_it_is_the_engines_own_step_for_step(config):
+    sim = LearnerPagingSim(config, FirstComeFirstServed)
     sim.run()
     trace = workload.request_trace(config.trace_config)
     own = PagingReplay(trace, config.num_blocks, config.block_size)
