@@ -49,6 +49,10 @@ class LabSpec:
     judge: Callable[[LabTrace, object], TraceResult]
     engine_own: tuple[str, ...]  # the engine's own implementation, by name: an answer using it scores 0
     reference: str  # the reference solution's module, on the instructor's side: read as text, never imported
+    # what the grade sets between lines, for the instructor's report: a trace's figure (a key of its metrics) and
+    # the lines it is set between (keys of its reference figures, the baseline first); none for a pass/fail lab
+    figure: str = ""
+    lines: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         where = f"lab {self.key!r}"
@@ -147,6 +151,8 @@ LABS: dict[str, LabSpec] = {
             judge=eviction.judge,
             engine_own=("LRUEviction",),
             reference=eviction.REFERENCE,
+            figure="hit rate",
+            lines=("LRU", "reference", "oracle"),
         ),
         LabSpec(
             key="scheduler",
@@ -162,7 +168,9 @@ LABS: dict[str, LabSpec] = {
             record=scheduler.record,
             judge=scheduler.judge,
             engine_own=("FCFSPolicy", "Scheduler"),
-            reference=f"{INSTRUCTOR_SIDE}.solution_scheduler",
+            reference=scheduler.REFERENCE,
+            figure="goodput",
+            lines=("FCFS", "reference"),
         ),
     )
 }

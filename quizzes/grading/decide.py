@@ -223,6 +223,23 @@ def _judged(lab: str, trace: LabTrace, log: Any) -> TraceResult:
         )
 
 
+def _trace_details(lab: str, result: TraceResult) -> dict:
+    """What the report keeps of one judged trace: its score and why, and where the lab sets a figure between
+    lines (labs B and C), the figure beside the lines: {"yours": 0.47, "LRU": 0.41, "reference": 0.52, ...}."""
+    kept: dict = {
+        "name": result.name,
+        "public": result.public,
+        "score": result.score,
+        "kind": result.kind,
+        "reason": _cut(result.reason),
+    }
+    spec = LABS[lab]
+    if spec.figure:
+        figures = {"yours": result.metrics.get(spec.figure), **{k: result.reference.get(k) for k in spec.lines}}
+        kept["figures"] = {k: float(v) for k, v in figures.items() if isinstance(v, (int, float))}
+    return kept
+
+
 def _decide_lab(question: Question, record: dict, course: Course, student: str) -> Decision:
     points = float(question.points)
     logs = record.get("lab")
@@ -235,12 +252,7 @@ def _decide_lab(question: Question, record: dict, course: Course, student: str) 
     results = [_judged(question.lab, trace, log) for trace, log in zip(traces, logs, strict=True)]
     mean = sum(r.score for r in results) / len(results)
     got = points if all(r.passed for r in results) else math.floor(points * mean * 10 + 1e-9) / 10
-    details = {
-        "traces": [
-            {"name": r.name, "public": r.public, "score": r.score, "kind": r.kind, "reason": _cut(r.reason)}
-            for r in results
-        ]
-    }
+    details = {"traces": [_trace_details(question.lab, r) for r in results]}
     passed = sum(r.passed for r in results)
     public = sum(t.public for t in traces)
     counts = f"{public} public, {len(traces) - public} hidden"

@@ -23,6 +23,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvcourse.labs.spec import LABS
+
 from ..bank import load_quiz
 from ..checking import choice_key
 from ..model import Kind, Question, Quiz
@@ -75,6 +77,16 @@ class Finding:
         return f"{self.question} {self.answer}"
 
 
+@dataclass(frozen=True)
+class LabFigures:
+    """A lab graded between lines: each student's mean figure on the public traces (the same for everyone), and
+    the mean of each line there: {"LRU": 0.41, "reference": 0.52, "oracle": 0.58}."""
+
+    figure: str  # "hit rate", "goodput"
+    students: list[float]
+    lines: dict[str, float]
+
+
 @dataclass
 class QuestionReport:
     """One question's table, and the one-line summary above it."""
@@ -83,6 +95,7 @@ class QuestionReport:
     summary: str
     rows: list[Row] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
+    lab_figures: LabFigures | None = None  # a lab graded between lines (B, C): the class against them
 
 
 @dataclass
@@ -250,17 +263,19 @@ def _code(q: Question, answers: list[Answer], n: int) -> QuestionReport:
 _BINS = ((1.0, "full marks"), (0.75, "75-99%"), (0.5, "50-74%"), (0.25, "25-49%"), (1e-9, "1-24%"), (-1.0, "0"))
 
 
+def _judged_traces(answer: Answer) -> list[dict]:
+    judged = (answer.details or {}).get("traces")
+    if not isinstance(judged, list):
+        return []
+    return [t for t in judged if isinstance(t, dict) and isinstance(t.get("score"), (int, float))]
+
+
 def _lab(q: Question, answers: list[Answer], n: int) -> QuestionReport:
     scores = [a.points / a.max_points if a.points is not None and a.max_points else 0.0 for a in answers]
     bins = Counter(next(name for low, name in _BINS if s >= low) for s in scores)
     rules, traces = Counter(), Counter()
     for a in answers:
-        judged = (a.details or {}).get("traces")
-        failing = (
-            [t for t in judged if isinstance(t, dict) and isinstance(t.get("score"), (int, float)) and t["score"] < 1]
-            if isinstance(judged, list)
-            else []
-        )
+        failing = [t for t in _judged_traces(a) if t["score"] < 1]
         rules.update({str(t.get("kind") or "unnamed") for t in failing})
         traces.update(
             {str(t.get("name", "?")) if t.get("public") else "a hidden trace (drawn per student)" for t in failing}
@@ -271,7 +286,39 @@ def _lab(q: Question, answers: list[Answer], n: int) -> QuestionReport:
     report.rows = [Row(f"score {name}", bins[name], "", name == "full marks", "failed") for _, name in _BINS]
     report.rows += [Row(f"rule: {kind}", count, "students losing points on it") for kind, count in rules.most_common(5)]
     report.rows += [Row(f"trace: {name}", count, "students failing it") for name, count in traces.most_common(3)]
+    spec = LABS.get(q.lab or "")
+    if spec is not None and spec.figure:
+        report.lab_figures = _between_lines(report, answers, spec.figure, spec.lines)
     return report
+
+
+BASELINE_SCORE = 0.6  # a lab graded between lines scores its baseline's figure at 60 % (kvcourse.labs)
+
+
+def _between_lines(report: QuestionReport, answers: list[Answer], figure: str, names: tuple[str, ...]) -> LabFigures:
+    """Rows for a lab graded between lines: the traces where most of the class fell below the baseline, and the
+    best three policies' figures (anonymised); and the class's figures against the lines, for the page's figure."""
+    baseline = names[0]
+    below, runs = Counter(), Counter()
+    for a in answers:
+        for t in _judged_traces(a):
+            name = str(t.get("name", "?")) if t.get("public") else "hidden traces (drawn per student)"
+            runs[name] += 1
+            below[name] += t["score"] < BASELINE_SCORE
+    for name in sorted(runs, key=lambda k: (-below[k] / runs[k], k)):
+        if 2 * below[name] > runs[name]:
+            report.rows.append(Row(f"below {baseline}: {name}", below[name], f"of {runs[name]} runs scored under 60 %"))
+    public: list[tuple[float, dict[str, float]]] = []
+    for a in answers:
+        shown = [t["figures"] for t in _judged_traces(a) if t.get("public") and isinstance(t.get("figures"), dict)]
+        if shown and all(isinstance(f.get("yours"), (int, float)) for f in shown):
+            lines = {k: sum(f.get(k, 0.0) for f in shown) / len(shown) for k in names}
+            public.append((sum(f["yours"] for f in shown) / len(shown), lines))
+    lines = public[0][1] if public else {}
+    for rank, (mine, _) in enumerate(sorted(public, key=lambda p: -p[0])[:3], 1):
+        against = ", ".join(f"{k} {v:.3g}" for k, v in lines.items())
+        report.rows.append(Row(f"best policy {rank}", 1, f"mean {figure} {mine:.3g} on the public traces ({against})"))
+    return LabFigures(figure, [mine for mine, _ in public], lines)
 
 
 def _free(q: Question, answers: list[Answer], n: int) -> QuestionReport:

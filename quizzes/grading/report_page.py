@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..model import Kind
 from .course import INSTRUCTOR_DIR, Course
-from .report import Report, ReportError, short
+from .report import LabFigures, Report, ReportError, short
 
 TOP_COLOURS = 8  # findings with a colour of their own in the figure; the rest share a grey
 
@@ -134,6 +134,29 @@ def figure_png(report: Report) -> str:
     return base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
+def lab_figure_png(figures: LabFigures, lab: str) -> str:
+    """The class against a lab's lines (base64 PNG): each student's mean figure on the public traces, as a
+    histogram, and the baseline's, the reference's (and the oracle's) as vertical lines."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(8, 3.2), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    values = [*figures.students, *figures.lines.values()]
+    low, high = (min(values), max(values)) if values else (0.0, 1.0)
+    ax.hist(figures.students, bins=12, range=(low, high if high > low else low + 1e-6), color="C0", label="students")
+    for i, (name, value) in enumerate(figures.lines.items()):
+        ax.axvline(value, color=f"C{i + 1}", linestyle="--", label=f"{name} {value:.3g}")
+    ax.set_xlabel(f"mean {figures.figure} on the public traces")
+    ax.set_ylabel("students")
+    ax.set_title(f"{lab}: the class between its lines")
+    ax.legend(fontsize=8, frameon=False)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=90)
+    return base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
 _STYLE = (
     "body{font-family:system-ui,sans-serif;margin:2em;max-width:70em}table{border-collapse:collapse;"
     "margin:.5em 0 1.5em}td,th{border-bottom:1px solid #ddd;padding:.25em .6em;text-align:left;"
@@ -167,6 +190,11 @@ def render_html(report: Report) -> str:
                     f"<tr{' class=right' if is_right else ''}>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>"
                 )
             parts.append("</table>")
+        shown = report.questions[i - 1].lab_figures if i else None
+        if shown is not None and shown.students:
+            alt = f"Students' mean {shown.figure} on the public traces against the lines they are graded between"
+            png = lab_figure_png(shown, report.questions[i - 1].question.id)
+            parts.append(f"<figure><img alt='{e(alt)}' src='data:image/png;base64,{png}'></figure>")
     parts.append("</body></html>")
     return "\n".join(parts)
 

@@ -246,6 +246,7 @@ def test_lab_points_verdict_and_details_from_a_record():
     assert [(t["name"], t["public"], t["score"]) for t in right.details["traces"]] == [
         (t.name, t.public, 1.0) for t in traces
     ]
+    assert all(set(t["figures"]) == {"yours", "FCFS", "reference"} for t in right.details["traces"])  # the report's
 
     partial = decide(
         q, {"q": q.id, "lab": record_runs("scheduler", _class(NEWEST_FIRST, "MyScheduler"), plain)}, COURSE, "ann"

@@ -31,7 +31,7 @@ from kvcourse.quizzes.grading.autograde import kept_answers, plain_details
 from kvcourse.quizzes.grading.decide import Course, Decision, expected_answer
 from kvcourse.quizzes.grading.gradebook import load_status, status_path
 from kvcourse.quizzes.grading.nbgrader_export import init_course
-from kvcourse.quizzes.grading.report import Answer, _lab, analyse
+from kvcourse.quizzes.grading.report import Answer, Report, _lab, analyse
 from kvcourse.quizzes.grading.report_page import render_html, render_text
 from kvcourse.quizzes.grading.sandbox import bwrap_path
 from kvcourse.quizzes.grading.slips import How, explain_number
@@ -348,3 +348,55 @@ def test_the_guide_shows_the_report_command():
         shlex.split(line.split(" #")[0]) for line in guide.splitlines() if line.startswith("kvcourse grade report")
     ]
     assert shown and all(words[:3] == ["kvcourse", "grade", "report"] for words in shown)
+
+
+def test_a_lab_graded_between_lines_shows_the_class_against_them_and_the_best_three_anonymised():
+    """Lab B: the traces where most of the class fell below the baseline, the best three policies' figures (no
+    names), and a figure of the class's mean hit rate against LRU's, the reference's and the oracle's."""
+    from kvcourse.quizzes.grading.report_page import render_html
+
+    lab = next(q for q in load_quiz("19").questions if q.kind.value == "lab")
+    line = {"LRU": 0.40, "reference": 0.50, "oracle": 0.60}
+
+    def run(name: str, mine: float, score: float) -> dict:
+        return {
+            "name": name,
+            "public": name.startswith("public"),
+            "score": score,
+            "kind": "hit rate",
+            "reason": "",
+            "figures": {"yours": mine, **line},
+        }
+
+    answers = [
+        Answer(
+            student,
+            None,
+            False,
+            10 * score,
+            "x",
+            {"traces": [run("public 1", mine, score), run("public 2", 0.45, 0.8), run("hidden 7", mine, score)]},
+            10.0,
+        )
+        for student, mine, score in (
+            ("s_ann", 0.30, 0.45),
+            ("s_bob", 0.35, 0.52),
+            ("s_cy", 0.48, 0.55),
+            ("s_di", 0.52, 1.0),
+        )
+    ]
+    report = _lab(lab, answers, 4)
+    rows = {r.answer: (r.count, r.meaning) for r in report.rows}
+    assert rows["below LRU: public 1"][0] == 3 and "below LRU: public 2" not in rows  # most of the class
+    assert [name for name in rows if name.startswith("best policy")] == [
+        "best policy 1",
+        "best policy 2",
+        "best policy 3",
+    ]
+    assert rows["best policy 1"][1].startswith("mean hit rate 0.485 on the public traces (LRU 0.4, reference 0.5")
+    assert report.lab_figures is not None and sorted(report.lab_figures.students) == pytest.approx(
+        [0.375, 0.4, 0.465, 0.485]
+    )
+    page = render_html(Report("lesson19", "Lab B", 4, 0, [report]))
+    assert page.count("<img") == 2 and "against the lines they are graded between" in page
+    assert not any(student in page for student in ("s_ann", "s_bob", "s_cy", "s_di"))
