@@ -23,7 +23,6 @@ serving_budget.py.
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass, replace
 from functools import lru_cache
@@ -130,14 +129,15 @@ class StepCost:
     tokens_per_step_time: float
 
 
-def fit_step_cost(gaps_s: Seq[float], decodes: int, prompt_tokens: int) -> StepCost:
-    """The two figures of a step's cost from one run without chunking (lesson 21): its median gap is a plain
-    step of ``decodes`` tokens, its longest the step that also prefilled a prompt of ``prompt_tokens``."""
-    plain, stall = statistics.median(gaps_s), max(gaps_s)
-    ratio = stall / plain  # = (T + prompt + decodes) / (T + decodes) for a step of 1 + n / T step-times
+def fit_step_cost(plain_gap_s: float, stall_gap_s: float, decodes: int, prompt_tokens: int) -> StepCost:
+    """The two figures of a step's cost from two gaps measured on the engine (lesson 21): ``plain_gap_s``, a plain
+    step of ``decodes`` decode tokens, and ``stall_gap_s``, a step that also prefilled ``prompt_tokens``."""
+    if not (plain_gap_s > 0 and stall_gap_s > 0 and decodes >= 1 and prompt_tokens >= 1):
+        raise ValueError("give two positive gaps, at least one decode and at least one prompt token")
+    ratio = stall_gap_s / plain_gap_s  # = (T + prompt + decodes) / (T + decodes) for a step of 1 + n / T step-times
     tokens = (prompt_tokens + decodes - ratio * decodes) / (ratio - 1) if ratio > 1 else MAX_TOKENS_PER_STEP_TIME
     tokens = min(max(tokens, 1.0), MAX_TOKENS_PER_STEP_TIME)
-    return StepCost(plain / (1 + decodes / tokens), tokens)
+    return StepCost(plain_gap_s / (1 + decodes / tokens), tokens)
 
 
 @dataclass(frozen=True)
@@ -272,8 +272,8 @@ class ServingBudget:
 
 def budget_sweep(config: ServingBudgetConfig, budgets: Seq[int], arrival_rate: float | None = None) -> pd.DataFrame:
     """The same stream (at ``arrival_rate``, if given) served at each budget: one row per budget, with the requests
-    that met both targets, goodput per 100 step-times, the short-prompt requests' longest gap and the long-prompt
-    requests' longest TTFT, in step-times."""
+    that met both targets, goodput per 100 step-times (to 2 decimals), the short-prompt requests' longest gap and
+    the long-prompt requests' longest TTFT, in step-times (to 1 decimal)."""
     if arrival_rate is not None:
         config = replace(config, arrival_rate=arrival_rate)
     rows = []
@@ -283,9 +283,9 @@ def budget_sweep(config: ServingBudgetConfig, budgets: Seq[int], arrival_rate: f
             {
                 "budget (tokens)": budget,
                 "requests meeting both": sim.num_good,
-                "goodput per 100 step-times": 100 * sim.goodput_per_step_time,
-                "short prompts' longest gap": max(sim.gaps(long=False), default=math.nan),
-                "long prompts' longest TTFT": max(sim.ttfts(long=True), default=math.nan),
+                "goodput per 100 step-times": round(100 * sim.goodput_per_step_time, 2),
+                "short prompts' longest gap": round(max(sim.gaps(long=False), default=math.nan), 1),
+                "long prompts' longest TTFT": round(max(sim.ttfts(long=True), default=math.nan), 1),
             }
         )
     return pd.DataFrame(rows).set_index("budget (tokens)")

@@ -114,3 +114,23 @@ def test_the_sweep_sizes(monkeypatch):
     for sweep in (full, short):
         assert sweep.budgets[0] >= sweep.document_tokens + len(CHATS)  # the first holds the whole document
         assert list(sweep.budgets) == sorted(sweep.budgets, reverse=True)
+
+
+# -- "See it move": the simulator's stream ----------------------------------------------------------------
+def test_a_request_arriving_while_a_long_prompt_is_chunked_waits_for_its_last_chunk():
+    """The lesson says a request arriving meanwhile usually waits for the last chunk: the running sequences, the
+    chunked prompt among them, take each step's budget first, and only its last chunk leaves budget over."""
+    from kvcourse.simulators.serving_budget import ServingBudget, ServingBudgetConfig
+
+    for budget in (32, 64, 128):
+        sim = ServingBudget(
+            ServingBudgetConfig(num_requests=20, long_percent=5, long_prompt_tokens=600, token_budget=budget)
+        )
+        (long,) = [lat for lat, is_long in zip(sim.latencies, sim.is_long, strict=True) if is_long]
+        during = [
+            lat
+            for lat, is_long in zip(sim.latencies, sim.is_long, strict=True)
+            if not is_long and long.arrival_step < lat.arrival_step < long.first_token_step
+        ]
+        assert during, budget  # the stream has requests arriving while the long prompt is chunked
+        assert all(lat.first_token_step >= long.first_token_step for lat in during), budget

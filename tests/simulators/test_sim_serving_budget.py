@@ -125,9 +125,11 @@ def test_a_stream_too_long_to_replay_says_what_to_change():
 def test_the_step_cost_is_read_back_from_two_gaps():
     unit, tokens, decodes, prompt = 0.004, 40.0, 4, 2000
     plain, stall = unit * (1 + decodes / tokens), unit * (1 + (decodes + prompt) / tokens)
-    cost = fit_step_cost([plain] * 30 + [stall], decodes, prompt)
+    cost = fit_step_cost(plain, stall, decodes, prompt)
     assert cost.tokens_per_step_time == pytest.approx(tokens) and cost.unit_s == pytest.approx(unit)
-    assert fit_step_cost([plain] * 3, decodes, prompt).tokens_per_step_time == 1e6  # no stall: tokens are free
+    assert fit_step_cost(plain, plain, decodes, prompt).tokens_per_step_time == 1e6  # no stall: tokens are free
+    with pytest.raises(ValueError, match="positive"):
+        fit_step_cost(0.0, stall, decodes, prompt)
 
 
 # -- agreement with the engine ------------------------------------------------------------------------
