@@ -20,6 +20,7 @@ from kvcourse.kernel_env import HEADLESS_ENV
 from kvcourse.kernels.engine.latency import RequestLatency
 from kvcourse.kernels.measure import chunked_prefill
 from kvcourse.serving_sweep import serving_sweep_size
+from kvcourse.simulators.disaggregation import Disaggregation, DisaggregationConfig, transfer_table
 
 pytestmark = pytest.mark.usefixtures("one_cpu_thread")
 
@@ -134,3 +135,34 @@ def test_a_request_arriving_while_a_long_prompt_is_chunked_waits_for_its_last_ch
         ]
         assert during, budget  # the stream has requests arriving while the long prompt is chunked
         assert all(lat.first_token_step >= long.first_token_step for lat in during), budget
+
+
+# -- "Prefill and decode apart" (cells 21-60 .. 21-66): the section's claims about the 2026 table and its simulator
+DOCUMENT_LENGTHS = (512, 2000)  # serving_sweep_size's document, headless and for people: the simulator opens on it
+
+
+def test_the_split_simulator_opens_on_the_sweeps_document(monkeypatch):
+    monkeypatch.delenv(HEADLESS_ENV, raising=False)
+    full = serving_sweep_size().document_tokens
+    monkeypatch.setenv(HEADLESS_ENV, "1")
+    assert (serving_sweep_size().document_tokens, full) == DOCUMENT_LENGTHS
+
+
+def test_the_lightest_caches_to_send_are_deepseek_v3_and_gpt_oss():
+    sent = transfer_table(["llama-3.1-8b", "llama-3.1-70b", "qwen3-32b", "deepseek-v3", "gpt-oss-120b"], 8192)
+    assert set(sent["MB per request"].nsmallest(2).index) == {"deepseek-v3", "gpt-oss-120b"}
+
+
+@pytest.mark.parametrize("prompt", DOCUMENT_LENGTHS)
+def test_the_split_simulator_does_what_the_section_says_to_try(prompt):
+    sim = Disaggregation(DisaggregationConfig("llama-3.1-8b", prompt_tokens=prompt))
+    n, targets = sim.config.num_gpus, (sim.config.ttft_target_s, sim.config.tpot_target_ms / 1e3)
+    best, goodput = sim.best_split
+    assert 1 < best < n - 1 and goodput > max(sim.split_goodput(1), sim.split_goodput(n - 1))
+    # too few prefill GPUs: the first-token target fails first; too few decode GPUs: the time-per-token target
+    one_prefill = sim.split(sim.split_goodput(1) * 1.01, 1)
+    assert one_prefill.ttft_s > targets[0] and one_prefill.tpot_s <= targets[1]
+    one_decode = sim.split(sim.split_goodput(n - 1) * 1.01, n - 1)
+    assert one_decode.tpot_s > targets[1] and one_decode.ttft_s <= targets[0]
+    loose = Disaggregation(DisaggregationConfig("llama-3.1-8b", prompt_tokens=prompt, tpot_target_ms=40.0))
+    assert loose.colocated_goodput > loose.best_split[1]
