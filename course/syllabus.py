@@ -57,6 +57,31 @@ def load_syllabus() -> tuple[Lesson, ...]:
     return tuple(lessons)
 
 
+@dataclass(frozen=True)
+class Part:
+    """A part of the course: the lessons from ``first`` up to the next part's first."""
+
+    first: str  # the number of its first lesson
+    title: str
+
+
+@cache
+def load_parts() -> tuple[Part, ...]:
+    """The course's parts, in order: each begins at a lesson of the syllabus, the first at its first lesson."""
+    text = resources.files("kvcourse").joinpath("syllabus.toml").read_text(encoding="utf-8")
+    parts = tuple(Part(str(entry["first"]), str(entry["title"])) for entry in tomllib.loads(text).get("part", []))
+    numbers = [lesson.number for lesson in load_syllabus()]
+    firsts = [part.first for part in parts]
+    if not parts or firsts[0] != numbers[0] or firsts != sorted(set(firsts)) or not set(firsts) <= set(numbers):
+        raise ValueError(f"syllabus.toml: the parts must begin at lessons of the syllabus, the first at {numbers[0]}")
+    return parts
+
+
+def part_of(number: str) -> Part:
+    """The part a lesson belongs to."""
+    return [part for part in load_parts() if part.first <= number][-1]
+
+
 def get_lesson(number: str | int) -> Lesson:
     """The lesson with this number ("07" or 7)."""
     key = f"{int(number):02d}" if str(number).isdigit() else str(number)
@@ -68,11 +93,14 @@ def get_lesson(number: str | int) -> Lesson:
 
 
 def format_syllabus(lessons: tuple[Lesson, ...] | None = None) -> str:
-    """The course map as a plain-text table."""
+    """The course map as a plain-text table, a line naming each part above its first lesson."""
     lessons = lessons or load_syllabus()
     width = max(len(lesson.title) for lesson in lessons)
     lines = [f"{'#':<3} {'lesson':<{width}}  {'seed':<12} notebook", "-" * (width + 50)]
+    starts = {part.first: part.title for part in load_parts()}
     for lesson in lessons:
+        if lesson.number in starts:
+            lines.append(f"-- {starts[lesson.number]} --")
         seed = lesson.seed or "-"
         lines.append(f"{lesson.number:<3} {lesson.title:<{width}}  {seed:<12} {lesson.notebook}")
     return "\n".join(lines)

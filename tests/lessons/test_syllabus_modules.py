@@ -34,3 +34,21 @@ def test_the_names_are_module_paths_of_the_course():
             name = getattr(lesson, field)
             assert name == "" or name.startswith("kvcourse."), (lesson.number, field, name)
     assert ("17", "kvcourse.simulators.timing") in SIMULATORS
+
+
+def test_lesson_00_names_every_part_of_the_syllabus_with_its_lessons():
+    """The parts lesson 00 lists (bold: lessons, title) are syllabus.toml's, which format_syllabus prints."""
+    import json
+    import re
+
+    from kvcourse.syllabus import format_syllabus, load_parts, part_of
+
+    parts = load_parts()
+    nexts = [f"{int(p.first) - 1:02d}" for p in parts[1:]]
+    wanted = [f"{p.first}–{last}, {p.title}" for p, last in zip(parts, nexts, strict=False)]
+    wanted.append(f"{parts[-1].first} on, {parts[-1].title}")
+    cells = json.loads(load_syllabus()[0].notebook_path.read_text(encoding="utf-8"))["cells"]
+    text = next("".join(c["source"]) for c in cells if c.get("id") == "00-03")
+    assert re.findall(r"\*\*(\d\d(?:–\d\d| on), [^.]+)\.\*\*", text) == wanted
+    assert f"falls into {['one', 'two', 'three', 'four', 'five', 'six'][len(parts) - 1]} parts" in text
+    assert all(f"-- {p.title} --" in format_syllabus() for p in parts) and part_of("21").title == "serving in 2026"
