@@ -142,8 +142,8 @@ def good(latency: RequestLatency | None) -> bool:
 
 def _figures(served: Served, trace: LabTrace, fewest_steps: int = 1) -> dict[str, float]:
     """Goodput over the steps the run took, counted as at least ``fewest_steps`` (first come, first served's), plus,
-    for each request turned away, the steps it would have taken alone after the run (its prompt in one step, then
-    a step per answer token): a run that turns work away must not gain by ending sooner."""
+    for each request turned away, the steps it would have taken alone after the run (one per answer token, the first
+    with its prompt): a run that turns work away must not gain by ending sooner."""
     num_good = sum(good(lat) for lat in served.latencies)
     refused = [r for r, s in zip(trace.requests, served.statuses, strict=True) if s.startswith("refused")]
     steps = max(fewest_steps, served.num_steps) + sum(r.max_new_tokens for r in refused)
