@@ -103,7 +103,12 @@ def reference_class(module: str, class_name: str, what: str) -> type:
     return namespace[class_name]
 
 
-def score_between(mine: float, baseline: float, reference: float, tolerance: float, at_baseline: float) -> float:
+BASELINE_SCORE = 0.6  # a lab graded between lines (B, C): the baseline's figure scores this, the reference's 1
+
+
+def score_between(
+    mine: float, baseline: float, reference: float, tolerance: float, at_baseline: float = BASELINE_SCORE
+) -> float:
     """The baseline's figure scores ``at_baseline``, the reference's 1, linear between; below the baseline, its
     share of ``at_baseline``; above the reference, still 1. Where the reference is within ``tolerance`` of the
     baseline (no room on this trace), reaching the baseline is full marks. Higher figures are better."""

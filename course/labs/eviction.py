@@ -42,7 +42,6 @@ from .oracle import serve_oracle
 from .traces import LabTrace
 
 TOLERANCE = 0.005  # a hit rate this close to another counts as equal to it
-BASELINE_SCORE = 0.6  # least recently used's hit rate scores this; the reference's scores 1
 REFERENCE = "kvcourse.quizzes.labs.solution_eviction"  # the instructor's policy: found and read, never imported
 
 
@@ -141,7 +140,7 @@ def rates(trace: LabTrace) -> dict[str, float]:
 
 def score(mine: float, lru: float, reference: float) -> float:
     """LRU's hit rate scores 60 %, the reference's 100 %, linear between; below LRU's, its share of 60 %."""
-    return score_between(mine, lru, reference, TOLERANCE, BASELINE_SCORE)
+    return score_between(mine, lru, reference, TOLERANCE)
 
 
 def four_rates(mine: float, line: dict[str, float]) -> str:

@@ -42,7 +42,6 @@ from .traces import LabTrace
 TTFT_TARGET_STEPS = 6  # a good request's first token comes out within this many steps of its arrival
 TPOT_TARGET_STEPS = 1.5  # and its later tokens at most this many steps apart on average (1: one every step)
 TOLERANCE = 0.01  # goodputs within 1 % of each other count as equal
-BASELINE_SCORE = 0.6  # first come, first served's goodput scores this; the reference's scores 1
 REFERENCE = "kvcourse.quizzes.labs.solution_scheduler"  # the instructor's scheduler: found and read, never imported
 
 
@@ -216,7 +215,7 @@ def judge(trace: LabTrace, log: object) -> TraceResult:
                 metrics,
             )
     rate = metrics["goodput"]
-    points = score_between(rate, line["FCFS"], line["reference"], TOLERANCE * line["FCFS"], BASELINE_SCORE)
+    points = score_between(rate, line["FCFS"], line["reference"], TOLERANCE * line["FCFS"])
     verdict = (
         f"{metrics['good requests']:g} of {metrics['requests']:g} requests good ({targets_in_words()}) in "
         f"{metrics['steps']:g} steps; good requests per step: first come, first served {line['FCFS']:.3f}, "

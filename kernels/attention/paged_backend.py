@@ -56,6 +56,12 @@ def smallest_in_place_batch(dtype: torch.dtype) -> int:
     return max(1, in_place_decode(dtype)[0])
 
 
+def kernel_for_batch(kernel: str, in_place_from: int, num_decoding: int) -> str:
+    """The kernel a decode step of ``num_decoding`` sequences takes: ``kernel``, but the gather where the in-place
+    kernel was chosen and the batch is below its measured smallest (too few to repay a launch of its threads)."""
+    return "gather" if kernel == "in place" and num_decoding < in_place_from else kernel
+
+
 class KVBlocks(Protocol):
     """What the backend needs of a KV pool: K and V blocks of every layer (see memory.kv_pool.KVPool)."""
 
@@ -149,9 +155,7 @@ class PagedAttentionBackend:
             rows = None if seqs is None else torch.tensor(seqs, device=meta.context_lens.device)
             tables = meta.block_tables if rows is None else meta.block_tables[rows]
             context = meta.context_lens if rows is None else meta.context_lens[rows]
-            kernel, mask = self.kernel, None
-            if kernel == "in place" and len(context) < self.in_place_from:
-                kernel = "gather"  # too few sequences to repay a launch of the kernel's threads
+            kernel, mask = kernel_for_batch(self.kernel, self.in_place_from, len(context)), None
             if kernel == "gather":
                 block_size = self.pool.block_size
                 num_blocks = ceil_div(int(context.max()), block_size)

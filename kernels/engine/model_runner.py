@@ -18,6 +18,7 @@ from kvcourse.kernels.attention.paged_backend import (
     PagedAttentionBackend,
     PagedMetadata,
     decode_kernel,
+    kernel_for_batch,
     smallest_in_place_batch,
 )
 from kvcourse.kernels.engine.batch import ScheduledBatch
@@ -40,8 +41,7 @@ class ModelRunner:
     def kernel_for(self, num_decoding: int) -> str:
         """The kernel a decode step of ``num_decoding`` sequences takes: the chosen one, but for the in-place kernel
         below its measured smallest batch, where the gather is faster."""
-        below = self.decode_kernel == "in place" and num_decoding < self.in_place_from
-        return "gather" if below else self.decode_kernel
+        return kernel_for_batch(self.decode_kernel, self.in_place_from, num_decoding)
 
     @classmethod
     def for_model(

@@ -23,6 +23,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvcourse.labs.common import BASELINE_SCORE
 from kvcourse.labs.spec import LABS
 
 from ..bank import load_quiz
@@ -290,9 +291,6 @@ def _lab(q: Question, answers: list[Answer], n: int) -> QuestionReport:
     if spec is not None and spec.figure:
         report.lab_figures = _between_lines(report, answers, spec.figure, spec.lines)
     return report
-
-
-BASELINE_SCORE = 0.6  # a lab graded between lines scores its baseline's figure at 60 % (kvcourse.labs)
 
 
 def _between_lines(report: QuestionReport, answers: list[Answer], figure: str, names: tuple[str, ...]) -> LabFigures:
