@@ -7,24 +7,24 @@ does: a program loads the query heads, walks the sequence's block table one bloc
 running max, a running sum and an fp32 accumulator per head (online softmax), so neither the padded copy
 nor the score row is ever made. The loops are the Triton kernel's, written out: where Triton says
 ``tl.sum(q[:, None, :] * k[None, :, :], axis=2)`` over a tile, this says ``for t ... for h ... for d``;
-the tile is one block. Two things differ, because a CPU has a few cores and no thousands of threads:
+the tile is one block. Three things differ, because a CPU has a few cores and no thousands of threads:
 - one program per sequence, not per (sequence, KV head): a program takes every head of a block, so it
   reads the block front to back, each token's keys for all its KV heads side by side in memory;
 - its exponentials are ``exp_neg`` (cpu_scalars.py), a polynomial numba turns into vector instructions,
-  where the maths library's ``exp`` is one call per score.
-  The two together took 15 % less time in float32 and 20-30 % less in bfloat16 than a program per
-  (sequence, KV head) with the library's exp (one thread, AMD Zen 4, 32 sequences of 128-512 tokens).
+  where the maths library's ``exp`` is one call per score. The two together took 15 % less time in float32,
+  20-30 % less in bfloat16, than a program per (sequence, KV head) with the library's exp (one thread, AMD
+  Zen 4, 32 sequences of 128-512 tokens);
+- it asks for the next block's lines as it computes one (``prefetch_row``, cpu_prefetch.py): a layer of those 32
+  sequences, K/V in memory as in a step, took 1.4-1.5 ms instead of 2.2 in float32, 1.7 instead of 2.2 in bf16.
 The programs are independent, so they run in parallel (numba's ``prange``) on the cores torch's step has.
 A bfloat16 pool is read through its bits (``widen``) and computed in float32, the output rounded once.
 
-Why numba: its kernels are Python a learner can read beside the Triton one, and it compiles them
-to machine code for whatever CPU runs them (AVX2 or AVX-512) on first use (about 4 s), caching the
-result on disk (about 0.2 s to load after that). A C++/OpenMP op built with ``torch.utils.cpp_extension``
-was not built to compare: it would need a compiler on every learner's machine (most Windows and many
-macOS set-ups have none with OpenMP) and a minute of building against torch's headers on first
-import, and a learner would read C++ against a Python Triton kernel. Its time beside the gather's,
-per dtype, is measured by ``python -m benchmarks.bench_batch_throughput`` (attention alone, every layer
-of a batch of 32), on the machine its results file names.
+Why numba: its kernels are Python a learner can read beside the Triton one, compiled to machine code for
+whatever CPU runs them (AVX2 or AVX-512) on first use (about 4 s) and cached on disk (0.2 s to load after).
+A C++/OpenMP op built with ``torch.utils.cpp_extension`` was not built to compare: it would need a compiler
+on every learner's machine (most Windows and many macOS set-ups have none with OpenMP) and a minute of
+building against torch's headers on first import, and a learner would read C++ beside a Python Triton kernel.
+``python -m benchmarks.bench_batch_throughput`` times it beside the gather per dtype (every layer, batch 32).
 
 Optional by construction: without numba, for a pool it does not read (float16), or with the fast paths
 off (``KVCOURSE_FAST_PATHS=0``, ``accelerate("off")``), the engine uses the gather reference, and
@@ -46,6 +46,7 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
+from kvcourse.kernels.attention.cpu_prefetch import LINE_BYTES, compiled_prefetch_row, prefetch_row
 from kvcourse.kernels.attention.cpu_scalars import compiled_widen, exp_neg, widen
 from kvcourse.kernels.model import timing
 from kvcourse.kernels.model.cpu_fast import FastPath
@@ -69,6 +70,7 @@ def _kernel(
     batch, num_heads, head_dim = q.shape
     block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
     group = num_heads // num_kv_heads
+    row_bytes = num_kv_heads * head_dim * k_cache.itemsize  # one token's keys (or values), every KV head
     for seq in prange(batch):  # one program per sequence, spread over the step's cores
         context_len = context_lens[seq]
         num_blocks = (context_len + block_size - 1) // block_size
@@ -80,6 +82,12 @@ def _kernel(
             block = block_tables[seq, logical_block]
             tokens = min(block_size, context_len - logical_block * block_size)  # the last block may be part full
             for t in range(tokens):  # scores of this block's keys, for every query head (h reads KV head h // group)
+                if (
+                    logical_block + 1 < num_blocks
+                ):  # ask now for the next block's row t: it arrives as this one computes
+                    for offset in range(0, row_bytes, LINE_BYTES):
+                        prefetch_row(k_cache, block_tables[seq, logical_block + 1], t, offset)
+                        prefetch_row(v_cache, block_tables[seq, logical_block + 1], t, offset)
                 for h in range(num_heads):
                     s = np.float32(0.0)
                     for d in range(head_dim):
@@ -135,10 +143,18 @@ def _compiled() -> Callable[..., None]:
 
     if not os.environ.get("NUMBA_THREADING_LAYER"):
         numba.config.THREADING_LAYER = "workqueue"
+    return numba.njit(numba_kernel(), parallel=True, nogil=True, cache=True, fastmath=FASTMATH)
+
+
+@functools.cache
+def numba_kernel() -> types.FunctionType:
+    """``_kernel`` as numba compiles it: its helpers' numba versions registered (once), ``prange`` numba's."""
+    import numba
+
     numba.extending.overload(widen)(compiled_widen())
+    numba.extending.overload(prefetch_row)(compiled_prefetch_row())
     fast_exp = numba.njit(exp_neg, inline="always", fastmath=FASTMATH)
-    kernel = types.FunctionType(_kernel.__code__, {**globals(), "prange": numba.prange, "exp_neg": fast_exp}, "_kernel")
-    return numba.njit(kernel, parallel=True, nogil=True, cache=True, fastmath=FASTMATH)
+    return types.FunctionType(_kernel.__code__, {**globals(), "prange": numba.prange, "exp_neg": fast_exp}, "_kernel")
 
 
 def cpu_paged_decode(

@@ -229,3 +229,23 @@ def test_each_threading_layer_runs_the_kernel_and_is_named(layer):
     loaded, why = run.stdout.splitlines()[-2:]
     assert loaded == layer
     assert why.startswith(cpu_paged.SLOWER_HERE) or f"on its {layer} threads" in why
+
+
+@pytest.mark.skipif(not cpu_paged.numba_installed(), reason="numba is not installed")
+def test_where_numba_is_installed_the_kernel_compiles_in_both_dtypes_with_its_prefetch():
+    """A kernel that stopped compiling would only skip the tests above (the engine would quietly gather), so this
+    one fails instead; and the next block's prefetch (cpu_prefetch.py) is in the machine code, not compiled away."""
+    import platform
+
+    for dtype in cpu_paged.DTYPES:
+        ok, why = cpu_paged.in_place_runs(dtype)
+        assert ok, why
+    import numba
+
+    serial = numba.njit(cpu_paged.numba_kernel(), fastmath=cpu_paged.FASTMATH)  # one program at a time, not cached
+    k, v, tables, lens = shuffled_pool([20, 7], 4, 2, 8, seed=0)
+    out = torch.empty(2, 6, 8)
+    serial(torch.randn(2, 6, 8).numpy(), k.numpy(), v.numpy(), tables.numpy(), lens.numpy(), out.numpy(), 0.3)
+    code = serial.inspect_asm(serial.signatures[0])
+    if platform.machine().lower() in ("x86_64", "amd64"):
+        assert "prefetcht1" in code  # locality 2: into L2, as cpu_prefetch.KEEP_IN_L2 asks

@@ -69,3 +69,17 @@ def test_the_measurements_refuse_bad_sizes_and_return_positive_rates():
     with pytest.raises(ValueError, match="repeats"):
         best_seconds(lambda: None, repeats=0)
     assert peak_flops(size=64, repeats=1) > 0 and copy_bandwidth(nbytes=2**20, repeats=1) > 0
+
+
+def test_a_16_bit_roofline_takes_float32s_rate_where_that_is_faster(monkeypatch):
+    """On a CPU without 16-bit arithmetic a bfloat16 product runs far below float32's rate, and the model's own
+    products take the faster way: the floor must too, or the measured pass beats it (lesson 01 on AVX2)."""
+    from kvcourse.kernels.measure import roofline
+
+    rates = {torch.bfloat16: 1e9, torch.float32: 5e10}  # FLOP/s, as an AVX2-only CPU measures them (the unit alone)
+    monkeypatch.setattr(roofline, "peak_flops", lambda dtype, device="cpu": rates[dtype])
+    monkeypatch.setattr(roofline, "copy_bandwidth", lambda device="cpu": 1e10)
+    assert roofline.measure(torch.bfloat16).flops_per_second == 5e10
+    rates[torch.bfloat16] = 1e11  # a CPU (or GPU) with fast 16-bit products keeps its own rate
+    assert roofline.measure(torch.bfloat16).flops_per_second == 1e11
+    assert roofline.measure(torch.float32).flops_per_second == 5e10
