@@ -23,6 +23,7 @@ from kvcourse.syllabus import get_lesson
 from . import block_manager, eviction, scheduler
 from .common import LabViolation, TraceResult
 from .traces import LabTrace, block_manager_trace, eviction_trace, scheduler_trace
+from .with_room import leaving_room
 
 INSTRUCTOR_SIDE = "kvcourse.quizzes.labs"  # where every reference solution lives: hidden in the grading sandbox
 
@@ -144,7 +145,7 @@ LABS: dict[str, LabSpec] = {
             methods=("choose",),
             class_name="MyEviction",
             takes_class=False,
-            family=eviction_trace,
+            family=leaving_room(eviction_trace),  # only traces where the reference beats LRU (with_room.py)
             public_seeds=(2, 16, 23),
             num_hidden_traces=3,
             record=eviction.record,
