@@ -121,14 +121,14 @@ def test_lesson_07_runs_from_the_menu_and_its_simulator_moves(tmp_path):
     with lessons_untouched(notebook), running_lab(tmp_path) as lab, chromium_page() as page:
         open_notebook(page, lab, notebook)
         asked = run_all_cells(
-            page, answer={"smallest": "d", "K and V": "a", "reads at most": "c", "32 users": "c", "main cost": "b"}
+            page, answer={"smallest": "d", "K and V": "a", "half the bytes per": "b", "32 users": "c", "main cost": "b"}
         )
         texts = _clean_run(page, asked, num_predictions=5)
         wait_for_figures(page, 1)  # lesson 07's figure: decoded by the browser after its output has landed
         lines = [line for text in texts for line in text.splitlines()]
         for guess in (
             "You chose: well under 1% of the weights",
-            "You chose: no: the context ends first",
+            "You chose: at the same number of tokens in both",
             "You chose: several times as much as them",
             "You chose: keeping them",
             "You chose: gpt-oss-120b",
