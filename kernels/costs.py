@@ -90,6 +90,27 @@ def quantized_kv_bytes_per_token(config: Any, bytes_per_value: int = 1, scale_by
     return 2 * config_count(config, "num_layers") * config_count(config, "num_kv_heads") * per_head
 
 
+def fp8_kv_bytes_per_token(config: Any) -> int:
+    """An FP8 (E4M3) KV cache with one scale per layer for K and for V: one byte a value; the scales are per
+    sequence, not per token (issue 45; kernels/attention/backends/fp8.py)."""
+    return kv_bytes_per_token(config, 1)
+
+
+def kivi_kv_bytes_per_token(config: Any, group: int = 32, scale_bytes: int = 2) -> int:
+    """A KIVI-style 2-bit KV cache, per quantised token (issue 45; backends/kivi.py): codes packed four to a byte
+    for K and V; V's low and step per group of ``group`` channels; K's low and step per channel, shared by a group
+    of ``group`` tokens (so 1/group of them per token). The recent tokens kept in full precision are per sequence."""
+    head_dim, g, sb = config_count(config, "head_dim"), count("group", group), count("scale_bytes", scale_bytes)
+    if head_dim % g or head_dim % 4:
+        raise ValueError(f"head_dim {head_dim} must be a multiple of 4 and of the group ({g})")
+    codes = 2 * head_dim // 4  # K and V, 2 bits a value
+    key_scales = Fraction(2 * sb * head_dim, g)  # low and step per channel, over g tokens
+    value_scales = 2 * sb * (head_dim // g)  # low and step per g channels, every token
+    per_head = codes + key_scales + value_scales
+    total = per_head * config_count(config, "num_layers") * config_count(config, "num_kv_heads")
+    return math.ceil(total)
+
+
 def max_cached_tokens(config: Any, free_bytes: int, bytes_per_value: int = 2) -> int:
     """How many tokens of KV cache fit in free_bytes (lesson 15: window = spare memory / bytes per token)."""
     free = count("free_bytes", free_bytes, allow_zero=True)

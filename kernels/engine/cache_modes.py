@@ -11,7 +11,9 @@ import torch
 
 from kvcourse.kernels.attention.backend import SequenceCache
 from kvcourse.kernels.attention.backends.contiguous import ContiguousKVBackend, NoCacheBackend
+from kvcourse.kernels.attention.backends.fp8 import FP8KVBackend
 from kvcourse.kernels.attention.backends.int8 import Int8KVBackend
+from kvcourse.kernels.attention.backends.kivi import Kivi2Backend
 from kvcourse.kernels.attention.backends.sliding import SlidingWindowBackend
 from kvcourse.kernels.engine.paged_generate import PagedSequenceCache
 from kvcourse.kernels.model.transformer import Transformer
@@ -60,6 +62,14 @@ def _int8(req: CacheRequest) -> SequenceCache:
     return Int8KVBackend(req.model.config, req.max_tokens, req.model.dtype, req.model.device, req.attention)
 
 
+def _fp8(req: CacheRequest) -> SequenceCache:
+    return FP8KVBackend(req.model.config, req.max_tokens, req.model.dtype, req.model.device, req.attention)
+
+
+def _kivi2(req: CacheRequest) -> SequenceCache:
+    return Kivi2Backend(req.model.config, req.model.dtype, req.model.device, req.attention)
+
+
 def _sliding(req: CacheRequest) -> SequenceCache:
     if req.window is None:
         raise ValueError('cache="sliding" needs window=N (the number of most recent tokens to keep)')
@@ -80,6 +90,8 @@ CACHE_MODES: Mapping[str, CacheFactory] = MappingProxyType(
         "none": _no_cache,
         "contiguous": _contiguous,
         "int8": _int8,
+        "fp8": _fp8,
+        "kivi2": _kivi2,
         "sliding": _sliding,
         "paged": _paged,
     }

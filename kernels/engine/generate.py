@@ -128,7 +128,8 @@ def generate(
     """Generate up to max_new_tokens after the prompt `ids` (lessons 02, 05, 06, 16).
 
     cache: "none" reruns the whole sequence every step; "contiguous" keeps K/V; "int8" keeps
-    them quantised; "sliding" keeps the last `window` tokens; "paged" runs the paged engine; or
+    them quantised, "fp8" as E4M3 and "kivi2" in 2 bits (issue 45); "sliding" keeps the last
+    `window` tokens; "paged" runs the paged engine; or
     a CacheFactory (CacheRequest -> cache) for a cache of your own.
     sampling: None means greedy. EOS (from the argument, else the model's config) stops early
     when sampling.stop_on_eos; the EOS token itself is included in .tokens. A Hugging Face model

@@ -14,7 +14,10 @@ import torch
 
 from kvcourse.kernels.attention.backend import StepMetadata
 from kvcourse.kernels.attention.backends.contiguous import NoCacheBackend
+from kvcourse.kernels.attention.backends.fp8 import FP8KVBackend
 from kvcourse.kernels.attention.backends.int8 import Int8KVBackend
+from kvcourse.kernels.attention.backends.kivi import Kivi2Backend
+from kvcourse.kernels.checks import check_positive_int
 from kvcourse.kernels.model.transformer import Transformer
 
 # Lesson 16's texts for comparing a changed model's next-token predictions with the original's.
@@ -42,24 +45,46 @@ class Agreement:
         return self.num_same_top1 / self.num_positions
 
 
-def all_logits(model: Transformer, ids: Sequence[int], cache: str = "none") -> torch.Tensor:
-    """The logits (T, vocab) after every prefix of ids, in float32, from one forward pass.
+QUANTIZED_CACHES = ("int8", "fp8", "kivi2")  # the engine's quantised contiguous caches, by generate()'s names
 
-    cache "none" attends to the keys and values as computed; "int8" stores them in the engine's int8
-    cache first (Int8KVBackend) and attends to what it gives back, as every later step would.
+
+def all_logits(model: Transformer, ids: Sequence[int], cache: str = "none", chunk: int | None = None) -> torch.Tensor:
+    """The logits (T, vocab) after every prefix of ids, in float32.
+
+    cache "none" attends to the keys and values as computed, in one forward pass; a quantised cache ("int8",
+    "fp8", "kivi2") stores them first and attends to what it gives back, as every later step would, the text fed
+    ``chunk`` tokens a step (all at once by default; a 2-bit cache keeps its newest tokens in full precision, so
+    how the text arrives matters to it: a decode writes one token a step).
     """
     tokens = torch.tensor(list(ids), device=model.device)
     positions = torch.arange(len(tokens), device=model.device)
-    backend: Int8KVBackend | NoCacheBackend
-    if cache == "int8":
-        backend = Int8KVBackend(model.config, len(tokens), model.dtype, model.device, measure_error=False)
-        backend.begin_step(StepMetadata(0, len(tokens)))
-    elif cache == "none":
-        backend = NoCacheBackend()
-    else:
-        raise ValueError(f"cache must be 'none' or 'int8', got {cache!r}")
+    if cache == "none":
+        if chunk is not None:
+            raise ValueError("cache 'none' reads the text in one pass: chunk applies to a quantised cache")
+        with torch.inference_mode():
+            return model(tokens, positions, NoCacheBackend()).float()
+    backend = _quantized(model, cache, len(tokens))
+    check_positive_int("chunk", chunk, optional=True)
+    step = len(tokens) if chunk is None else chunk
+    logits = []
     with torch.inference_mode():
-        return model(tokens, positions, backend).float()
+        for start in range(0, len(tokens), step):
+            end = min(len(tokens), start + step)
+            backend.begin_step(StepMetadata(start, end - start))
+            logits.append(model(tokens[start:end], positions[start:end], backend).float())
+            backend.end_step()
+    return torch.cat(logits)
+
+
+def _quantized(model: Transformer, cache: str, capacity: int) -> Int8KVBackend | FP8KVBackend | Kivi2Backend:
+    config, dtype, device = model.config, model.dtype, model.device
+    if cache == "int8":
+        return Int8KVBackend(config, capacity, dtype, device, measure_error=False)
+    if cache == "fp8":
+        return FP8KVBackend(config, capacity, dtype, device, measure_error=False)
+    if cache == "kivi2":
+        return Kivi2Backend(config, dtype, device, measure_error=False)
+    raise ValueError(f"cache must be 'none' or one of {QUANTIZED_CACHES}, got {cache!r}")
 
 
 def next_token_agreement(

@@ -16,11 +16,12 @@ from kvcourse.kernels.measure.agreement import all_logits
 from kvcourse.kernels.model.transformer import Transformer
 
 
-def perplexity(model: Transformer, ids: Sequence[int]) -> float:
-    """exp(mean over positions 1..T-1 of -log p(token | the tokens before it)), in float32."""
+def perplexity(model: Transformer, ids: Sequence[int], cache: str = "none", chunk: int | None = None) -> float:
+    """exp(mean over positions 1..T-1 of -log p(token | the tokens before it)), in float32; with ``cache`` a
+    quantised cache ("int8", "fp8", "kivi2"), through it, the text fed ``chunk`` tokens a step (``all_logits``)."""
     if len(ids) < 2:
         raise ValueError(f"perplexity needs at least two tokens (one to predict from), got {len(ids)}")
-    logits = all_logits(model, ids)[:-1]  # (T - 1, vocab): the prediction for each next token
+    logits = all_logits(model, ids, cache, chunk)[:-1]  # (T - 1, vocab): the prediction for each next token
     targets = torch.tensor(list(ids)[1:], device=logits.device)
     nll = torch.nn.functional.cross_entropy(logits.float(), targets)
     return math.exp(float(nll))

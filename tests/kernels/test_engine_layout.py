@@ -78,7 +78,8 @@ import kvcourse.kernels as k
 from kvcourse.kernels.model import products
 modes = dict(k.CACHE_MODES)
 importlib.reload(k)
-assert dict(k.CACHE_MODES).keys() == modes.keys() == {"none", "contiguous", "int8", "sliding", "paged"}, modes
+expected = {"none", "contiguous", "int8", "fp8", "kivi2", "sliding", "paged"}
+assert dict(k.CACHE_MODES).keys() == modes.keys() == expected, modes
 assert torch.get_num_threads() == threads
 assert products.onednn_bf16_linear.cache_info().currsize == 0, "the oneDNN probe ran at import"
 assert products._measured.cache_info().currsize == 0, "a product was timed at import"
