@@ -63,6 +63,8 @@ class RecordingEviction:
     def choose(self, candidates: list[EvictionCandidate]) -> int:
         try:
             choice = self.inner.choose(list(candidates))
+        except LabViolation:  # the feeder's stand-in for a policy in another process says what that policy raised
+            raise
         except Exception as err:  # noqa: BLE001 - the learner's code: its error is the verdict
             raise LabViolation(f"choose raised {type(err).__name__}: {str(err)[:200]}") from None
         ids = [c.block_id for c in candidates]

@@ -62,6 +62,8 @@ class SchedulerBase:
 def _call(what: str, method, *args):
     try:
         return method(*args)
+    except LabViolation:  # the feeder's stand-in for a policy in another process says what that policy raised
+        raise
     except Exception as err:  # noqa: BLE001 - the learner's code: its error is the verdict
         raise LabViolation(f"{what} raised {type(err).__name__}: {str(err)[:200]}") from None
 

@@ -36,9 +36,18 @@ from .confine import available_cores, memory_available
 from .decide import Course, decide, decide_free
 from .gradebook import check_assignment, read_timestamp, save_status, write_gradebook
 from .nbgrader_export import answer_name, lesson_of
-from .notebook import graded_notebook, grading_notebook, limit_notes, read_outputs, read_records, student_code
+from .notebook import (
+    fed_records,
+    feeder_plan,
+    graded_notebook,
+    grading_notebook,
+    limit_notes,
+    read_outputs,
+    read_records,
+    student_code,
+)
 from .recovery import NotGradable, match_cells, read_cells, shown_student_id, template_cells
-from .sandbox import INSIDE, Limits, preflight, run_submission
+from .sandbox import INSIDE, Limits, feeder_address, preflight, run_submission
 
 _STORE = threading.Lock()  # the gradebook and instructor/status/ are written by one submission at a time
 SPARE_MEMORY = 2 * GiB  # what --jobs leaves the machine beside the memory caps of the submissions at once
@@ -176,12 +185,15 @@ def grade_student(
         copy = Path(scratch) / "copy"
         copy.mkdir()
         results_file = (INSIDE if sandbox else copy) / "results.jsonl"
-        nb, origin = grading_notebook(sub, template, quiz, course, student, results_file)
+        plan = feeder_plan(quiz, course, student)  # labs B and C: their traces go to the feeder, not the notebook
+        feeder = feeder_address(copy, sandbox) if plan else ""
+        nb, origin = grading_notebook(sub, template, quiz, course, student, results_file, feeder)
         nbformat.write(nb, copy / "grading.ipynb")
         hidden = [course.directory, Path(course.exchange)]
-        run = run_submission(copy, student, limits, hidden, sandbox=sandbox, slot=slot)
+        run = run_submission(copy, student, limits, hidden, sandbox=sandbox, slot=slot, feeder_plan=plan)
         started = (copy / "out.ipynb").is_file() and (copy / "out.ipynb").stat().st_size > 0
-        records = read_records(copy / "results.jsonl")
+        records, fed_notes = fed_records(read_records(copy / "results.jsonl"), plan, run.fed)
+        result.notes += fed_notes
         executed = read_outputs(copy / "out.ipynb", len(nb.cells), limits.output_cap_bytes)
     if not started:  # the machine passed the preflight, so this is the submission's doing (it deleted it?)
         result.notes.append("the run left no outputs; graded on the answers it handed over")

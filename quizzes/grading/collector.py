@@ -4,7 +4,9 @@
 call after every answer cell: ``record(question, name)`` writes the answer's value,
 ``record_calls(question, name, cases)`` the results of the student's function on the test cases, and
 ``record_lab(question, name, lab, traces)`` the runs of a lab's class on the traces (kvcourse.labs'
-record_runs, which replays nothing and judges nothing), as one JSON line each. Only None, bools,
+record_runs, which replays nothing and judges nothing), as one JSON line each. For labs B and C,
+``traces`` is only their number: the feeder (kvcourse.labs.feeder, at ``FEEDER``) holds them, serves
+each on the class one question at a time, and hands the grader the log itself. Only None, bools,
 ints, floats, strings and short lists of them are handed over; anything else is written as
 "unreadable". Nothing here knows a right answer, and nothing it writes is trusted: the instructor's
 process reads the lines as JSON, checks them again, replays a lab's runs on the engine and decides
@@ -15,6 +17,7 @@ import json
 import signal
 
 RESULTS = "results.jsonl"  # set by the injected cell
+FEEDER = ""  # the feeder's socket (labs B and C), set by the injected cell
 CALL_LIMIT_S = 5.0  # one call of the student's function
 LAB_LOG_LIMIT = 1_500_000  # characters of one lab's runs (the reference's are about 60,000)
 _MISSING = object()
@@ -85,6 +88,15 @@ def record_lab(question, name, lab, traces):
     answer = globals().get(name, _MISSING)
     if answer is _MISSING:
         _write({"q": question, "missing": name})
+        return
+    if isinstance(traces, int):  # labs B and C: the feeder serves them, and its own log is what the grader reads
+        try:
+            from kvcourse.labs.feeder import feed_all
+
+            feed_all(FEEDER, question, lab, answer, traces)
+        except BaseException:  # noqa: BLE001, S110 - what was not served scores as not served, outside
+            pass
+        _write({"q": question, "fed": traces})
         return
     logs = []
     try:

@@ -21,6 +21,9 @@ from typing import Any
 
 import nbformat
 
+from kvcourse.labs.feeder import FED_LABS
+from kvcourse.labs.spec import LABS
+
 from ..checking import prompt_for
 from ..model import Kind, Quiz
 from .decide import Course, Decision, code_cases, lab_traces
@@ -43,11 +46,19 @@ def _module_code(name: str) -> str:
 
 
 def grading_notebook(
-    sub: Submission, template: list[TemplateCell], quiz: Quiz, course: Course, student: str, results: Path
+    sub: Submission,
+    template: list[TemplateCell],
+    quiz: Quiz,
+    course: Course,
+    student: str,
+    results: Path,
+    feeder: str = "",
 ) -> tuple[nbformat.NotebookNode, list[int | None]]:
-    """(notebook, origin): the cells the sandbox runs, and for each the submission cell it came from."""
+    """(notebook, origin): the cells the sandbox runs, and for each the submission cell it came from.
+    ``feeder`` is the socket of labs B and C's feeder (kvcourse.labs.feeder): their traces are not in the notebook."""
     setup = next(cell.source for cell in template if cell.role == "setup")
     collector = _module_code("collector.py").replace('RESULTS = "results.jsonl"', f"RESULTS = {str(results)!r}")
+    collector = collector.replace('FEEDER = ""', f"FEEDER = {feeder!r}")
     cells = [nbformat.v4.new_code_cell(setup), nbformat.v4.new_code_cell(collector)]
     origin: list[int | None] = [None, None]
     last_answer = {indices[-1]: [] for indices in sub.answers.values()}
@@ -89,9 +100,46 @@ def _detail(question, course: Course, student: str) -> list | dict | None:
     """What the collector needs beside the name: a code question's cases, a lab's name and traces (as JSON)."""
     if question.kind is Kind.CODE:
         return code_cases(question, course, student)
+    if question.kind is Kind.LAB and question.lab in FED_LABS:  # the feeder holds the traces: only their count here
+        spec = LABS[question.lab]
+        return {"lab": question.lab, "traces": spec.num_public_traces + spec.num_hidden_traces}
     if question.kind is Kind.LAB:
         return {"lab": question.lab, "traces": [trace.to_plain() for trace in lab_traces(question, course, student)]}
     return None
+
+
+def feeder_plan(quiz: Quiz, course: Course, student: str) -> dict:
+    """What the feeder serves for this submission: {question: {"lab", "traces"}} for each lab B or C question."""
+    return {
+        q.id: {"lab": q.lab, "traces": [trace.to_plain() for trace in lab_traces(q, course, student)]}
+        for q in quiz.questions
+        if q.kind is Kind.LAB and q.lab in FED_LABS
+    }
+
+
+NO_FEEDER = "no feeder served {lab}'s traces: its runs were not graded (the sandbox's log says why)"
+UNPROTECTED = "the feeder that served the traces could not hide its memory ({why}): a policy could read the future"
+
+
+def fed_records(records: dict[str, dict], plan: dict, fed: list[dict]) -> tuple[dict[str, dict], list[str]]:
+    """The records with each fed lab's runs taken from the feeder's log (one per trace, None where it served none),
+    whatever the learner's process wrote for them; and the notes a grade needs (no feeder, or an unprotected one)."""
+    if not plan:
+        return records, []
+    header = next((line["feeder"] for line in fed if isinstance(line.get("feeder"), dict)), None)
+    notes = []
+    if header is None:
+        notes.append(NO_FEEDER.format(lab=" and ".join(sorted({p["lab"] for p in plan.values()}))))
+    elif not header.get("protected"):
+        notes.append(UNPROTECTED.format(why=str(header.get("why", ""))[:200]))
+    runs = {(line.get("q"), line.get("trace")): line.get("log") for line in fed if "log" in line}
+    merged = dict(records)
+    for question, entry in plan.items():
+        logs = [runs.get((question, i)) for i in range(len(entry["traces"]))]
+        record = records.get(question)
+        if any(log is not None for log in logs) or (record is not None and "missing" not in record):
+            merged[question] = {"q": question, "lab": logs}
+    return merged, notes
 
 
 def _record_call(question, detail: list | dict | None) -> str:

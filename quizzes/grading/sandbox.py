@@ -10,10 +10,14 @@ it writes is held in memory, counted against its memory cap where a cgroup holds
 see the course folder (source/, gradebook.db, instructor/, other students), the exchange or
 anyone's home; it has no network, its own process, IPC and UTS namespaces, no capabilities, and
 dies with the grader. Its memory, processes and CPU are capped before it starts (confine.py).
+For labs B and C, two open files with no name travel in as descriptors: the traces the feeder
+serves and the log it writes (kvcourse.labs.feeder); the runner hands them to the feeder and
+closes its own copies before the first kernel starts, so no student code holds them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -33,6 +37,8 @@ SCRATCH = Path("/tmp")  # its one writable file system: a tmpfs of the disk cap
 RUNNER_INSIDE = Path("/kvgrade/sandbox_runner.py")
 COUNTERS_INSIDE = Path("/kvgrade/counters")  # the cgroup's counters, read-only, for the runner's notes
 RETURNED = ("out.ipynb", "results.jsonl")  # the only files that reach the grader's copy
+FEEDER_INSIDE = "/tmp/runtime/kvfeeder.sock"  # where labs B and C's feeder listens (kvcourse.labs.feeder)
+MAX_FED_BYTES = 64_000_000  # the feeder's log, read back
 __all__ = ["FILE_SIZE_LIMIT", "INSIDE", "Limits", "Run", "bwrap_command", "preflight", "run_submission"]
 _ETC = (
     "ld.so.cache",
@@ -86,6 +92,7 @@ class Run:
     returncode: int | None  # None: killed at the submission's time limit
     log: str  # the runner's own stderr, cut to its end
     reached: dict[str, int] = field(default_factory=dict)  # cap -> times its cgroup counted it reached
+    fed: list[dict] = field(default_factory=list)  # the feeder's log (labs B and C): its header, then one run a line
 
 
 def bwrap_path() -> str | None:
@@ -229,13 +236,47 @@ def _runner_caps(confinement: Confinement, *, sandbox: bool) -> str:
     return json.dumps(spec)
 
 
+def feeder_address(copy: Path, sandbox: bool) -> str:
+    """The Unix socket labs B and C's feeder listens on, as the sandboxed kernel names it."""
+    return FEEDER_INSIDE if sandbox else str(copy / "kvfeeder.sock")
+
+
+def _fed_lines(log) -> list[dict]:
+    """The feeder's log as it came back: JSON lines, each a dict (written by our code, read defensively)."""
+    log.seek(0)
+    lines = []
+    for line in log.read(MAX_FED_BYTES).decode("utf-8", "replace").splitlines():
+        try:
+            entry = json.loads(line)
+        except (ValueError, RecursionError):
+            continue
+        if isinstance(entry, dict):
+            lines.append(entry)
+    return lines
+
+
 def run_submission(
-    copy: Path, student: str, limits: Limits, hidden: list[Path], *, sandbox: bool = True, slot: int = 0
+    copy: Path,
+    student: str,
+    limits: Limits,
+    hidden: list[Path],
+    *,
+    sandbox: bool = True,
+    slot: int = 0,
+    feeder_plan: dict | None = None,
 ) -> Run:
     """Run copy/grading.ipynb to copy/out.ipynb under the caps, in the sandbox (or, with sandbox=False, as a
-    plain subprocess); `slot` tells submissions graded at once apart (which cores they are pinned to)."""
+    plain subprocess); `slot` tells submissions graded at once apart (which cores they are pinned to).
+    `feeder_plan` ({question: {"lab", "traces"}}) is what the feeder serves (labs B and C): it reaches the
+    sandbox as an open file with no name, as does the log it writes, which comes back as ``Run.fed``."""
     how = enforcement(limits.caps, sandbox=sandbox)
-    with Confinement(limits.caps, how, cores_for(slot, limits.caps)) as confinement:
+    with contextlib.ExitStack() as files, Confinement(limits.caps, how, cores_for(slot, limits.caps)) as confinement:
+        fds: tuple[int, ...] = ()
+        if feeder_plan:
+            plan, fed_log = files.enter_context(tempfile.TemporaryFile()), files.enter_context(tempfile.TemporaryFile())
+            plan.write(json.dumps(feeder_plan).encode())
+            plan.seek(0)
+            fds = (plan.fileno(), fed_log.fileno())
         runner_args = [
             "grading.ipynb",
             "out.ipynb",
@@ -246,6 +287,8 @@ def run_submission(
             "--caps",
             _runner_caps(confinement, sandbox=sandbox),
         ]
+        if fds:
+            runner_args += ["--feeder", f"{feeder_address(copy, sandbox)},{fds[0]},{fds[1]}"]
         if sandbox:
             if bwrap_path() is None:
                 raise RuntimeError(MISSING_BWRAP)
@@ -274,6 +317,7 @@ def run_submission(
                 stdout=subprocess.DEVNULL,
                 stderr=log,
                 start_new_session=True,
+                pass_fds=fds,
             )
             try:
                 code: int | None = process.wait(timeout=limits.submission_timeout_s)
@@ -286,7 +330,8 @@ def run_submission(
             log.seek(max(0, size - 4000))
             tail = log.read().decode("utf-8", "replace")
         reached = confinement.reached()
-    return Run(seconds, code, tail, reached)
+        fed = _fed_lines(fed_log) if fds else []
+    return Run(seconds, code, tail, reached, fed)
 
 
 _PREFLIGHT_PASSED: set[tuple[bool, Caps]] = set()

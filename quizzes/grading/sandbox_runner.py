@@ -9,6 +9,10 @@ cells (the set-up and the collector) run again, then the next cell. Each cell ke
 ``--output-cap`` bytes of output, then one line saying how much was cut. OUT is rewritten after
 every cell, so a sandbox killed from outside still leaves the outputs so far.
 
+``--feeder SOCKET,TRACES_FD,LOG_FD`` (labs B and C) starts the feeder (kvcourse.labs.feeder) before the first
+kernel, hands it the two descriptors the grader passed in (the traces to read, the log to write), closes its own
+copies and waits until the feeder listens: no kernel, and so no student code, ever holds either.
+
 ``--caps`` (JSON: the caps in words, and the cgroup counters bound in read-only) lets it say which
 cap a cell reached: a cgroup counter that went up during the cell (the memory cap killed a
 process, a fork or a thread was refused), or the error the cell ended with (MemoryError under
@@ -18,6 +22,9 @@ error output, CapReached, that the grader turns into a line of its log and of th
 
 import argparse
 import json
+import os
+import select
+import subprocess
 import sys
 import time
 
@@ -187,6 +194,32 @@ def run(nb, out_path, timeout, cap, prelude, cwd, caps=None):
                 return
 
 
+FEEDER_START_S = 120.0  # the feeder imports the engine before it listens
+
+
+def start_feeder(spec):
+    """The feeder for labs B and C (see the module docstring), or None where it would not start."""
+    address, traces_fd, log_fd = spec.rsplit(",", 2)
+    fds = (int(traces_fd), int(log_fd))
+    ready_r, ready_w = os.pipe()
+    try:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "kvcourse.labs.feeder", address, *map(str, fds), str(ready_w)],
+            pass_fds=(*fds, ready_w),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+        )
+    except OSError as err:
+        print(f"the feeder did not start: {err}", file=sys.stderr)
+        process = None
+    for fd in (*fds, ready_w):
+        os.close(fd)  # the kernels this runner starts must not inherit them
+    if process is not None and not (select.select([ready_r], [], [], FEEDER_START_S)[0] and os.read(ready_r, 1)):
+        print("the feeder did not start listening", file=sys.stderr)
+    os.close(ready_r)
+    return process
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser()
     parser.add_argument("notebook")
@@ -195,9 +228,16 @@ def main(argv=None):
     parser.add_argument("--output-cap", type=int, default=1_000_000)
     parser.add_argument("--prelude", type=int, default=2)
     parser.add_argument("--caps", type=json.loads, default={})
+    parser.add_argument("--feeder", default="")
     args = parser.parse_args(argv)
-    nb = nbformat.read(args.notebook, as_version=4)
-    run(nb, args.out, args.timeout, args.output_cap, args.prelude, cwd=".", caps=args.caps)
+    feeder = start_feeder(args.feeder) if args.feeder else None
+    try:
+        nb = nbformat.read(args.notebook, as_version=4)
+        run(nb, args.out, args.timeout, args.output_cap, args.prelude, cwd=".", caps=args.caps)
+    finally:
+        if feeder is not None:
+            feeder.kill()
+            feeder.wait()
     return 0
 
 

@@ -369,12 +369,81 @@ class MyScheduler(SchedulerBase):
 
 def record_lab(question, name, lab, traces):  # the collector's, replaced: runs that never happened
     with open(RESULTS, "a") as f:
-        runs = [{"entries": [], "beams": [], "error": None} for _ in traces]
+        runs = [{"entries": [], "beams": [], "error": None}] * 6  # traces: for lab C, only how many there are
         f.write(json.dumps({"q": question, "lab": runs}) + "\\n")
 '''
 FAKER = """import kvcourse.labs as labs
 
 labs.record_runs = lambda lab, answer, traces: [{"entries": [], "error": None} for _ in traces]
+"""
+# Lab B: looks for the future at every route issue 43 (item 5) names, then evicts the least recently used block.
+PEEKER = '''import gc
+import json
+import os
+import sys
+
+
+def future_in_reach():
+    """Every trace, request or plain trace this process holds: the objects gc tracks, and the callers' frames."""
+    found = [o for o in gc.get_objects() if type(o).__name__ in ("LabTrace", "LabRequest")]
+    found += [o for o in gc.get_objects() if type(o) is dict and isinstance(o.get("requests"), list)]
+    frame = sys._getframe()
+    while frame is not None:
+        found += [v for v in frame.f_locals.values() if type(v).__name__ in ("LabTrace", "LabRequest")]
+        frame = frame.f_back
+    return len(found)
+
+
+def notebook_holds_traces():
+    try:
+        with open("/grading/grading.ipynb") as f:
+            text = f.read()
+    except OSError as err:
+        return type(err).__name__
+    return "'hidden" + " 1'" in text or "'num_" + "blocks'" in text  # a trace's repr, as the collector's call held it
+
+
+def feeder_files():
+    """What it can read of every other process that serves the lab: its memory, environment and open files."""
+    read = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b".feeder\\x00" not in f.read():  # python -m ...labs.feeder, not the runner that started it
+                    continue
+        except OSError:
+            continue
+        for what in ("mem", "environ", "fd"):
+            try:
+                if what == "fd":
+                    [os.readlink(f"/proc/{pid}/fd/{n}") for n in os.listdir(f"/proc/{pid}/fd")]
+                else:
+                    open(f"/proc/{pid}/{what}", "rb").close()
+                read[what] = "read"
+            except OSError as err:
+                read[what] = type(err).__name__
+    return read
+
+
+class MyEviction(EvictionBase):
+    """Least recently used; on each trace it first looks for what is coming."""
+
+    seen = {"gc": 0, "notebook": None, "feeder": None}
+
+    def __init__(self):
+        self.calls = 0
+        MyEviction.seen["notebook"] = notebook_holds_traces()
+        MyEviction.seen["feeder"] = feeder_files()
+
+    def choose(self, candidates):
+        self.calls += 1
+        if self.calls <= 3:
+            MyEviction.seen["gc"] = max(MyEviction.seen["gc"], future_in_reach())
+        return min(candidates, key=lambda c: (c.has_cached_children, c.last_used, -c.depth)).block_id
+'''
+PEEKED = """print("PEEKED", json.dumps(MyEviction.seen, sort_keys=True))
+with open(RESULTS, "a") as f:  # perfect-looking runs of its own, after the collector's line
+    f.write(json.dumps({"q": "{question}", "lab": [{"entries": [], "error": None}] * 6}) + "\\n")
 """
 ENGINE_USER = '''from kvcourse.kernels import FCFSPolicy
 
@@ -391,6 +460,12 @@ STUDENTS = {
     "ref_b": ("19", solution_source("eviction"), 10, "the reference eviction policy"),
     "in_use": ("19", IN_USE, 0, "evicts a block a running sequence holds"),
     "engine_patcher": ("19", ENGINE_PATCHER, 0, "switches the pool's check off in the sandbox, then evicts in use"),
+    "peeker": (
+        "19",
+        with_imports("eviction", PEEKER),
+        None,
+        "looks for the future (gc, frames, the notebook, /proc/<feeder>), forges its runs; evicts LRU",
+    ),
     "ref_c": ("20", solution_source("scheduler"), 10, "the reference scheduler"),
     "newest_first": ("20", NEWEST_FIRST, None, "last come, first served: a partial score"),
     "refuser": ("20", REFUSER, 0, "refuses every request without a reason"),
@@ -434,12 +509,14 @@ def _answers(lesson: str, lab_cell: str) -> dict[str, str]:
     return answers
 
 
-def _submission(course_dir: Path, lesson: str, answers: dict[str, str]) -> nbformat.NotebookNode:
+def _submission(course_dir: Path, lesson: str, answers: dict[str, str], last: str = "") -> nbformat.NotebookNode:
     nb = nbformat.read(course_dir / "release" / f"lesson{lesson}" / f"lesson{lesson}.ipynb", as_version=4)
     for cell in nb.cells:
         meta = cell.metadata.get("kvcourse", {})
         if meta.get("role") == "answer" and meta.get("question") in answers:
             cell.source = answers[meta["question"]]
+    if last:  # a cell of the student's own at the end
+        nb.cells.append(nbformat.v4.new_code_cell(last))
     return nb
 
 
@@ -464,8 +541,9 @@ def _grade_labs(tmp: Path) -> dict:
         folder = course_dir / "submitted" / student / f"lesson{lesson}"  # where `nbgrader collect` files it
         folder.mkdir(parents=True)
         (folder / "timestamp.txt").write_text("2026-05-04 09:00:00.000000 UTC")
+        last = PEEKED.replace("{question}", _lab(lesson).id) if student == "peeker" else ""
         nbformat.write(
-            _submission(course_dir, lesson, _answers(lesson, cell.replace("{paths}", paths))),
+            _submission(course_dir, lesson, _answers(lesson, cell.replace("{paths}", paths)), last),
             folder / f"lesson{lesson}.ipynb",
         )
     log: list[str] = []
@@ -522,8 +600,27 @@ def test_every_lab_student_scores_what_its_honest_work_earns(graded, capsys):
         for row in rows:
             print(f"{row[0]:<15} {row[1]:<7} {row[2]:<6g} {row[3]:<6g} {row[4]:>7.1f}  {row[5]}")
     assert [row for row in rows if row[2] != row[3]] == []
-    for student in ("ref_a", "ref_b", "ref_c", "reader"):
-        assert graded["results"][student]["notes"] == [], student
+    for student in ("ref_a", "ref_b", "ref_c", "reader", "peeker"):
+        assert graded["results"][student]["notes"] == [], student  # labs B and C: the feeder was there, protected
+
+
+@SANDBOX
+def test_a_policy_looking_for_the_future_finds_none_and_is_graded_on_the_feeders_log(graded):
+    # Issue 43, item 5. The feeder serves labs B and C's traces: nothing of them in the policy's process (gc, its
+    # callers' frames), nor in the notebook it can read, nor readable of the feeder (memory, environment, files).
+    outputs = [
+        o.get("text", "") for c in nbformat.reads(_graded_text(graded, "peeker"), 4).cells for o in c.get("outputs", [])
+    ]
+    line = next(text for text in outputs if text.startswith("PEEKED"))
+    assert json.loads(line.removeprefix("PEEKED")) == {
+        "feeder": {"environ": "PermissionError", "fd": "PermissionError", "mem": "PermissionError"},
+        "gc": 0,
+        "notebook": False,
+    }
+    # Its forged runs came last in results.jsonl; the grade is the feeder's log: its least recently used, scored.
+    details = graded["results"]["peeker"]["details"][_lab("19").id]["traces"]
+    assert len(details) == 6 and all(t["kind"] != "replay" and "figures" in t for t in details), details
+    assert graded["results"]["peeker"]["score"] == graded["due"]["peeker"] > 3
 
 
 @SANDBOX
