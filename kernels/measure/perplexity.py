@@ -21,7 +21,13 @@ def perplexity(model: Transformer, ids: Sequence[int], cache: str = "none", chun
     quantised cache ("int8", "fp8", "kivi2"), through it, the text fed ``chunk`` tokens a step (``all_logits``)."""
     if len(ids) < 2:
         raise ValueError(f"perplexity needs at least two tokens (one to predict from), got {len(ids)}")
-    logits = all_logits(model, ids, cache, chunk)[:-1]  # (T - 1, vocab): the prediction for each next token
+    return perplexity_of(all_logits(model, ids, cache, chunk), ids)
+
+
+def perplexity_of(logits: torch.Tensor, ids: Sequence[int]) -> float:
+    """The perplexity of ``ids`` from logits (T, vocab) already computed for every prefix of them."""
+    if len(ids) < 2 or logits.shape[0] != len(ids):
+        raise ValueError(f"need the logits of every prefix of at least two tokens: {tuple(logits.shape)}, {len(ids)}")
     targets = torch.tensor(list(ids)[1:], device=logits.device)
-    nll = torch.nn.functional.cross_entropy(logits.float(), targets)
+    nll = torch.nn.functional.cross_entropy(logits[:-1].float(), targets)  # each prediction against the next token
     return math.exp(float(nll))

@@ -114,3 +114,23 @@ def test_each_format_is_a_cache_generate_runs_and_perplexity_reads_through(model
         all_logits(model, ids, "none", chunk=16)
     with pytest.raises(ValueError, match="one of"):
         all_logits(model, ids, "fp4")
+
+
+def test_grouping_by_channel_suits_outlier_channels_and_the_model_k_v_are_read_from_the_cache(model):
+    from kvcourse.kernels.measure.kv_grouping import cached_kv, grouped_error, kv_grouping, top_channel_share
+
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 64, 32, generator=gen)
+    x[..., 3] += 40  # one channel large for every token, as keys have them
+    assert top_channel_share(x, top=1) > 0.9 and top_channel_share(torch.ones(2, 8, 32), top=4) == pytest.approx(0.125)
+    assert grouped_error(x, "channel", 32) < 0.5 * grouped_error(x, "token", 32)
+    ids = [3 + i % 90 for i in range(70)]
+    keys, values = cached_kv(model, ids)
+    assert len(keys) == model.config.num_layers and keys[0].shape == (2, 70, model.config.head_dim)
+    table = kv_grouping(model, ids)
+    assert list(table.columns)[:2] == ["K in top 4 channels", "V in top 4 channels"] and len(table) == 2
+    assert ((table > 0) & (table < 1)).all().all()
+    with pytest.raises(ValueError, match="channel"):
+        grouped_error(x, "head", 32)
+    with pytest.raises(ValueError, match="at least one group"):
+        kv_grouping(model, ids[:10])
