@@ -12,8 +12,9 @@ instructor/course.json, and never sent into a student's sandbox:
 - labs (lessons 18-20): the runs the sandbox recorded on the lab's public traces and on the hidden
   traces its spec asks for (``LabSpec.num_hidden_traces``), drawn for this student from the course
   secret, replayed here on the engine and scored by the lab's judge (kvcourse.labs.judge_runs); the
-  points are the question's times the mean trace score. A lab whose code uses the engine's own
-  implementation, or the grader's own code, scores 0 (lab_guard.py).
+  points are the question's times the mean trace score (labs B and C: over the hidden traces,
+  ``scored_traces``). A lab whose code uses the engine's own implementation, or the grader's own code,
+  scores 0 (lab_guard.py).
 Feedback says right or wrong and why (a planted mistake of the bank by name, as the quick check does),
 never a hidden case, a hidden trace or a right value the student got wrong.
 """
@@ -240,6 +241,16 @@ def _trace_details(lab: str, result: TraceResult) -> dict:
     return kept
 
 
+def scored_traces(lab: str, results: list[TraceResult]) -> list[TraceResult]:
+    """The traces a lab's points come from. Lab A's are all of them: it is pass or fail, and knowing a trace buys
+    nothing a correct class does not earn. Labs graded between lines (B, C: ``LabSpec.lines``) count the hidden
+    traces only: a learner holds the public ones and could replay choices computed offline from their future
+    (the oracle's), which no feeder can stop; their scores are still shown."""
+    if not LABS[lab].lines:
+        return results
+    return [r for r in results if not r.public]
+
+
 def _decide_lab(question: Question, record: dict, course: Course, student: str) -> Decision:
     points = float(question.points)
     logs = record.get("lab")
@@ -250,7 +261,8 @@ def _decide_lab(question: Question, record: dict, course: Course, student: str) 
     if len(logs) != len(traces):
         return Decision(0.0, points, f"Unreadable answer: {len(logs)} runs handed over for {len(traces)} traces.")
     results = [_judged(question.lab, trace, log) for trace, log in zip(traces, logs, strict=True)]
-    mean = sum(r.score for r in results) / len(results)
+    scored = scored_traces(question.lab, results)
+    mean = sum(r.score for r in scored) / len(scored)
     got = points if all(r.passed for r in results) else math.floor(points * mean * 10 + 1e-9) / 10
     details = {"traces": [_trace_details(question.lab, r) for r in results]}
     passed = sum(r.passed for r in results)
@@ -261,10 +273,11 @@ def _decide_lab(question: Question, record: dict, course: Course, student: str) 
     first = next(r for r in results if not r.passed)
     label = first.name if first.public else "a hidden trace"
     why = _cut(first.reason).rstrip(".")
+    over = " on the hidden ones" if len(scored) < len(results) else ""
     return Decision(
         got,
         points,
-        f"{passed} of {len(results)} traces pass ({counts}), mean score {mean:.0%}: "
+        f"{passed} of {len(results)} traces pass ({counts}), mean score{over} {mean:.0%}: "
         f"{got:g} of {points:g} points. First failure, {label}: {why}.",
         details=details,
     )

@@ -150,7 +150,11 @@ def _prompt_cell(question: Question) -> nbformat.NotebookNode:
             "write it. The cell after it serves the public traces on your class and prints what the grader "
             f"says of each. After you submit, your class is graded on those {lab.num_public_traces} traces and "
             f"on {lab.num_hidden_traces} hidden ones drawn for your student id: {question.points} points times "
-            "the mean trace score."
+            + (
+                "the mean score on the hidden traces (you already hold the public ones)."
+                if lab.lines
+                else "the mean trace score."
+            )
         )
     else:
         text += "\n\nWrite your answer in the cell below (graded by hand)."

@@ -236,24 +236,24 @@ def test_lab_points_verdict_and_details_from_a_record():
     q = _lab("20")
     traces = lab_traces(q, COURSE, "ann")
     plain = [t.to_plain() for t in traces]
-    right = decide(
-        q,
-        {"q": q.id, "lab": record_runs("scheduler", _class(solution_source("scheduler"), "MyScheduler"), plain)},
-        COURSE,
-        "ann",
-    )
+    right_runs = record_runs("scheduler", _class(solution_source("scheduler"), "MyScheduler"), plain)
+    right = decide(q, {"q": q.id, "lab": right_runs}, COURSE, "ann")
     assert right.right and right.verdict == "Right: all 6 traces pass (3 public, 3 hidden)."
     assert [(t["name"], t["public"], t["score"]) for t in right.details["traces"]] == [
         (t.name, t.public, 1.0) for t in traces
     ]
     assert all(set(t["figures"]) == {"yours", "FCFS", "reference"} for t in right.details["traces"])  # the report's
 
-    partial = decide(
-        q, {"q": q.id, "lab": record_runs("scheduler", _class(NEWEST_FIRST, "MyScheduler"), plain)}, COURSE, "ann"
-    )
+    partial_runs = record_runs("scheduler", _class(NEWEST_FIRST, "MyScheduler"), plain)
+    partial = decide(q, {"q": q.id, "lab": partial_runs}, COURSE, "ann")
     scores = [t["score"] for t in partial.details["traces"]]
-    assert 0 < partial.points < 10 and partial.points == int(100 * sum(scores) / len(scores)) / 10
+    hidden = [t["score"] for t in partial.details["traces"] if not t["public"]]  # a learner holds the public ones
+    assert 0 < partial.points < 10 and partial.points == int(100 * sum(hidden) / len(hidden)) / 10
     assert f"{sum(s >= 1 for s in scores)} of 6 traces pass" in partial.verdict
+    assert "on the hidden ones" in partial.verdict
+    perfect_public = right_runs[:3] + partial_runs[3:]  # the public traces answered from their future, offline
+    memorised = decide(q, {"q": q.id, "lab": perfect_public}, COURSE, "ann")
+    assert memorised.points == partial.points  # knowing the public traces buys nothing
     failing = next(t for t in partial.details["traces"] if t["score"] < 1)
     assert (failing["name"] in partial.verdict) == failing["public"] and failing["kind"] == "goodput"
     if not failing["public"]:
