@@ -3,10 +3,11 @@
 ``model/`` the decoder; ``attention/`` attention and every attention backend, contiguous and paged;
 ``memory/`` the block pool, the KV-cache manager and the paged KV tensors; ``engine/`` sequences,
 scheduler, model runner, LLMEngine and generate; ``costs`` the analytic formulas; ``workload`` the
-request trace that lessons 09, 11 and 14 share; ``baselines/`` what paging replaced; ``measure/`` what
-lessons measure on the engine at work (a trace served, the event log read back, steps timed). Imports
-run one way: measure -> baselines -> engine -> memory -> attention -> model, each layer's modules
-naming the lessons that use them (tests/test_import_contracts.py checks the order).
+request trace that lessons 09, 11 and 16 replay (lesson 14 serves a scaled copy); ``baselines/`` what
+paging replaced; ``measure/`` what lessons measure on the engine at work (a trace served, the event
+log read back, steps timed). Imports run one way: measure -> baselines -> engine -> memory ->
+attention -> model, each layer's modules naming the lessons that use them
+(tests/test_import_contracts.py checks the order).
 """
 
 from kvcourse.kernels import costs, workload

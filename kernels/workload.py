@@ -1,9 +1,9 @@
-"""The request trace that lessons 09, 11 and 14 share: who arrives when, and how long they talk.
+"""The request trace that lessons 09, 11 and 16 replay (lesson 14 a scaled copy): who arrives when, how long they talk.
 
-(And the help-desk requests that lessons 13 and 16 send the real model: ``LIBRARY_SYSTEM_PROMPT``
+(And the help-desk requests that lessons 13, 16 and 21 send the real model: ``LIBRARY_SYSTEM_PROMPT``
 and ``LIBRARY_QUESTIONS``.)
 
-One seeded, deterministic workload, kept here so the three lessons replay the same requests:
+One seeded, deterministic workload, kept here so every lesson that replays it replays the same requests:
 
 * **Arrivals** form a Poisson process (exponential gaps between requests), the usual model of
   many independent users; the vLLM paper drives its experiments the same way.
@@ -104,7 +104,7 @@ class TraceConfig:
 
 
 LESSON_TRACE = TraceConfig()
-"""The trace lessons 09, 11 and 14 replay."""
+"""The trace lessons 09, 11 and 16 replay; lesson 14 serves it scaled down on the real model (``lesson_stream``)."""
 
 LESSON_POOL_SLOTS = 16_384
 """The pool they replay it on, in token slots (1,024 blocks of 16): about 14 reservations' worth."""

@@ -1,1 +1,1 @@
-"""What paging replaced (lessons 09, 11, 14): the reservation allocator, and both allocators replayed on one trace."""
+"""What paging replaced (lessons 09, 11, 14, 16): the reservation allocator, both allocators replayed on one trace."""

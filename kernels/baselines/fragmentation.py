@@ -1,4 +1,4 @@
-"""Reservation versus paging replayed on one request trace (lessons 09, 11, 14).
+"""Reservation versus paging replayed on one request trace (lessons 09, 11, 14, 16).
 
 ``ReservationReplay`` gives each request one contiguous region sized for the longest answer it
 may write; ``PagingReplay`` serves the trace with the engine's own scheduler and KV-cache manager,

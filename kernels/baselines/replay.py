@@ -1,4 +1,4 @@
-"""What a replay records, step by step: where the pool's memory goes (lessons 09, 11, 14).
+"""What a replay records, step by step: where the pool's memory goes (lessons 09, 11, 14, 16).
 
 Both replays serve the same requests (``kvcourse.kernels.workload``), first come first served, one
 token per running request per step. The reservation replay writes the prompt and the first answer
@@ -80,7 +80,7 @@ class Segment:
 
 @dataclass
 class MemoryReport:
-    """A replay's history and its sums over the run (lessons 09, 11)."""
+    """A replay's history and its sums over the run (lessons 09, 11, 14, 16)."""
 
     name: str
     num_slots: int

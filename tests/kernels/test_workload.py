@@ -1,4 +1,4 @@
-"""The request trace lessons 09, 11 and 14 share (kvcourse.kernels.workload)."""
+"""The request trace lessons 09, 11 and 16 replay, and lesson 14 scales (kvcourse.kernels.workload)."""
 
 from __future__ import annotations
 

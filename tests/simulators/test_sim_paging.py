@@ -46,7 +46,7 @@ def _astuples(report):
 # -- the model -----------------------------------------------------------------------------------
 def test_the_defaults_are_the_shared_trace_and_pool():
     config = PagingConfig()
-    assert config.trace_config == workload.LESSON_TRACE  # lessons 09, 11 and 14 replay the same requests
+    assert config.trace_config == workload.LESSON_TRACE  # lessons 09, 11 and 16 replay the same requests
     assert config.pool_slots == workload.LESSON_POOL_SLOTS and config.num_blocks == 1024
     assert PagingSim(config).trace == workload.request_trace(workload.LESSON_TRACE)
 
