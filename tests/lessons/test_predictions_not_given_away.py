@@ -47,7 +47,6 @@ ANSWER_WORDS: dict[str, tuple[str, list[str]]] = {
     "04.mat_depends": ("headings", ["earlier word", "earlier edit", "not on later", "never on later", "only on"]),
     # lesson 07's section titles once framed its Check-yourself question by its answer ("keeping them?")
     "07.main_cost": ("headings", ["keeping them", "storing them", "the memory they hold"]),
-    "07.smol_reaches": ("headings", ["context ends", "out of reach", "never reaches", "never weighs"]),
     "07.users_13b_weights": ("headings", ["several times", "outweigh", "outweighs"]),
     "12.shared_after_write": ("headings", ["full blocks only", "only full blocks", "only its full blocks"]),
 }
@@ -206,6 +205,12 @@ def test_no_cell_before_a_prediction_gives_its_answer(path: Path, key: str):
     assert prediction.revealed is not None and prediction.revealed > prediction.asked, f"{key}: revealed where?"
     found = given_away(cells, prediction)
     assert not found, f"{key} (asked in cell {cells[prediction.asked].get('id')}): given away above it: {found}"
+
+
+def test_every_answer_word_key_is_a_prediction():
+    """ANSWER_WORDS lists only keys a lesson asks today: a retired key's paraphrases guard nothing."""
+    asked = {prediction.key for path in LESSONS for prediction in predictions(_cells(path))}
+    assert not set(ANSWER_WORDS) - asked, f"ANSWER_WORDS keys no lesson asks: {sorted(set(ANSWER_WORDS) - asked)}"
 
 
 def test_every_lesson_with_predictions_is_read():
