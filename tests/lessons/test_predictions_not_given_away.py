@@ -39,6 +39,10 @@ ANSWER_WORDS: dict[str, tuple[str, list[str]]] = {
         "cells",
         ["memory floor binds", "memory binds", "compute floor binds", "compute binds", "waits on memory here"],
     ),
+    "01.sooner_7b_gpu": (
+        "cells",
+        ["outruns", "faster than smollm2", "sooner than smollm2", "beats smollm2", "bandwidth, not size"],
+    ),
     "04.it_attends_to": ("headings", ["cat"]),
     "04.kv_drift": (
         "headings",
