@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from kvcourse.kernels.attention.backends.contiguous import _GrowingCache
-from kvcourse.kernels.attention.backends.int8 import QuantizationError
-from kvcourse.kernels.checks import check_positive_int
+from kvcourse.kernels.attention.backends.int8 import _QuantizedCache
 from kvcourse.kernels.model.config import ModelConfig
 
 FP8 = torch.float8_e4m3fn
@@ -45,7 +43,7 @@ def scale_for(x: torch.Tensor) -> float:
     return max(float(x.float().abs().max()), torch.finfo(torch.float32).tiny) / FP8_MAX
 
 
-class FP8KVBackend(_GrowingCache):
+class FP8KVBackend(_QuantizedCache):
     """The contiguous cache with K and V stored as E4M3, one scale per layer for K and for V (set by the prompt).
 
     ``measure_error`` records the round-trip error of every stored value (it costs a sync per layer).
@@ -60,17 +58,11 @@ class FP8KVBackend(_GrowingCache):
         attention: str = "auto",
         measure_error: bool = True,
     ) -> None:
-        super().__init__(attention)
-        check_positive_int("capacity", capacity)
-        self.config, self.dtype = config, dtype
-        shape = (config.num_kv_heads, capacity, config.head_dim)
-        self.k8 = [torch.zeros(shape, dtype=FP8, device=device) for _ in range(config.num_layers)]
-        self.v8 = [torch.zeros(shape, dtype=FP8, device=device) for _ in range(config.num_layers)]
+        super().__init__(config, capacity, dtype, attention, measure_error)
+        self.k8, self.v8 = self._zeros(capacity, FP8, device), self._zeros(capacity, FP8, device)
         self.k_scale: list[float | None] = [None] * config.num_layers  # set by the first tokens each layer stores
         self.v_scale: list[float | None] = [None] * config.num_layers
-        self.num_tokens = 0
         self.saturated = 0  # values beyond 448 x scale, stored as 448 x scale
-        self.error: QuantizationError | None = QuantizationError() if measure_error else None
 
     def _stores(self) -> tuple[list[torch.Tensor], ...]:
         return self.k8, self.v8
@@ -82,9 +74,7 @@ class FP8KVBackend(_GrowingCache):
         return values + 2 * self.config.num_layers * SCALE_BYTES
 
     def attend(self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        if self.meta is None:
-            raise RuntimeError("call begin_step(StepMetadata(...)) before the forward pass")
-        start, end = self.meta.start_pos, self.meta.end_pos
+        start, end = self._span()
         scales = []
         for x, values, per_layer in ((k, self.k8[layer_idx], self.k_scale), (v, self.v8[layer_idx], self.v_scale)):
             head_major = x.transpose(0, 1)  # (Hkv, T, D)

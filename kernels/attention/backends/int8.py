@@ -46,7 +46,38 @@ class QuantizationError:
         self.squared_norm += x.float().pow(2).sum().item()
 
 
-class Int8KVBackend(_GrowingCache):
+class _QuantizedCache(_GrowingCache):
+    """The contiguous cache with K and V stored in fewer bits: what the int8 and FP8 (fp8.py) caches share.
+
+    The capacity check, the model's config and dtype, the token count and, with ``measure_error``, the
+    round-trip error of every stored value (it costs a sync per layer). Each format adds its own stores.
+    """
+
+    def __init__(
+        self, config: ModelConfig, capacity: int, dtype: torch.dtype, attention: str, measure_error: bool
+    ) -> None:
+        super().__init__(attention)
+        check_positive_int("capacity", capacity)
+        self.config, self.dtype = config, dtype
+        self.num_tokens = 0
+        self.error: QuantizationError | None = QuantizationError() if measure_error else None
+
+    def _zeros(
+        self, capacity: int, dtype: torch.dtype, device: torch.device | str, per_value: bool = True
+    ) -> list[torch.Tensor]:
+        """A zeroed store per layer: (kv_heads, capacity, head_dim), or (kv_heads, capacity) for one number per
+        token and KV head (``per_value=False``)."""
+        shape = (self.config.num_kv_heads, capacity, self.config.head_dim)[: 3 if per_value else 2]
+        return [torch.zeros(shape, dtype=dtype, device=device) for _ in range(self.config.num_layers)]
+
+    def _span(self) -> tuple[int, int]:
+        """The positions the current step writes, start to end (end excluded)."""
+        if self.meta is None:
+            raise RuntimeError("call begin_step(StepMetadata(...)) before the forward pass")
+        return self.meta.start_pos, self.meta.end_pos
+
+
+class Int8KVBackend(_QuantizedCache):
     """Like the contiguous cache, but K and V are stored as int8 plus a float32 scale per (token, KV head).
 
     Bytes per token: 2 x layers x kv_heads x (head_dim x 1 + 4), see costs.quantized_kv_bytes_per_token.
@@ -62,16 +93,10 @@ class Int8KVBackend(_GrowingCache):
         attention: str = "auto",
         measure_error: bool = True,
     ) -> None:
-        super().__init__(attention)
-        check_positive_int("capacity", capacity)
-        self.config, self.dtype = config, dtype
-        shape = (config.num_kv_heads, capacity, config.head_dim)
-        self.k_q = [torch.zeros(shape, dtype=torch.int8, device=device) for _ in range(config.num_layers)]
-        self.v_q = [torch.zeros(shape, dtype=torch.int8, device=device) for _ in range(config.num_layers)]
-        self.k_scale = [torch.zeros(shape[:2], device=device) for _ in range(config.num_layers)]
-        self.v_scale = [torch.zeros(shape[:2], device=device) for _ in range(config.num_layers)]
-        self.num_tokens = 0
-        self.error: QuantizationError | None = QuantizationError() if measure_error else None
+        super().__init__(config, capacity, dtype, attention, measure_error)
+        self.k_q, self.v_q = self._zeros(capacity, torch.int8, device), self._zeros(capacity, torch.int8, device)
+        self.k_scale = self._zeros(capacity, torch.float32, device, per_value=False)
+        self.v_scale = self._zeros(capacity, torch.float32, device, per_value=False)
 
     def _stores(self) -> tuple[list[torch.Tensor], ...]:
         return self.k_q, self.v_q, self.k_scale, self.v_scale
@@ -83,9 +108,7 @@ class Int8KVBackend(_GrowingCache):
         return sum(t[:, : self.num_tokens].numel() * t.element_size() for t in tensors)
 
     def attend(self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        if self.meta is None:
-            raise RuntimeError("call begin_step(StepMetadata(...)) before the forward pass")
-        start, end = self.meta.start_pos, self.meta.end_pos
+        start, end = self._span()
         for x, values, scales in (
             (k, self.k_q[layer_idx], self.k_scale[layer_idx]),
             (v, self.v_q[layer_idx], self.v_scale[layer_idx]),
