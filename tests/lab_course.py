@@ -6,6 +6,19 @@ from __future__ import annotations
 
 from kvcourse.quizzes.labs import solution_source
 
+# A hostile eviction policy's helper (test_feeder.py and test_grading_labs.py): everything of the traces it can reach
+# from inside its own process. Source text, for the answer cells those tests hand in; it needs gc and sys imported.
+FUTURE_IN_REACH = '''def future_in_reach():
+    """Every trace, request or plain trace this process holds: the objects gc tracks, and the callers' frames."""
+    found = [o for o in gc.get_objects() if type(o).__name__ in ("LabTrace", "LabRequest")]
+    found += [o for o in gc.get_objects() if type(o) is dict and isinstance(o.get("requests"), list)]
+    frame = sys._getframe()
+    while frame is not None:
+        found += [v for v in frame.f_locals.values() if type(v).__name__ in ("LabTrace", "LabRequest")]
+        frame = frame.f_back
+    return found
+'''
+
 
 def with_imports(lab: str, body: str) -> str:
     """A class cell: the reference's import line, then ``body``."""

@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from lab_course import FUTURE_IN_REACH
 
 from kvcourse.labs import public_traces, record_runs
 from kvcourse.labs.feeder import feed_all
@@ -23,20 +24,14 @@ from kvcourse.quizzes.grading.notebook import fed_records
 from kvcourse.quizzes.grading.sandbox_runner import start_feeder
 from kvcourse.quizzes.labs import solution_source
 
-PEEKER = '''import gc
+PEEKER = (
+    """import gc
 import sys
 
 
-def future_in_reach():
-    """Every trace, request or plain trace this process holds: the objects gc tracks, and the callers' frames."""
-    found = [o for o in gc.get_objects() if type(o).__name__ in ("LabTrace", "LabRequest")]
-    found += [o for o in gc.get_objects() if type(o) is dict and isinstance(o.get("requests"), list)]
-    frame = sys._getframe()
-    while frame is not None:
-        found += [v for v in frame.f_locals.values() if type(v).__name__ in ("LabTrace", "LabRequest")]
-        frame = frame.f_back
-    return found
-
+"""
+    + FUTURE_IN_REACH
+    + '''
 
 class MyEviction(EvictionBase):
     """Least recently used (the engine's rule), after looking for the future at every choice."""
@@ -47,6 +42,7 @@ class MyEviction(EvictionBase):
         MyEviction.seen.append(len(future_in_reach()))
         return min(candidates, key=lambda c: (c.has_cached_children, c.last_used, -c.depth)).block_id
 '''
+)
 RAISER = '''class MyScheduler(SchedulerBase):
     """First come, first served until the {n}th admission, then {what}."""
 

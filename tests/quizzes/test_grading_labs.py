@@ -24,6 +24,7 @@ from guards import needs
 from hostile_course import _env, shared_run
 from lab_course import (
     ENGINE_PATCHER,
+    FUTURE_IN_REACH,
     IN_PLACE,
     IN_USE,
     LEAKER,
@@ -377,22 +378,16 @@ FAKER = """import kvcourse.labs as labs
 labs.record_runs = lambda lab, answer, traces: [{"entries": [], "error": None} for _ in traces]
 """
 # Lab B: looks for the future at every route issue 43 (item 5) names, then evicts the least recently used block.
-PEEKER = '''import gc
+PEEKER = (
+    """import gc
 import json
 import os
 import sys
 
 
-def future_in_reach():
-    """Every trace, request or plain trace this process holds: the objects gc tracks, and the callers' frames."""
-    found = [o for o in gc.get_objects() if type(o).__name__ in ("LabTrace", "LabRequest")]
-    found += [o for o in gc.get_objects() if type(o) is dict and isinstance(o.get("requests"), list)]
-    frame = sys._getframe()
-    while frame is not None:
-        found += [v for v in frame.f_locals.values() if type(v).__name__ in ("LabTrace", "LabRequest")]
-        frame = frame.f_back
-    return len(found)
-
+"""
+    + FUTURE_IN_REACH
+    + '''
 
 def notebook_holds_traces():
     try:
@@ -438,9 +433,10 @@ class MyEviction(EvictionBase):
     def choose(self, candidates):
         self.calls += 1
         if self.calls <= 3:
-            MyEviction.seen["gc"] = max(MyEviction.seen["gc"], future_in_reach())
+            MyEviction.seen["gc"] = max(MyEviction.seen["gc"], len(future_in_reach()))
         return min(candidates, key=lambda c: (c.has_cached_children, c.last_used, -c.depth)).block_id
 '''
+)
 PEEKED = """print("PEEKED", json.dumps(MyEviction.seen, sort_keys=True))
 with open(RESULTS, "a") as f:  # perfect-looking runs of its own, after the collector's line
     f.write(json.dumps({"q": "{question}", "lab": [{"entries": [], "error": None}] * 6}) + "\\n")
