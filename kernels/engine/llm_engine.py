@@ -26,6 +26,7 @@ from kvcourse.kernels.engine.request import Request, RequestOutput, RequestStatu
 from kvcourse.kernels.engine.sampling import (
     DEFAULT_MAX_NEW_TOKENS,
     SamplingParams,
+    greedy,
     make_generator,
     params_for_sample,
     sample,
@@ -238,12 +239,12 @@ class LLMEngine:
         """One token per sampled sequence (``seqs``, in logits row order); a sequence about to split into n
         samples draws n, one from each sample's own generator (lesson 12)."""
         # Greedy rows need no generator: one argmax over the whole (B, vocab) block, not B small ones.
-        greedy = logits.argmax(dim=-1).tolist() if any(s.params.greedy for s in seqs) else []
+        greedy_tokens = greedy(logits).tolist() if any(s.params.greedy for s in seqs) else []
         tokens = []
         for i, (seq, row) in enumerate(zip(seqs, logits, strict=True)):
             generators = [seq.generator, *seq.fork_generators] if seq.num_pending_forks else [seq.generator]
             if seq.params.greedy:
-                tokens.append([greedy[i]] * len(generators))
+                tokens.append([greedy_tokens[i]] * len(generators))
             else:
                 tokens.append([int(sample(row, seq.params, g)) for g in generators])
         return tokens

@@ -93,10 +93,21 @@ def filter_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     return logits
 
 
+def greedy(logits: torch.Tensor) -> torch.Tensor:
+    """The index of each row's largest logit: argmax's answer, ties to the first index, NaN wins, as argmax.
+
+    Through ``max(dim).indices``, not ``argmax``: PyTorch's CPU argmax takes about 2 ms for a batch of 32 rows
+    of SmolLM2's 49,152 logits in float32 and 5 ms in bfloat16 (one thread), where max with its indices takes
+    0.7 and 1.1 ms and returns the same indices (tests/kernels/test_kernels_sampling.py): in bfloat16 that is 4 % of a
+    batch-32 decode step (Intel Xeon with AMX; the same ratios with ATEN_CPU_CAPABILITY=avx2 and default).
+    """
+    return logits.max(dim=-1).indices
+
+
 def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None = None) -> torch.Tensor:
     """Next token ids from logits (vocab,) or (B, vocab): argmax when greedy, else a draw (lesson 05)."""
     if params.greedy:
-        return logits.argmax(dim=-1)
+        return greedy(logits)
     probs = torch.softmax(filter_logits(logits, params), dim=-1)
     flat = probs.reshape(-1, probs.shape[-1])  # (B, vocab)
     drawn = torch.multinomial(flat, 1, generator=generator)  # (B, 1)

@@ -106,6 +106,8 @@ def test_batch_sweep_keeps_the_batch_full(tiny):
     workload = Workload.make(2, prompt_tokens=(8, 12), answer_tokens=(8, 8), seed=0, vocab=(3, 90))
     result = bench_batch_throughput.sweep(ours, workload, [1, 2], rounds=1, steps=2)
     assert [r["batch"] for r in result["rows"]] == [1, 2] and result["meets_target"] in (True, False)
+    reachable = result["floor_scaling"] >= bench_batch_throughput.TARGET_FRACTION_OF_LINEARS * result["linears_scaling"]
+    assert result["target_reachable"] is reachable
     attention, gather = (
         result["largest_batch_attention_ms_per_step"],
         result["largest_batch_gather_attention_ms_per_step"],

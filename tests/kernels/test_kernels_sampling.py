@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from kvcourse.kernels.engine.sampling import SamplingParams, filter_logits, make_generator, sample
+from kvcourse.kernels.engine.sampling import SamplingParams, filter_logits, greedy, make_generator, sample
 
 LOGITS = torch.tensor([1.0, 3.0, 2.0, 0.5, 2.9])
 
@@ -15,6 +15,18 @@ LOGITS = torch.tensor([1.0, 3.0, 2.0, 0.5, 2.9])
 def test_greedy_is_argmax():
     assert int(sample(LOGITS, SamplingParams())) == 1
     assert sample(torch.stack([LOGITS, -LOGITS]), SamplingParams()).tolist() == [1, 3]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_greedy_equals_argmax_ties_nan_and_infinities_included(dtype):
+    """greedy() takes max's indices for speed; it must answer exactly what argmax answers, ties and NaN included."""
+    gen = torch.Generator().manual_seed(0)
+    few_values = torch.randint(0, 40, (64, 49152), generator=gen).to(dtype)  # many ties in every row
+    odd = torch.tensor(
+        [[1.0, 3.0, 3.0, 2.0], [-math.inf] * 4, [0.0, math.nan, 5.0, math.nan], [math.inf, 1.0, math.inf, 0.0]]
+    )
+    for logits in (few_values, torch.randn(32, 49152, generator=gen).to(dtype), odd.to(dtype), few_values[0]):
+        assert torch.equal(greedy(logits), logits.argmax(dim=-1))
 
 
 def test_top_k_keeps_only_the_best_k():
