@@ -24,7 +24,9 @@ prompt's first read, split by the cost model (lesson 15); ``block_sizes`` the pa
 each block size, under the engine's thread policy, beside the sweep's memory (lesson 11); ``spread`` a
 few timed ratios and the verdict they allow (lessons 14, 15), and a nearest-rank percentile (labs
 18-20). Answers compared: ``answers`` two runs token by token (lesson 10); ``agreement`` what a change
-to the model or its cache costs in next-token predictions (lesson 16). Of the machine itself: ``roofline``
-its peak FLOP/s and memory bandwidth, and the floors they put under a pass (lesson 01, for lesson 14 too).
+to the model or its cache costs in next-token predictions (lesson 16); ``latent_rank`` what a latent of each
+rank costs in perplexity and agreement on a held-out text, beside int8 and MQA (lesson 23). Of the machine
+itself: ``roofline`` its peak FLOP/s and memory bandwidth, and the floors they put under a pass (lesson 01,
+for lesson 14 too).
 Nothing here imports the simulators or the course: simulators and lessons import it.
 """

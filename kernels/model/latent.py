@@ -26,6 +26,7 @@ dimension, so its converted form decompresses the keys, and the trick is shown o
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -54,43 +55,108 @@ def full_rank(config: ModelConfig) -> int:
     return min(2 * config.kv_size, config.hidden_size)
 
 
+@dataclass(frozen=True)
+class JointSVD:
+    """One layer's stacked ``W = [W_k; W_v] = u diag(s) vh``, in float64: every rank's factors are a truncation
+    of it, so a sweep over ranks decomposes each layer once. ``down`` holds ``diag(s) vh = u^T W``."""
+
+    u: torch.Tensor  # (2 kv_size, n), n = min(2 kv_size, hidden)
+    s: torch.Tensor  # (n,), largest first
+    down: torch.Tensor  # (n, hidden)
+    dtype: torch.dtype  # the weights' dtype, which the factors are returned in
+
+    @property
+    def full_rank(self) -> int:
+        return self.s.shape[0]
+
+    def factors(self, rank: int) -> LatentFactors:
+        """The rank-``rank`` factors; the singular values go with the down side."""
+        count("rank", rank)
+        if rank > self.full_rank:
+            raise ValueError(f"rank {rank} exceeds {self.full_rank}, the rank of the stacked key and value projections")
+        up = self.u[:, :rank]  # (2 kv_size, rank)
+        kv_size = up.shape[0] // 2
+        return LatentFactors(self.down[:rank].to(self.dtype), up[:kv_size].to(self.dtype), up[kv_size:].to(self.dtype))
+
+    def rebuilt(self, rank: int) -> torch.Tensor:
+        """The rank-``rank`` product ``[W_uk; W_uv] W_down`` (2 kv_size x hidden), multiplied in float64 and then
+        rounded once to the weights' dtype, so that at full rank it is the stacked projection itself."""
+        count("rank", rank)
+        return (self.u[:, :rank] @ self.down[:rank]).to(self.dtype)
+
+    def energy_kept(self) -> torch.Tensor:
+        """For r = 1 .. full rank, the share of the stacked projection's squared Frobenius norm that rank r keeps
+        (the sum of the r largest squared singular values over all of them)."""
+        energy = self.s.square()
+        return energy.cumsum(0) / energy.sum()
+
+
+def joint_svd(w_k: torch.Tensor, w_v: torch.Tensor) -> JointSVD:
+    """The singular value decomposition of keys' and values' projections stacked (kv_size x hidden each).
+
+    From the eigenvectors of ``W W^T`` (2 kv_size square): they are W's left singular vectors, the square roots
+    of its eigenvalues the singular values, and ``u^T W`` the rest, ``diag(s) vh``. This asks LAPACK for a small
+    symmetric eigenproblem, several times faster than its general SVD of the same matrix."""
+    stacked = torch.cat([w_k, w_v]).detach().to(torch.float64)  # (2 kv_size, hidden)
+    n = min(stacked.shape)
+    eigenvalues, vectors = torch.linalg.eigh(stacked @ stacked.T)  # ascending
+    u = vectors.flip(-1)[:, :n]  # (2 kv_size, n), largest first
+    s = eigenvalues.flip(-1)[:n].clamp(min=0).sqrt()
+    return JointSVD(u, s, u.T @ stacked, w_k.dtype)
+
+
 def factorise(w_k: torch.Tensor, w_v: torch.Tensor, rank: int) -> LatentFactors:
     """The rank-``rank`` joint factorisation of keys' and values' projections (kv_size x hidden each).
 
     Computed in float64 and returned in the weights' dtype; the singular values go with the down side."""
-    stacked = torch.cat([w_k, w_v]).to(torch.float64)  # (2 kv_size, hidden)
-    limit = min(stacked.shape)
     count("rank", rank)
+    limit = min(2 * w_k.shape[0], w_k.shape[1])
     if rank > limit:
         raise ValueError(f"rank {rank} exceeds {limit}, the rank of the stacked key and value projections")
-    u, s, vh = torch.linalg.svd(stacked, full_matrices=False)
-    down = s[:rank, None] * vh[:rank]  # (rank, hidden)
-    up = u[:, :rank]  # (2 kv_size, rank)
-    kv_size = w_k.shape[0]
-    return LatentFactors(down.to(w_k.dtype), up[:kv_size].to(w_k.dtype), up[kv_size:].to(w_k.dtype))
+    return joint_svd(w_k, w_v).factors(rank)
+
+
+def _key_value_rows(attention: Attention) -> tuple[torch.Tensor, torch.Tensor]:
+    w = attention.qkv_proj.weight
+    q_size, kv_size = attention.q_size, attention.kv_size
+    return w[q_size : q_size + kv_size], w[q_size + kv_size :]
 
 
 def layer_factors(attention: Attention, rank: int) -> LatentFactors:
     """A layer's factors, from its fused qkv projection's key and value rows."""
-    w = attention.qkv_proj.weight
-    q_size, kv_size = attention.q_size, attention.kv_size
-    return factorise(w[q_size : q_size + kv_size], w[q_size + kv_size :], rank)
+    return factorise(*_key_value_rows(attention), rank)
 
 
-def latent_twin(model: Transformer, rank: int) -> Transformer:
+def layer_svds(model: Transformer) -> list[JointSVD]:
+    """Every layer's joint decomposition, first layer first (``latent_twin`` takes them, to decompose once).
+
+    On one CPU thread: these small eigenproblems run several times slower on two busy cores than on one (the
+    engine's thread policy, lesson 14, for the same reason); torch's thread count is restored after."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return [joint_svd(*_key_value_rows(a)) for a in model.modules() if isinstance(a, Attention)]
+    finally:
+        torch.set_num_threads(previous)
+
+
+def latent_twin(model: Transformer, rank: int, svds: Sequence[JointSVD] | None = None) -> Transformer:
     """A twin of ``model`` whose keys and values come from a rank-``rank`` latent, every layer.
 
     Only the key and value rows of each layer's qkv weight are new tensors; every other weight is shared
-    with ``model``, which is left exactly as it is."""
+    with ``model``, which is left exactly as it is. ``svds`` (``layer_svds(model)``) saves decomposing
+    each layer again when several ranks are built."""
     on = any(path.on for path in getattr(model, "fast_paths", ()))
     twin = model.accelerated("auto" if on else "off")
+    layers = [module for module in twin.modules() if isinstance(module, Attention)]
+    svds = layer_svds(model) if svds is None else svds
+    if len(svds) != len(layers):
+        raise ValueError(f"{len(svds)} decompositions for a model of {len(layers)} attention layers")
     with torch.no_grad():
-        for attention in (module for module in twin.modules() if isinstance(module, Attention)):
-            factors = layer_factors(attention, rank)
+        for attention, svd in zip(layers, svds, strict=True):
+            svd.factors(rank)  # the rank is checked against this layer's
             weight = attention.qkv_proj.weight.detach().clone()
-            start = attention.q_size
-            weight[start : start + attention.kv_size] = factors.up_k @ factors.down
-            weight[start + attention.kv_size :] = factors.up_v @ factors.down
+            weight[attention.q_size :] = svd.rebuilt(rank).to(weight.device)
             projection = copy.copy(attention.qkv_proj)
             projection._parameters = dict(projection._parameters)
             projection.weight = nn.Parameter(weight, requires_grad=False)
@@ -139,3 +205,30 @@ def absorbed_attention(attention: Attention, factors: LatentFactors, x: torch.Te
         weights = ((q_latent @ latent.T) * scale).masked_fill(~mask, float("-inf")).softmax(-1)
         absorbed += (weights @ latent) @ (w_o[:, head] @ up_v[kv]).T  # W_uv folded into W_o
     return Absorbed(decompressed, absorbed)
+
+
+@dataclass(frozen=True)
+class DecodeWork:
+    """Multiply-adds of one layer's attention for one new token over ``context`` cached tokens (``decode_work``)."""
+
+    decompressed: int  # every cached token's key and value rebuilt from its latent, then attended, then W_o
+    absorbed: int  # W_uk folded into the query, scores and sums on the latent, W_o W_uv (folded once) applied
+
+    @property
+    def ratio(self) -> float:
+        return self.decompressed / self.absorbed
+
+
+def decode_work(config: ModelConfig, rank: int, context: int) -> DecodeWork:
+    """What absorption saves in one decode step of one layer, counted in multiply-adds.
+
+    Decompressing rebuilds each of the ``context`` cached tokens' keys and values, ``rank`` x 2 kv_size each,
+    at every step, then attends per head in head_dim values and applies W_o. Absorbing folds W_uk into the
+    new query (head_dim x rank per head), scores and sums on the latent (rank values per cached token and
+    head), and applies W_o W_uv, folded once when the model is loaded (rank x hidden per head)."""
+    count("rank", rank)
+    count("context", context)
+    heads, head_dim, hidden = config.num_heads, config.head_dim, config.hidden_size
+    decompressed = context * rank * 2 * config.kv_size + heads * context * head_dim * 2 + hidden * heads * head_dim
+    absorbed = heads * head_dim * rank + heads * context * rank * 2 + hidden * heads * rank
+    return DecodeWork(decompressed, absorbed)
