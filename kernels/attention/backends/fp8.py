@@ -19,7 +19,6 @@ from __future__ import annotations
 import torch
 
 from kvcourse.kernels.attention.backends.int8 import _QuantizedCache
-from kvcourse.kernels.model.config import ModelConfig
 
 FP8 = torch.float8_e4m3fn
 FP8_MAX = torch.finfo(FP8).max  # 448.0
@@ -49,19 +48,10 @@ class FP8KVBackend(_QuantizedCache):
     ``measure_error`` records the round-trip error of every stored value (it costs a sync per layer).
     """
 
-    def __init__(
-        self,
-        config: ModelConfig,
-        capacity: int,
-        dtype: torch.dtype,
-        device: torch.device | str,
-        attention: str = "auto",
-        measure_error: bool = True,
-    ) -> None:
-        super().__init__(config, capacity, dtype, attention, measure_error)
+    def _allocate(self, capacity: int, device: torch.device | str) -> None:
         self.k8, self.v8 = self._zeros(capacity, FP8, device), self._zeros(capacity, FP8, device)
-        self.k_scale: list[float | None] = [None] * config.num_layers  # set by the first tokens each layer stores
-        self.v_scale: list[float | None] = [None] * config.num_layers
+        self.k_scale: list[float | None] = [None] * self.config.num_layers  # set by the first tokens each layer stores
+        self.v_scale: list[float | None] = [None] * self.config.num_layers
         self.saturated = 0  # values beyond 448 x scale, stored as 448 x scale
 
     def _stores(self) -> tuple[list[torch.Tensor], ...]:

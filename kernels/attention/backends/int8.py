@@ -50,17 +50,29 @@ class _QuantizedCache(_GrowingCache):
     """The contiguous cache with K and V stored in fewer bits: what the int8 and FP8 (fp8.py) caches share.
 
     The capacity check, the model's config and dtype, the token count and, with ``measure_error``, the
-    round-trip error of every stored value (it costs a sync per layer). Each format adds its own stores.
+    round-trip error of every stored value (it costs a sync per layer). Each format makes its own stores
+    (``_allocate``) and writes them (``attend``).
     """
 
     def __init__(
-        self, config: ModelConfig, capacity: int, dtype: torch.dtype, attention: str, measure_error: bool
+        self,
+        config: ModelConfig,
+        capacity: int,
+        dtype: torch.dtype,
+        device: torch.device | str,
+        attention: str = "auto",
+        measure_error: bool = True,
     ) -> None:
         super().__init__(attention)
         check_positive_int("capacity", capacity)
         self.config, self.dtype = config, dtype
         self.num_tokens = 0
         self.error: QuantizationError | None = QuantizationError() if measure_error else None
+        self._allocate(capacity, device)
+
+    def _allocate(self, capacity: int, device: torch.device | str) -> None:
+        """Make the format's stores for ``capacity`` tokens, zeroed."""
+        raise NotImplementedError
 
     def _zeros(
         self, capacity: int, dtype: torch.dtype, device: torch.device | str, per_value: bool = True
@@ -84,16 +96,7 @@ class Int8KVBackend(_QuantizedCache):
     ``measure_error`` records the round-trip error of every stored value (it costs a sync per layer).
     """
 
-    def __init__(
-        self,
-        config: ModelConfig,
-        capacity: int,
-        dtype: torch.dtype,
-        device: torch.device | str,
-        attention: str = "auto",
-        measure_error: bool = True,
-    ) -> None:
-        super().__init__(config, capacity, dtype, attention, measure_error)
+    def _allocate(self, capacity: int, device: torch.device | str) -> None:
         self.k_q, self.v_q = self._zeros(capacity, torch.int8, device), self._zeros(capacity, torch.int8, device)
         self.k_scale = self._zeros(capacity, torch.float32, device, per_value=False)
         self.v_scale = self._zeros(capacity, torch.float32, device, per_value=False)
