@@ -17,11 +17,13 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 import torch
 
-__all__ = ["Roofline", "best_seconds", "copy_bandwidth", "measure", "peak_flops"]
+__all__ = ["Roofline", "best_seconds", "copy_bandwidth", "last_level_cache_bytes", "measure", "peak_flops"]
+CPU_CACHES = Path("/sys/devices/system/cpu/cpu0/cache")  # Linux's description of the first core's caches
 
 Bound = Literal["compute", "memory"]
 
@@ -110,6 +112,33 @@ class Roofline:
         """Which floor is the higher one for this pass: "compute" or "memory" (a tie counts as compute)."""
         return "compute" if self.compute_seconds(flops) >= self.memory_seconds(nbytes) else "memory"
 
+    def nearer(self, seconds: float, flops: float, nbytes: float) -> Bound:
+        """Which floor a measured pass of ``seconds`` lies nearer, on a log scale: the one that sets its time.
+
+        Unlike "the pass is slower than the higher floor", this holds when a pass beats a floor measured a little
+        too low (a copy at a busy moment, weights the caches hold), since the floors lie far apart."""
+        compute, memory = self.compute_seconds(flops), self.memory_seconds(nbytes)
+        _nonnegative("seconds", seconds)
+        return "compute" if abs(math.log(seconds / compute)) <= abs(math.log(seconds / memory)) else "memory"
+
+    def pass_note(self, seconds: float, flops: float, nbytes: float) -> str:
+        """One sentence on a measured pass against the higher floor: how far above it, or why it is below."""
+        floor, bound = self.floor_seconds(flops, nbytes), self.binding(flops, nbytes)
+        if seconds >= floor:
+            return (
+                f"the pass took {seconds / floor:.1f}x the {bound} floor: the floor assumes one large product's "
+                "arithmetic and one long copy's reading, while a pass runs many small operations, one after another"
+            )
+        cache = last_level_cache_bytes()
+        held = (
+            f"; this CPU's last-level cache ({cache / 2**20:,.0f} MiB) can hold {min(1.0, cache / nbytes):.0%} of the "
+            f"{nbytes / 1e6:,.0f} MB the pass reads, and what it holds arrives faster than from memory"
+            if cache and bound == "memory"
+            else ""
+        )
+        beat = f"the pass beat the {bound} floor by {1 - seconds / floor:.0%}"
+        return f"{beat}: a floor is only as low as the measurement it comes from{held}"
+
     def ridge_batch(self, flops_per_sequence: float, shared_bytes: float) -> int:
         """The least batch at which the compute floor reaches the memory floor, when every sequence in the
         batch adds ``flops_per_sequence`` of work and all of them share one read of ``shared_bytes``
@@ -123,6 +152,18 @@ class Roofline:
                 self.ridge_flops_per_byte * _nonnegative("shared_bytes", shared_bytes) / flops_per_sequence - 1e-9
             ),
         )
+
+
+def last_level_cache_bytes(caches: Path = CPU_CACHES) -> int | None:
+    """The size of the CPU's largest cache as Linux describes it ("480M", "32768K"), or None where it does not."""
+    sizes = []
+    for entry in caches.glob("index*/size"):
+        text = entry.read_text(encoding="ascii").strip().upper()
+        unit = {"K": 2**10, "M": 2**20, "G": 2**30}.get(text[-1:], 1)
+        digits = text[:-1] if unit > 1 else text
+        if digits.isdigit():
+            sizes.append(int(digits) * unit)
+    return max(sizes, default=None)
 
 
 def measure(dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu") -> Roofline:

@@ -83,3 +83,26 @@ def test_a_16_bit_roofline_takes_float32s_rate_where_that_is_faster(monkeypatch)
     rates[torch.bfloat16] = 1e11  # a CPU (or GPU) with fast 16-bit products keeps its own rate
     assert roofline.measure(torch.bfloat16).flops_per_second == 1e11
     assert roofline.measure(torch.float32).flops_per_second == 5e10
+
+
+def test_a_pass_lies_nearer_the_floor_that_binds_even_when_it_beats_it():
+    machine = Roofline(flops_per_second=1e11, bytes_per_second=1e10)  # 1 ms of arithmetic, 50 ms of reading
+    flops, nbytes = 1e8, 5e8
+    for seconds in (0.035, 0.05, 0.5):  # beaten by 30 %, met, ten times over
+        assert machine.nearer(seconds, flops, nbytes) == machine.binding(flops, nbytes) == "memory"
+    assert machine.nearer(0.002, flops, nbytes) == "compute"
+    assert machine.pass_note(0.1, flops, nbytes).startswith("the pass took 2.0x the memory floor")
+    assert machine.pass_note(0.04, flops, nbytes).startswith("the pass beat the memory floor by 20%")
+
+
+def test_the_last_level_cache_is_read_from_linux_and_absent_elsewhere(tmp_path, monkeypatch):
+    from kvcourse.kernels.measure import roofline
+
+    for index, size in enumerate(["48K", "2048K", "480M"]):
+        (tmp_path / f"index{index}").mkdir()
+        (tmp_path / f"index{index}" / "size").write_text(f"{size}\n")
+    assert roofline.last_level_cache_bytes(tmp_path) == 480 * 2**20
+    assert roofline.last_level_cache_bytes(tmp_path / "missing") is None
+    monkeypatch.setattr(roofline, "last_level_cache_bytes", lambda: 480 * 2**20)
+    note = Roofline(1e11, 1e10).pass_note(0.04, 1e8, 5e8)
+    assert "last-level cache (480 MiB) can hold 100% of the 500 MB" in note
