@@ -1,7 +1,8 @@
 """The cache formats side by side on the real model (issue 45): bytes per token against what each costs in quality.
 
-For SmolLM2 in each dtype, on one text (the library help desk's system prompt and questions, and lesson 16's
-texts: about 600 tokens): perplexity and next-token agreement with the model reading its keys and values as
+For SmolLM2 in each dtype, on one held-out text (chapter 4 of the Python Language Reference as this Python ships
+it, about 2,200 tokens: kernels/measure/latent_rank.py, lesson 23's text, so the two lessons' figures compare):
+perplexity and next-token agreement with the model reading its keys and values as
 computed, against the same through the int8 cache (lesson 16), FP8 E4M3 with a scale per layer, and the
 KIVI-style 2-bit cache (fed 32 tokens a step, so its newest tokens stay in full precision as in a decode);
 beside each, the bytes a token takes in that format. Then why KIVI groups keys by channel: the share of K's and
@@ -25,10 +26,9 @@ FORMATS = {"as computed": ("none", None), "int8": ("int8", None), "fp8": ("fp8",
 
 
 def text_ids(tokenizer) -> list[int]:
-    from kvcourse.kernels import LIBRARY_QUESTIONS, LIBRARY_SYSTEM_PROMPT
-    from kvcourse.kernels.measure.agreement import MERGE_TEXTS
+    from kvcourse.kernels.measure.latent_rank import held_out_text
 
-    return tokenizer(LIBRARY_SYSTEM_PROMPT + "\n".join(LIBRARY_QUESTIONS) + "\n".join(MERGE_TEXTS))["input_ids"]
+    return tokenizer(held_out_text())["input_ids"]
 
 
 def formats(model, ids: list[int]) -> dict:
@@ -64,6 +64,7 @@ def main() -> None:
     parser.add_argument("--dtypes", nargs="*", choices=list(DTYPES), default=list(DTYPES))
     args = parser.parse_args()
     from kvcourse.kernels.measure.kv_grouping import kv_grouping
+    from kvcourse.kernels.measure.latent_rank import HELD_OUT_SOURCE
 
     result: dict = {}
     for name in args.dtypes:
@@ -72,7 +73,12 @@ def main() -> None:
         print(f"{name}: {len(ids)} tokens")
         grouping = kv_grouping(model, ids).mean().round(3).to_dict()
         print("  2-bit error by grouping (mean over layers): " + ", ".join(f"{k} {v}" for k, v in grouping.items()))
-        result[name] = {"tokens": len(ids), "formats": formats(model, ids), "grouping": grouping}
+        result[name] = {
+            "text": HELD_OUT_SOURCE,
+            "tokens": len(ids),
+            "formats": formats(model, ids),
+            "grouping": grouping,
+        }
     print(f"written to {write_result('cache_formats', result)}")
 
 
