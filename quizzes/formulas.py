@@ -22,6 +22,7 @@ from kvcourse.kernels import costs
 from kvcourse.kernels.engine.latency import LatencyTargets, RequestTimes, latency_summary
 from kvcourse.kernels.model.cache_layouts import LAYOUTS_2026
 from kvcourse.kernels.model.config_table import MODEL_CONFIGS
+from kvcourse.quizzes import cache_2026
 
 GB = 10**9
 GIB = 2**30  # a card's memory is sized in GiB (lesson 08)
@@ -137,6 +138,9 @@ FORMULAS: dict[str, Formula] = {
     "goodput_from_log": Formula(("request_log", "ttft_target_s", "tpot_target_ms"), _goodput),
     "budget_meeting_targets": Formula(("budget_table",), _budget_meeting_targets),
     "disaggregated_transfer_bytes": Formula(("model_2026", "prompt_tokens"), _transfer_bytes),
+    # lesson 22 (cache_2026.py): a 2026 config's cache at a context; the one model of three that fits a card
+    "cache_2026_bytes": Formula(("config_2026", "context_tokens"), cache_2026.config_bytes),
+    "model_that_fits": Formula(("fit_scenario",), cache_2026.model_that_fits),
 }
 
 
@@ -181,6 +185,7 @@ def facts(values: dict[str, Any]) -> dict[str, Any]:
             out.setdefault(name, getattr(cfg, name))
         out.setdefault("num_parameters", costs.num_parameters(cfg))
     out.update(_serving_facts(values))
+    out.update(cache_2026.facts_2026(values))
     if "bytes_per_value" in values:
         out["dtype"] = _DTYPES.get(values["bytes_per_value"], f"{values['bytes_per_value']}-byte")
     return out
