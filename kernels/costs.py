@@ -23,6 +23,7 @@ re-exported here with the rest: ``costs.num_parameters``, ``costs.weight_bytes``
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from fractions import Fraction
 from typing import Any
 
@@ -187,10 +188,19 @@ def score_cells_per_head(num_new_tokens: int, context_len: int, window: int | No
     return ramp_cells + (new - ramp) * win
 
 
-def score_cells(config: Any, num_new_tokens: int, context_len: int, window: int | None = None) -> int:
-    """Score cells over all heads and layers: score_cells_per_head x num_heads x num_layers (lesson 03)."""
-    per_head = score_cells_per_head(num_new_tokens, context_len, window)
-    return per_head * config_count(config, "num_heads") * config_count(config, "num_layers")
+def score_cells(
+    config: Any, num_new_tokens: int, context_len: int, window: int | None | Sequence[int | None] = None
+) -> int:
+    """Score cells over all heads and layers: score_cells_per_head x num_heads x num_layers (lesson 03).
+
+    ``window`` is one window for every layer, or one per layer (None where a layer sees every key), as a model
+    with local and global layers has (issue 45)."""
+    heads, layers = config_count(config, "num_heads"), config_count(config, "num_layers")
+    if window is None or isinstance(window, int):
+        return score_cells_per_head(num_new_tokens, context_len, window) * heads * layers
+    if len(window) != layers:
+        raise ValueError(f"window gives {len(window)} per-layer windows for a model of {layers} layers")
+    return heads * sum(score_cells_per_head(num_new_tokens, context_len, w) for w in window)
 
 
 def score_grid_bytes(num_queries: int, num_keys: int, num_heads: int = 1, bytes_per_value: int = 4) -> int:
@@ -217,7 +227,11 @@ def matmul_flops_per_token(config: Any, with_lm_head: bool = True) -> int:
 
 
 def forward_flops(
-    config: Any, num_new_tokens: int, context_len: int, num_logits: int | None = None, window: int | None = None
+    config: Any,
+    num_new_tokens: int,
+    context_len: int,
+    num_logits: int | None = None,
+    window: int | None | Sequence[int | None] = None,
 ) -> int:
     """FLOPs of one forward pass over num_new_tokens at the end of a context_len sequence (lesson 01).
 

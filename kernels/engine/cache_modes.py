@@ -14,7 +14,7 @@ from kvcourse.kernels.attention.backends.contiguous import ContiguousKVBackend, 
 from kvcourse.kernels.attention.backends.fp8 import FP8KVBackend
 from kvcourse.kernels.attention.backends.int8 import Int8KVBackend
 from kvcourse.kernels.attention.backends.kivi import Kivi2Backend
-from kvcourse.kernels.attention.backends.sliding import SlidingWindowBackend
+from kvcourse.kernels.attention.backends.sliding import LayerWindowsBackend, SlidingWindowBackend, local_global_windows
 from kvcourse.kernels.engine.paged_generate import PagedSequenceCache
 from kvcourse.kernels.model.transformer import Transformer
 
@@ -76,6 +76,14 @@ def _sliding(req: CacheRequest) -> SequenceCache:
     return SlidingWindowBackend(req.model.config, req.window, req.model.dtype, req.model.device, req.attention)
 
 
+def _local_global(req: CacheRequest) -> SequenceCache:
+    if req.window is None:
+        raise ValueError('cache="local_global" needs window=N (the window of its local layers)')
+    config = req.model.config
+    windows = local_global_windows(config.num_layers, req.window)
+    return LayerWindowsBackend(config, windows, req.max_tokens, req.model.dtype, req.model.device, req.attention)
+
+
 def _paged(req: CacheRequest) -> ModelRunningCache:
     """The paged engine's cache (paged_generate.py), one sequence, blocks in order."""
     if req.attention != "auto":
@@ -93,6 +101,7 @@ CACHE_MODES: Mapping[str, CacheFactory] = MappingProxyType(
         "fp8": _fp8,
         "kivi2": _kivi2,
         "sliding": _sliding,
+        "local_global": _local_global,
         "paged": _paged,
     }
 )

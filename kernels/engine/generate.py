@@ -9,6 +9,7 @@ modes, and the factory that builds a cache of your own, are cache_modes.py (CACH
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -129,7 +130,8 @@ def generate(
 
     cache: "none" reruns the whole sequence every step; "contiguous" keeps K/V; "int8" keeps
     them quantised, "fp8" as E4M3 and "kivi2" in 2 bits (issue 45); "sliding" keeps the last
-    `window` tokens; "paged" runs the paged engine; or
+    `window` tokens; "local_global" keeps them on five layers in six and every token on the sixth
+    (Gemma 3's pattern, issue 45); "paged" runs the paged engine; or
     a CacheFactory (CacheRequest -> cache) for a cache of your own.
     sampling: None means greedy. EOS (from the argument, else the model's config) stops early
     when sampling.stop_on_eos; the EOS token itself is included in .tokens. A Hugging Face model
@@ -151,15 +153,16 @@ def generate(
         )
     if not callable(cache) and cache not in CACHE_MODES:
         raise ValueError(f"unknown cache {cache!r}; choose one of {sorted(CACHE_MODES)}, or pass a CacheFactory")
-    if window is not None and cache != "sliding" and not callable(cache):
-        raise ValueError(f"window only applies to cache='sliding', not {cache!r}")
+    if window is not None and cache not in ("sliding", "local_global") and not callable(cache):
+        raise ValueError(f"window only applies to cache='sliding' or 'local_global', not {cache!r}")
     sampling = sampling or SamplingParams()
     _check_sampling(sampling)
     eos = _eos_ids(eos_token_id, transformer) if sampling.stop_on_eos else set()
     factory = cache if callable(cache) else CACHE_MODES[cache]
     backend = factory(CacheRequest(transformer, len(prompt) + max_new_tokens, window, attention))
+    windows = getattr(backend, "windows", window)  # a cache with a window per layer says which
     with thread_policy(num_threads):
-        result = _run(transformer, backend, prompt, max_new_tokens, sampling, eos, window)
+        result = _run(transformer, backend, prompt, max_new_tokens, sampling, eos, windows)
     result.converted = transformer is not model
     return result
 
@@ -189,7 +192,7 @@ def _run(
     max_new_tokens: int,
     sampling: SamplingParams,
     eos: set[int],
-    window: int | None,
+    window: int | None | Sequence[int | None],
 ) -> GenerationResult:
     device = model.device
     generator = make_generator(sampling, device)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 from kvcourse.kernels.attention.backend import StepMetadata
@@ -51,13 +53,23 @@ class NoCacheBackend(_SequenceBackend):
 
     Also the plain causal backend for a one-off forward pass: without begin_step, the T
     tokens are taken as one sequence starting at position 0. ``seq_lens`` splits a flat batch
-    into several independent sequences laid end to end.
+    into several independent sequences laid end to end. ``layer_windows`` gives each layer its own
+    window (None: every key), the attention-mask reference of a model with local and global layers.
     """
 
-    def __init__(self, attention: str = "auto", window: int | None = None, seq_lens: list[int] | None = None) -> None:
+    def __init__(
+        self,
+        attention: str = "auto",
+        window: int | None = None,
+        seq_lens: list[int] | None = None,
+        layer_windows: Sequence[int | None] | None = None,
+    ) -> None:
         super().__init__(attention)
+        if window is not None and layer_windows is not None:
+            raise ValueError("give one window for every layer (window) or one per layer (layer_windows), not both")
         self.window = window
         self.seq_lens = seq_lens
+        self.layer_windows = None if layer_windows is None else tuple(layer_windows)
 
     @property
     def num_computed_tokens(self) -> int:
@@ -71,11 +83,12 @@ class NoCacheBackend(_SequenceBackend):
         lens = self.seq_lens or [q.shape[0]]
         if sum(lens) != q.shape[0]:
             raise ValueError(f"seq_lens sum to {sum(lens)} but the batch has {q.shape[0]} tokens")
+        window = self.window if self.layer_windows is None else self.layer_windows[layer_idx]
         outs, start = [], 0
         for n in lens:
             kk = k[start : start + n].transpose(0, 1)  # (Hkv, n, D)
             vv = v[start : start + n].transpose(0, 1)  # (Hkv, n, D)
-            outs.append(self._attend(q[start : start + n], kk, vv, 0, self.window))
+            outs.append(self._attend(q[start : start + n], kk, vv, 0, window))
             start += n
         return outs[0] if len(outs) == 1 else torch.cat(outs)
 
