@@ -78,7 +78,7 @@ import kvcourse.kernels as k
 from kvcourse.kernels.model import products
 modes = dict(k.CACHE_MODES)
 importlib.reload(k)
-expected = {"none", "contiguous", "int8", "fp8", "kivi2", "sliding", "paged"}
+expected = {"none", "contiguous", "int8", "fp8", "kivi2", "sliding", "local_global", "paged"}
 assert dict(k.CACHE_MODES).keys() == modes.keys() == expected, modes
 assert torch.get_num_threads() == threads
 assert products.onednn_bf16_linear.cache_info().currsize == 0, "the oneDNN probe ran at import"
