@@ -127,3 +127,16 @@ def serve_beside_replay(trace, num_blocks: int, block_size: int, policy_class=No
         replay.step()
         engine.step()
         yield engine, replay, request_of
+
+
+def run_chunks(model: Transformer, backend: Any, ids: torch.Tensor, chunks: list[tuple[int, int]]) -> torch.Tensor:
+    """Feed ``ids`` to ``model`` through a sequence cache in ``chunks`` ((start, end) pairs, in order); all logits."""
+    from kvcourse.kernels.attention.backend import StepMetadata
+
+    outs = []
+    with torch.no_grad():
+        for start, end in chunks:
+            backend.begin_step(StepMetadata(start, end - start))
+            outs.append(model(ids[start:end], torch.arange(start, end), backend))
+            backend.end_step()
+    return torch.cat(outs)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from factories import make_config, make_tiny_model
+from factories import make_config, make_tiny_model, run_chunks
 
 from kvcourse.kernels import MODEL_CONFIGS, costs, generate
 from kvcourse.kernels.attention.backend import StepMetadata
@@ -18,16 +18,6 @@ PROMPT = [5, 17, 33, 42, 61, 8, 90, 12]
 @pytest.fixture(scope="module", params=["auto", "off"], ids=["fast", "textbook"])
 def model(request):
     return make_tiny_model(request.param, max_position_embeddings=256)
-
-
-def run_chunks(model, backend, ids, chunks):
-    outs = []
-    with torch.no_grad():
-        for start, end in chunks:
-            backend.begin_step(StepMetadata(start, end - start))
-            outs.append(model(ids[start:end], torch.arange(start, end), backend))
-            backend.end_step()
-    return torch.cat(outs)
 
 
 def test_int8_round_trip_error_is_at_most_half_a_step():

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from factories import make_config, make_tiny_model
+from factories import make_config, make_tiny_model, run_chunks
 
 from kvcourse.kernels import costs, generate
-from kvcourse.kernels.attention.backend import StepMetadata
 from kvcourse.kernels.attention.backends.contiguous import NoCacheBackend
 from kvcourse.kernels.attention.backends.sliding import LayerWindowsBackend, local_global_windows
 from kvcourse.kernels.measure.local_global import local_global_layout, window_sweep
@@ -19,16 +18,6 @@ WINDOWS = (4, None, 6, None, 4, 9)  # local and global layers, windows of differ
 @pytest.fixture(scope="module", params=["auto", "off"], ids=["fast", "textbook"])
 def model(request):
     return make_tiny_model(request.param, max_position_embeddings=256, num_layers=len(WINDOWS))
-
-
-def feed(model, backend, ids, chunks):
-    outs = []
-    with torch.no_grad():
-        for start, end in chunks:
-            backend.begin_step(StepMetadata(start, end - start))
-            outs.append(model(ids[start:end], torch.arange(start, end), backend))
-            backend.end_step()
-    return torch.cat(outs)
 
 
 def test_gemma_3s_pattern_makes_every_sixth_layer_global():
@@ -53,7 +42,7 @@ def test_a_window_per_layer_equals_the_masked_full_attention(model, chunks):
         reference = model(ids, torch.arange(20), NoCacheBackend(layer_windows=WINDOWS))
         unwindowed = model(ids, torch.arange(20), NoCacheBackend())
     cache = LayerWindowsBackend(model.config, WINDOWS, 20, torch.float32, "cpu")
-    assert (feed(model, cache, ids, chunks) - reference).abs().max().item() <= 5e-5  # rounding, over 6 layers
+    assert (run_chunks(model, cache, ids, chunks) - reference).abs().max().item() <= 5e-5  # rounding, over 6 layers
     assert (reference - unwindowed).abs().max().item() > 1e-3  # the windows did change what the layers saw
     assert [cache.held_tokens(layer) for layer in range(len(WINDOWS))] == [4, 20, 6, 20, 4, 9]
 
@@ -110,7 +99,7 @@ def test_the_cache_held_equals_the_layout_of_local_and_global_layers():
     model = make_tiny_model("off", max_position_embeddings=256, num_layers=12)
     window, n = 6, 20
     cache = LayerWindowsBackend(model.config, local_global_windows(12, window), n, torch.float32, "cpu")
-    feed(model, cache, torch.arange(3, 3 + n), [(0, 9), (9, n)])
+    run_chunks(model, cache, torch.arange(3, 3 + n), [(0, 9), (9, n)])
     layout = local_global_layout(model.config, window, bytes_per_value=4)
     assert cache.kv_cache_bytes == layout.bytes_at(n).total
     assert layout.bytes_at(n).growing == 2 * n * 2 * model.config.num_kv_heads * model.config.head_dim * 4  # 2 global
