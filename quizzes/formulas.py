@@ -22,7 +22,7 @@ from kvcourse.kernels import costs
 from kvcourse.kernels.engine.latency import LatencyTargets, RequestTimes, latency_summary
 from kvcourse.kernels.model.cache_layouts import LAYOUTS_2026
 from kvcourse.kernels.model.config_table import MODEL_CONFIGS
-from kvcourse.quizzes import cache_2026
+from kvcourse.quizzes import cache_2026, latent_checks
 
 GB = 10**9
 GIB = 2**30  # a card's memory is sized in GiB (lesson 08)
@@ -141,6 +141,10 @@ FORMULAS: dict[str, Formula] = {
     # lesson 22 (cache_2026.py): a 2026 config's cache at a context; the one model of three that fits a card
     "cache_2026_bytes": Formula(("config_2026", "context_tokens"), cache_2026.config_bytes),
     "model_that_fits": Formula(("fit_scenario",), cache_2026.model_that_fits),
+    # lesson 23 (latent_checks.py): a latent cache's bytes per token, its RoPE key counted
+    "latent_bytes_per_token": Formula(
+        ("num_layers", "latent_rank", "rope_dims", "bytes_per_value"), latent_checks.latent_bytes_per_token
+    ),
 }
 
 

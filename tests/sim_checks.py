@@ -64,6 +64,7 @@ VIEW_CELLS: dict[str, tuple[str, str]] = {
     "20": ("paging", 'PagingView(steps_per_click=50, scheduling_policy=reference("scheduler")())'),
     "21": ("serving_budget", "ServingBudgetView()"),
     "22": ("hybrid_memory", "HybridMemoryView()"),
+    "23": ("latent_rank", "LatentRankView()"),
 }
 LAB_VIEWS = ("18", "19", "20")  # the lab lessons' views: a lesson's simulator with the learner's policy
 VIEW_IMPORTS = (
