@@ -130,14 +130,10 @@ def layer_factors(attention: Attention, rank: int) -> LatentFactors:
 def layer_svds(model: Transformer) -> list[JointSVD]:
     """Every layer's joint decomposition, first layer first (``latent_twin`` takes them, to decompose once).
 
-    On one CPU thread: these small eigenproblems run several times slower on two busy cores than on one (the
-    engine's thread policy, lesson 14, for the same reason); torch's thread count is restored after."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        return [joint_svd(*_key_value_rows(a)) for a in model.modules() if isinstance(a, Attention)]
-    finally:
-        torch.set_num_threads(previous)
+    These small eigenproblems ran several times slower on two busy cores than on one (0.75 s on one thread,
+    5-33 s on two); the course's lab and tests run kernels on one thread (``kernel_env.offline``), and only the
+    thread policy (``kernels/engine/threads.py``) sets torch's thread count, so this function leaves it alone."""
+    return [joint_svd(*_key_value_rows(a)) for a in model.modules() if isinstance(a, Attention)]
 
 
 def latent_twin(model: Transformer, rank: int, svds: Sequence[JointSVD] | None = None) -> Transformer:
