@@ -9,7 +9,7 @@ from factories import make_config, make_tiny_model, run_chunks
 from kvcourse.kernels import costs, generate
 from kvcourse.kernels.attention.backends.contiguous import NoCacheBackend
 from kvcourse.kernels.attention.backends.sliding import LayerWindowsBackend, local_global_windows
-from kvcourse.kernels.measure.local_global import local_global_layout, window_sweep
+from kvcourse.kernels.measure.local_global import local_global_layout, masked_logits, window_sweep
 
 PROMPT = [5, 17, 33, 42, 61, 8, 90, 12]
 WINDOWS = (4, None, 6, None, 4, 9)  # local and global layers, windows of different sizes
@@ -109,10 +109,28 @@ def test_the_cache_held_equals_the_layout_of_local_and_global_layers():
 def test_window_sweep_rows_start_at_the_model_itself():
     model = make_tiny_model("off", max_position_embeddings=256, num_layers=12)
     ids = list(range(3, 43))
-    table = window_sweep(model, ids, [4, 64])
-    assert list(table.index) == ["all global", "window 64", "window 4"]
-    shipped, roomy, narrow = (table.loc[row] for row in table.index)
+    assert list(window_sweep(model, ids, [4]).index) == ["all global", "window 4"]
+    table = window_sweep(model, ids, [4, 64], sinks=4)
+    assert list(table.index) == ["all global", "window 64", "window 64 + 4 sinks", "window 4", "window 4 + 4 sinks"]
+    shipped, roomy, narrow = (table.loc[row] for row in ("all global", "window 64", "window 4"))
     assert shipped["next-token agreement"] == roomy["next-token agreement"] == 1.0  # 64 keys hold all 40 tokens
     assert shipped["perplexity"] == pytest.approx(roomy["perplexity"], rel=1e-6) and roomy["share of all global"] == 1
     assert narrow["share of all global"] == pytest.approx((2 * 40 + 10 * 4) / (12 * 40))
     assert narrow["next-token agreement"] < 1.0
+    sunk = table.loc["window 4 + 4 sinks"]  # four more tokens on each local layer
+    assert sunk["share of all global"] == pytest.approx((2 * 40 + 10 * 8) / (12 * 40))
+
+
+def test_sinks_keep_the_first_tokens_beside_the_window():
+    model = make_tiny_model("off", max_position_embeddings=256, num_layers=12)
+    ids = list(range(3, 33))
+    windows = local_global_windows(12, 4)
+    plain = masked_logits(model, ids, windows)
+    assert torch.equal(masked_logits(model, ids, windows, sinks=0), plain)
+    sunk = masked_logits(model, ids, windows, sinks=4)
+    assert torch.allclose(sunk[:4], plain[:4], atol=1e-5)  # positions 0-3: the window still holds tokens 0-3
+    assert not torch.allclose(sunk[4:], plain[4:], atol=1e-3)  # from position 4 the window has let token 0 go
+    wide = local_global_windows(12, 8)  # a window of 8 with 4 sinks, against a window of 12 for the first 12 tokens
+    assert torch.allclose(
+        masked_logits(model, ids[:12], wide, sinks=4), masked_logits(model, ids[:12], None), atol=1e-5
+    )
