@@ -1,4 +1,4 @@
-"""One widget simulator per lesson: a pure model plus an ipywidgets view (lessons 01-17).
+"""One widget simulator per lesson (course/syllabus.toml names each lesson's): a pure model plus an ipywidgets view.
 
 How a simulator is built (see ``base.py`` and ``rereading.py`` for a short, complete example):
 
