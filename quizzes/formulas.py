@@ -22,7 +22,7 @@ from kvcourse.kernels import costs
 from kvcourse.kernels.engine.latency import LatencyTargets, RequestTimes, latency_summary
 from kvcourse.kernels.model.cache_layouts import LAYOUTS_2026
 from kvcourse.kernels.model.config_table import MODEL_CONFIGS
-from kvcourse.quizzes import cache_2026, latent_checks
+from kvcourse.quizzes import cache_2026, latent_checks, local_global_checks
 
 GB = 10**9
 GIB = 2**30  # a card's memory is sized in GiB (lesson 08)
@@ -145,6 +145,12 @@ FORMULAS: dict[str, Formula] = {
     "latent_bytes_per_token": Formula(
         ("num_layers", "latent_rank", "rope_dims", "bytes_per_value"), latent_checks.latent_bytes_per_token
     ),
+    # lesson 24 (local_global_checks.py): local and global layers' cache at a context; the window that fits a budget
+    "local_global_bytes": Formula(
+        ("num_layers", "kv_heads", "head_dim", "local_per_global", "window", "context_tokens"),
+        local_global_checks.hybrid_bytes,
+    ),
+    "largest_window_that_fits": Formula(("window_scenario",), local_global_checks.window_that_fits),
 }
 
 
@@ -190,6 +196,7 @@ def facts(values: dict[str, Any]) -> dict[str, Any]:
         out.setdefault("num_parameters", costs.num_parameters(cfg))
     out.update(_serving_facts(values))
     out.update(cache_2026.facts_2026(values))
+    out.update(local_global_checks.facts_local_global(values))
     if "bytes_per_value" in values:
         out["dtype"] = _DTYPES.get(values["bytes_per_value"], f"{values['bytes_per_value']}-byte")
     return out
