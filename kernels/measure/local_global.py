@@ -34,8 +34,8 @@ def local_global_layout(
     """The cache layout of ``config`` with five layers in six windowed to ``tokens`` (``local_global_windows``)."""
     layers, heads, dim = (getattr(config, name) for name in ("num_layers", "num_kv_heads", "head_dim"))
     local = sum(w is not None for w in local_global_windows(layers, tokens, local_per_global))
-    groups = (full(layers - local, heads, dim), window(local, heads, dim, tokens))
-    return CacheLayout(groups, bytes_per_value)
+    groups = (full(layers - local, heads, dim),) if layers > local else ()  # a short model may have no global layer
+    return CacheLayout((*groups, window(local, heads, dim, tokens)), bytes_per_value)
 
 
 SINKS = 4  # StreamingLLM keeps the first four tokens

@@ -104,6 +104,8 @@ def test_the_cache_held_equals_the_layout_of_local_and_global_layers():
     assert cache.kv_cache_bytes == layout.bytes_at(n).total
     assert layout.bytes_at(n).growing == 2 * n * 2 * model.config.num_kv_heads * model.config.head_dim * 4  # 2 global
     assert layout.bytes_at(n).bounded == 10 * window * 2 * model.config.num_kv_heads * model.config.head_dim * 4
+    short = local_global_layout(make_config(num_layers=4), window, bytes_per_value=4)  # every layer local
+    assert short.bytes_at(n).growing == 0 and short.layers_of("window") == 4
 
 
 def test_window_sweep_rows_start_at_the_model_itself():
