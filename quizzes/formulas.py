@@ -1,4 +1,4 @@
-"""Parameterised questions: values drawn from a seed, answers computed by the engine (lessons 02-16).
+"""Parameterised questions: values drawn from a seed, answers computed by the engine (lessons 02-24).
 
 A parameterised question names a formula here and lists the values each parameter may take.
 The values are drawn from a seed (a learner's local seed, or a student id when grading), and
