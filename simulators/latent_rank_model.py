@@ -32,16 +32,11 @@ from kvcourse.kernels.measure.latent_rank import INT8_ROW, MQA_ROW
 from kvcourse.kernels.model.latent import full_rank, latent_bytes_per_token
 from kvcourse.simulators.checks import InvalidInput, check_choice, check_int, model_shape
 from kvcourse.simulators.labels import bytes_per_value_choices
+from kvcourse.simulators.measured_quality import Quality, between
 
 BYTES_PER_VALUE_CHOICES = bytes_per_value_choices(4, 2)
 MEASURED_ON = "smollm2-135m"  # the model whose quality the curve holds
 SCALE_BYTES = 4  # int8: one float32 scale per token, per KV head, for K and for V (lesson 16)
-
-
-@dataclass(frozen=True)
-class Quality:
-    perplexity: float
-    agreement: float  # next-token agreement with the model as shipped, 0..1
 
 
 @dataclass(frozen=True)
@@ -56,7 +51,7 @@ class QualityCurve:
             raise ValueError(f"a curve needs two or more ranks in 1..{self.full_rank}, got {sorted(self.points)}")
         if self.full_rank not in self.points:
             raise ValueError(f"a curve holds its full rank, {self.full_rank}: the model itself")
-        if any(q.perplexity < 1 or not 0 <= q.agreement <= 1 for q in self.points.values()):
+        if not all(q.valid for q in self.points.values()):
             raise ValueError("a perplexity is at least 1 and an agreement between 0 and 1")
 
     @property
@@ -79,8 +74,7 @@ class QualityCurve:
             return self.points[ranks[upper]]
         low, high = self.points[ranks[upper - 1]], self.points[ranks[upper]]
         t = (share - shares[upper - 1]) / (shares[upper] - shares[upper - 1])
-        log_ppl = (1 - t) * math.log(low.perplexity) + t * math.log(high.perplexity)
-        return Quality(math.exp(log_ppl), (1 - t) * low.agreement + t * high.agreement)
+        return between(low, high, t)
 
 
 # This module's default, measured by lesson 23's headless sweep (float32, the held-out text's first 1,000 tokens, an

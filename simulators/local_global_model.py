@@ -29,17 +29,12 @@ from kvcourse.kernels.attention.backends.sliding import LOCAL_PER_GLOBAL, local_
 from kvcourse.kernels.measure.local_global import local_global_layout
 from kvcourse.simulators.checks import InvalidInput, check_choice, check_int, model_shape
 from kvcourse.simulators.labels import bytes_per_value_choices
+from kvcourse.simulators.measured_quality import Quality, between
 
 BYTES_PER_VALUE_CHOICES = bytes_per_value_choices(4, 2)
 MEASURED_ON = "smollm2-135m"  # the model whose quality the curve holds
 MAX_CONTEXT = 1 << 20  # the context box's ceiling: a million tokens
 MAX_RATIO = 11
-
-
-@dataclass(frozen=True)
-class Quality:
-    perplexity: float
-    agreement: float  # next-token agreement with the model as shipped (every layer global), 0..1
 
 
 @dataclass(frozen=True)
@@ -53,7 +48,7 @@ class WindowCurve:
     def __post_init__(self) -> None:
         if len(self.points) < 2 or any(w < 1 for w in self.points):
             raise ValueError(f"a curve needs two or more windows of at least 1 token, got {sorted(self.points)}")
-        if any(q.perplexity < 1 or not 0 <= q.agreement <= 1 for q in (self.everything, *self.points.values())):
+        if not all(q.valid for q in (self.everything, *self.points.values())):
             raise ValueError("a perplexity is at least 1 and an agreement between 0 and 1")
 
     @property
@@ -70,8 +65,7 @@ class WindowCurve:
             return self.points[window]
         low, high = self.points[windows[upper - 1]], self.points[windows[upper]]
         t = math.log(window / windows[upper - 1]) / math.log(windows[upper] / windows[upper - 1])
-        log_ppl = (1 - t) * math.log(low.perplexity) + t * math.log(high.perplexity)
-        return Quality(math.exp(log_ppl), (1 - t) * low.agreement + t * high.agreement)
+        return between(low, high, t)
 
 
 # This module's default, measured by benchmarks/bench_local_global.py (float32, the held-out text's 2,212 tokens,
