@@ -9,9 +9,9 @@ requests refused while it was made (with the reason). Nothing downstream can cha
 value that ``update`` has since moved on. Beam search and ``generate(cache="paged")`` build the same
 record from their sequences (``ScheduledBatch.of``) and end the pass the same way (``finish_pass``).
 
-Made for what comes next: ``block_tables`` is one table per group of layers (one group today; layers
-with a window would keep their own), and ``num_logits`` counts rows, so a step that verifies draft
-tokens asks for several.
+``block_tables`` is one table per group of layers: one group without windows; with ``EngineConfig.layer_windows``
+each group of layers with one window keeps its own (engine/windows.py). ``num_logits`` counts rows, so a step
+that verifies draft tokens asks for several.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ class ScheduledSeq:
 
     @property
     def block_table(self) -> tuple[int, ...]:
-        """The table of the (today only) group of layers."""
+        """The table of the first group of layers (the only one without windows)."""
         return self.block_tables[0]
 
     @classmethod
@@ -53,9 +53,8 @@ class ScheduledSeq:
                 f"sequence {seq.seq_id} has {seq.num_tokens - start} uncomputed tokens; cannot schedule {num_tokens}"
             )
         new = tuple(seq.token_ids[start : start + num_tokens])
-        return cls(
-            seq.seq_id, seq.request_id, new, start, (tuple(seq.block_table),), int(start + num_tokens == seq.num_tokens)
-        )
+        tables = tuple(map(tuple, seq.group_tables)) if seq.group_tables else (tuple(seq.block_table),)
+        return cls(seq.seq_id, seq.request_id, new, start, tables, int(start + num_tokens == seq.num_tokens))
 
 
 @dataclass(frozen=True)

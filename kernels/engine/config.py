@@ -22,6 +22,10 @@ class EngineConfig:
     restored after (None: leave torch's setting). ``fast_paths`` "auto" or "off" sets the model's
     CPU fast paths when the engine is made (Transformer.accelerate); None runs the model as it is
     given. ``max_events`` bounds the event log (0 keeps none; counts are always kept).
+    ``layer_windows`` gives each layer an attention window (None: global), as ``local_global_windows`` lays them
+    out: layers with the same window share block tables, and a local layer's blocks that slide out of its window
+    go back to the pool (windows.py). With windows ``num_blocks`` counts blocks of one group's layers; left
+    None it is the default pool's bytes. Prefix caching and n > 1 samples are not supported with windows.
     """
 
     block_size: int = 16
@@ -36,6 +40,7 @@ class EngineConfig:
     num_threads: int | None = None
     fast_paths: str | None = None
     max_events: int = DEFAULT_MAX_EVENTS
+    layer_windows: tuple[int | None, ...] | None = None
 
     def __post_init__(self) -> None:
         for name in ("block_size", "max_num_seqs", "max_num_batched_tokens"):
@@ -52,3 +57,8 @@ class EngineConfig:
         check_fast_paths(self.fast_paths, optional=True)
         if isinstance(self.max_events, bool) or not isinstance(self.max_events, int) or self.max_events < 0:
             raise ValueError(f"max_events must be an integer >= 0, got {self.max_events!r}")
+        if self.layer_windows is not None:
+            for window in self.layer_windows:
+                check_positive_int("a layer's window", window, optional=True)
+            if self.enable_prefix_caching:
+                raise ValueError("not supported with windows: prefix caching (a cached block holds one group's layers)")

@@ -34,10 +34,12 @@ from kvcourse.kernels.engine.sampling import (
 from kvcourse.kernels.engine.scheduler import Scheduler
 from kvcourse.kernels.engine.sequence import FinishReason, Sequence, SequenceStatus
 from kvcourse.kernels.engine.threads import thread_policy
+from kvcourse.kernels.engine.windows import windowed_parts, windows_refusal
 from kvcourse.kernels.memory.block_manager import BlockManager
 from kvcourse.kernels.memory.budget import num_blocks_for_budget
 from kvcourse.kernels.memory.events import EventKind, EventLog
 from kvcourse.kernels.memory.eviction import EvictionPolicy
+from kvcourse.kernels.memory.kv_cache_groups import KVCacheGroupsManager
 from kvcourse.kernels.memory.kv_cache_manager import KVCacheManager
 from kvcourse.kernels.model.transformer import Transformer
 
@@ -66,15 +68,26 @@ class LLMEngine:
             model = model.accelerated(self.config.fast_paths)
         self.model = model
         self.max_model_len = self.config.max_model_len or model.config.max_position_embeddings
-        self.num_blocks = self._num_blocks()
         self.events = EventLog(self.config.max_events)
         self.kv_cache_manager: BlockManager
-        if block_manager is None:
-            self.kv_cache_manager = KVCacheManager(
-                self.num_blocks, self.config.block_size, self.config.enable_prefix_caching, self.events, eviction
+        self.model_runner: ModelRunner
+        if self.config.layer_windows is not None:  # a block table per group of layers with one window (windows.py)
+            self.kv_cache_manager, self.model_runner = windowed_parts(
+                model, self.config, self.events, block_manager, eviction
             )
+            self.num_blocks = self.kv_cache_manager.num_blocks
         else:
-            self.kv_cache_manager = block_manager(self.num_blocks, self.config.block_size)
+            self.num_blocks = self._num_blocks()
+            self.kv_cache_manager = (
+                KVCacheManager(
+                    self.num_blocks, self.config.block_size, self.config.enable_prefix_caching, self.events, eviction
+                )
+                if block_manager is None
+                else block_manager(self.num_blocks, self.config.block_size)
+            )
+            self.model_runner = ModelRunner.for_model(
+                model, self.num_blocks, self.config.block_size, self.config.use_triton
+            )
         self.eos_token_ids = (
             frozenset({self.config.eos_token_id})
             if self.config.eos_token_id is not None
@@ -88,9 +101,6 @@ class LLMEngine:
             self.eos_token_ids,
             scheduling_policy,
             self.events,
-        )
-        self.model_runner = ModelRunner.for_model(
-            model, self.num_blocks, self.config.block_size, self.config.use_triton
         )
         self.pool = self.model_runner.pool
         self.requests: dict[int, Request] = {}
@@ -125,6 +135,8 @@ class LLMEngine:
                 f"prompt ({len(ids)}) + max_new_tokens ({params.max_new_tokens}) = {longest} tokens "
                 f"exceeds the model's context of {self.max_model_len}"
             )
+        if isinstance(self.kv_cache_manager, KVCacheGroupsManager):
+            return windows_refusal(self.kv_cache_manager, longest, params.n)
         bs = self.config.block_size
         needed = ceil_div(longest, bs)
         if needed > self.num_blocks:

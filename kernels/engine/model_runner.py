@@ -14,6 +14,7 @@ import itertools
 
 import torch
 
+from kvcourse.kernels.attention.backend import AttentionBackend
 from kvcourse.kernels.attention.paged_backend import (
     PagedAttentionBackend,
     PagedMetadata,
@@ -69,13 +70,17 @@ class ModelRunner:
         """Logits (rows asked for, vocab): each sequence's ``num_logits`` last new tokens, in batch order.
         Reads the record only: no sequence is touched."""
         self.pool.copy_blocks(list(batch.copies))
+        positions, backend = self.backend(batch)
         device = self.model.device
-        meta = self.build_metadata(batch)
         new_tokens = [t for s in batch.seqs for t in s.new_token_ids]
         input_ids = torch.tensor(new_tokens, dtype=torch.long, device=device)  # (T,)
         ends = list(itertools.accumulate(batch.num_scheduled_tokens))
         rows = [end - k for s, end in zip(batch.seqs, ends, strict=True) for k in range(s.num_logits, 0, -1)]
         logits_index = torch.tensor(rows, dtype=torch.long, device=device)
-        backend = PagedAttentionBackend(self.pool, meta, self.decode_kernel, self.in_place_from)
-        logits: torch.Tensor = self.model(input_ids, meta.positions, backend, logits_index)
+        logits: torch.Tensor = self.model(input_ids, positions, backend, logits_index)
         return logits  # (len(rows), vocab)
+
+    def backend(self, batch: ScheduledBatch) -> tuple[torch.Tensor, AttentionBackend]:
+        """The new tokens' positions and the step's attention backend over the pool."""
+        meta = self.build_metadata(batch)
+        return meta.positions, PagedAttentionBackend(self.pool, meta, self.decode_kernel, self.in_place_from)

@@ -138,6 +138,7 @@ class Scheduler:
                 break
             if seq.status is not SequenceStatus.RUNNING:
                 continue  # preempted earlier in this loop
+            seq.num_scheduled_tokens = min(seq.num_uncomputed_tokens, budget)  # a manager with windows reads it
             while not self.kv_cache_manager.can_append(seq):
                 victim = chosen_victim(
                     self.policy, self.kv_cache_manager, self.running, seq, batch.seqs, self.events.step
@@ -149,7 +150,7 @@ class Scheduler:
             if seq.status is not SequenceStatus.RUNNING:
                 continue
             batch.copies += self.kv_cache_manager.append_slots(seq)
-            batch.add(seq, min(seq.num_uncomputed_tokens, budget))
+            batch.add(seq, seq.num_scheduled_tokens)
             budget -= batch.num_scheduled_tokens[-1]
         return budget
 
@@ -191,6 +192,7 @@ class Scheduler:
                 )
             if seq in batch.preempted:
                 return seq, f"sequence {seq.seq_id} was preempted this step"
+            seq.num_scheduled_tokens = min(seq.num_uncomputed_tokens, budget)  # before prefix hits: windows only
             if not self.kv_cache_manager.can_allocate(seq):
                 manager = self.kv_cache_manager  # the choice does not fit this step: admissions end here
                 return seq, short_of_blocks(

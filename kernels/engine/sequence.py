@@ -46,6 +46,7 @@ class Sequence:
     request_id: int | None = None
     generator: torch.Generator | None = None  # this sample's own random stream (lesson 12)
     block_table: list[int] = field(default_factory=list)
+    group_tables: list[list[int]] = field(default_factory=list)  # one per group of layers, with windows only
     num_computed_tokens: int = 0
     num_cached_tokens: int = 0
     block_hashes: list[bytes] = field(default_factory=list)  # one per full, computed block
@@ -55,6 +56,7 @@ class Sequence:
     fork_generators: list[torch.Generator | None] = field(default_factory=list)  # streams of samples to fork
     arrival: int = 0  # the engine step at which its request was added (the scheduling policy sees it)
     num_preemptions: int = 0
+    num_scheduled_tokens: int = 0  # this step's count, set before blocks are asked for (windows allocate by it)
 
     @property
     def num_tokens(self) -> int:

@@ -20,9 +20,11 @@ class Sequence(Protocol):
 
     seq_id: int
     block_table: list[int]
+    group_tables: list[list[int]]  # one table per group of layers, where layers have windows (kv_cache_groups.py)
     block_hashes: list[bytes]
     num_computed_tokens: int
     num_cached_tokens: int
+    num_scheduled_tokens: int  # this step's tokens, set by the scheduler before it asks for blocks
 
     @property
     def num_tokens(self) -> int: ...
