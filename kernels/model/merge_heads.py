@@ -55,7 +55,8 @@ def regroup_kv_heads(model: Transformer, num_kv_heads: int, method: str = "mean"
 
     method "mean" averages the K and V projections of each group (the GQA paper's conversion);
     "first" keeps the first head of each group and drops the others. More heads than the model
-    has: each head is repeated, which changes no answer. The original model is left untouched.
+    has: each head is repeated, which changes no answer. The original model is left untouched; the new one
+    runs the fast paths if the original does (``accelerate``), so the two are compared product for product.
     """
     config = model.config
     if method not in METHODS:
@@ -81,4 +82,6 @@ def regroup_kv_heads(model: Transformer, num_kv_heads: int, method: str = "mean"
     new.load_state_dict(state)
     if new_config.tie_word_embeddings:
         new.lm_head.weight = new.embed_tokens.weight  # to_empty untied them; tie them again
+    if any(path.on for path in model.fast_paths):  # the fast paths the model runs, so a comparison is like for like
+        new.accelerate()
     return new.eval()

@@ -127,7 +127,10 @@ def _float32_tiles(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
         torch.mm(weight[start : start + tile].float(), rows.t(), out=out[start : start + tile])
     if bias is not None:
         out += bias.float()[:, None]
-    return out.t().to(x.dtype).reshape(*x.shape[:-1], weight.shape[0])  # (..., out)
+    # rounded straight into row-major order: a transposed result would send every later kernel (attention
+    # above all: SDPA's flash kernel wants contiguous heads) down a strided, slower path
+    result = out.t().to(x.dtype, memory_format=torch.contiguous_format)  # (R, out)
+    return result.reshape(*x.shape[:-1], weight.shape[0])  # (..., out)
 
 
 @dataclass(frozen=True)

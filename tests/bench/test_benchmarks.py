@@ -18,6 +18,7 @@ from benchmarks import (  # noqa: E402
     bench_batch_throughput,
     bench_chunked_prefill,
     bench_decode,
+    bench_greedy,
     bench_vs_hf_cb,
     decode_attention,
 )
@@ -50,6 +51,12 @@ def test_interleaved_rounds_rotate_and_summaries_hold():
     assert calls == ["a", "b", "a", "b", "b", "a"]  # warm-ups, then round 2 starts with the other side
     assert summary([1.0, 2.0, 3.0])["median"] == 2.0 and summary([1.0, 3.0])["spread"] == 1.0
     assert paired_ratio(samples["a"], samples["b"])["ratio_of_medians"] == 2.0
+
+
+def test_the_greedy_benchmark_times_two_pickers_of_the_same_tokens():
+    logits = torch.randn(3, 50)
+    assert torch.equal(bench_greedy.argmax(logits), bench_greedy.greedy(logits))
+    assert bench_greedy.per_call(bench_greedy.argmax, logits, calls=2)() >= 0
 
 
 def test_floor_runs_every_linear(tiny):

@@ -162,6 +162,20 @@ def test_each_product_forced_equals_the_textbook(product, dtype, monkeypatch):
         assert generate(fast, PROMPT, 24, cache="paged", eos_token_id=[]).tokens == expected
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("product", products.PRODUCTS)
+def test_each_product_returns_rows_in_the_textbook_layout(product, dtype):
+    """Row-major like F.linear's: a transposed result sent bf16 prompts on AVX2 through SDPA's slow path."""
+    ok, why = products.runs(product, dtype)
+    if not ok:
+        pytest.skip(f"{product} in {dtype}: {why}")
+    weight = torch.randn(48, 16).to(dtype)
+    for shape in ((1, 16), (5, 16), (2, 40, 16)):
+        x = torch.randn(shape).to(dtype)
+        out = products.multiply(product, x, weight, products.prepare(product, weight), None)
+        assert out.shape == (*shape[:-1], 48) and out.is_contiguous(), (shape, out.stride())
+
+
 def test_a_product_that_cannot_run_is_refused_with_its_reason(no_onednn, monkeypatch):
     model = make_tiny_model().to(torch.bfloat16)
     monkeypatch.setenv(products.LINEAR_ENV, "onednn")
