@@ -1,7 +1,7 @@
 """The cache formats side by side on the real model (issue 45): bytes per token against what each costs in quality.
 
-For SmolLM2 in each dtype, on one held-out text (chapter 4 of the Python Language Reference as this Python ships
-it, about 2,200 tokens: kernels/measure/latent_rank.py, lesson 23's text, so the two lessons' figures compare):
+For SmolLM2 in each dtype, on one held-out text (chapter I of "Alice's Adventures in Wonderland", public domain,
+about 3,000 tokens: kernels/measure/texts.py, lesson 23's text, so the two lessons' figures compare):
 perplexity and next-token agreement with the model reading its keys and values as
 computed, against the same through the int8 cache (lesson 16), FP8 E4M3 with a scale per layer, and the
 KIVI-style 2-bit cache (fed 32 tokens a step, so its newest tokens stay in full precision as in a decode);

@@ -1,6 +1,6 @@
 """How large lesson 23's sweep over latent ranks is: how much of the held-out text, and which ranks.
 
-A learner's run reads the whole held-out text (about 2,200 tokens) at six ranks below the full one; the suite's
+A learner's run reads the whole held-out text (about 3,000 tokens) at six ranks below the full one; the suite's
 headless run (kvcourse.kernel_env.running_headless) its first 1,000 tokens at three ranks (a half, a third and a
 quarter of the full rank), so the lesson keeps within its time on two cores. The ranks are shares of the full
 rank, so the same sweep fits any model's shape.

@@ -7,16 +7,16 @@ ways on the same text: int8 keys and values (their scales counted), and the thre
 one (MQA, the GQA paper's conversion). ``energy_table`` is what a rank keeps of each layer's stacked
 projection. None of it trains anything: this is the quality a conversion gives before fine-tuning.
 
-The text is held out: the model is never prompted with it and nothing is fitted on it (the factorisation
-reads the weights only). It is chapter 4 of the Python Language Reference, "Execution model", as the
-running Python ships it for ``help()`` (``pydoc_data.topics``, under the Python Software Foundation's
-licence): about 2,200 of SmolLM2's tokens of plain technical English.
+The text is held out: the model is never prompted with it and nothing is fitted on it (the plain factorisation
+reads the weights only; the activation-aware one reads the model's activations on the calibration text, kept
+apart). Both texts are public domain and committed with the package (``kvcourse.kernels.measure.texts``, which
+names their sources): the evaluation text is chapter I of "Alice's Adventures in Wonderland", about 3,000 of
+SmolLM2's tokens; the calibration text the US Constitution's articles.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pydoc_data.topics import topics
 
 import pandas as pd
 import torch
@@ -24,18 +24,16 @@ import torch
 from kvcourse.kernels import costs
 from kvcourse.kernels.measure.agreement import all_logits
 from kvcourse.kernels.measure.perplexity import perplexity_of
+from kvcourse.kernels.measure.texts import CALIBRATION_SOURCE as CALIBRATION_SOURCE  # re-exported: lessons 23-25
+from kvcourse.kernels.measure.texts import HELD_OUT_SOURCE as HELD_OUT_SOURCE
+from kvcourse.kernels.measure.texts import calibration_text as calibration_text
+from kvcourse.kernels.measure.texts import held_out_text as held_out_text
 from kvcourse.kernels.model.latent import JointSVD, latent_bytes_per_token, latent_twin, layer_svds
 from kvcourse.kernels.model.merge_heads import regroup_kv_heads
 from kvcourse.kernels.model.transformer import Transformer
 
-HELD_OUT_SOURCE = 'the Python Language Reference, chapter 4 "Execution model" (pydoc_data.topics, PSF licence)'
 SCALE_BYTES = 4  # int8: one float32 scale per token, per KV head, for K and for V (lesson 16)
 INT8_ROW, MQA_ROW = "int8 keys and values", "MQA (KV heads averaged)"  # other_shrinks' rows
-
-
-def held_out_text() -> str:
-    """The held-out text: the Language Reference's chapter on the execution model, as this Python ships it."""
-    return topics["execmodel"]
 
 
 def _row(logits: torch.Tensor, reference: torch.Tensor, ids: Sequence[int], per_token: int) -> dict[str, float]:

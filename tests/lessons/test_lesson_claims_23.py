@@ -3,9 +3,9 @@
 The lesson factors SmolLM2's stacked key and value projections, checks absorption on layer 0, and sweeps the
 latent's rank on a held-out text (kernels/measure/latent_rank.py), beside int8 and MQA. Its expects on the real
 model run with the notebook (tests/lessons/test_notebooks.py); here: the sweep always holds the ranks the lesson
-reads (a half, a third and a quarter of the full rank), the short path is about 1,000 tokens, the held-out text
-is the one named, the sweep's first row is the model itself, the tables are ordered as the lesson reads them,
-and absorption holds within the lesson's 2 % in bfloat16 too.
+reads (a half, a third and a quarter of the full rank), the short path is about 1,000 tokens, the held-out and
+the calibration texts are the public-domain ones named, the sweep's first row is the model itself, the tables
+are ordered as the lesson reads them, and absorption holds within the lesson's 2 % in bfloat16 too.
 """
 
 from __future__ import annotations
@@ -40,11 +40,13 @@ def test_every_sweep_holds_the_ranks_the_lesson_reads(headless, monkeypatch):
         latent_sweep_size(4)
 
 
-def test_the_held_out_text_is_the_chapter_named_and_none_of_the_course_prompts():
-    text = latent_rank.held_out_text()
-    assert text.startswith("Execution model") and len(text) > 8000  # about 2,200 of SmolLM2's tokens
-    assert "Execution model" in latent_rank.HELD_OUT_SOURCE
-    assert all(prompt[:60] not in text for prompt in (LIBRARY_SYSTEM_PROMPT, *MERGE_TEXTS))
+def test_the_texts_are_the_public_domain_ones_named_apart_and_none_of_the_course_prompts():
+    text, calibration = latent_rank.held_out_text(), latent_rank.calibration_text()
+    assert text.startswith("CHAPTER I. Down the Rabbit-Hole") and len(text) > 10_000  # about 3,000 tokens
+    assert "Gutenberg" not in text and "CHAPTER II" not in text  # the header, the licence, chapter II cut
+    assert "Alice" in latent_rank.HELD_OUT_SOURCE and "Constitution" in latent_rank.CALIBRATION_SOURCE
+    assert calibration.startswith("We the People") and "Article. VII." in calibration and len(calibration) > 20_000
+    assert all(prompt[:60] not in text + calibration for prompt in (LIBRARY_SYSTEM_PROMPT, *MERGE_TEXTS))
 
 
 def test_the_sweeps_first_row_is_the_model_and_its_tables_read_as_the_lesson_reads_them(tiny_model):
