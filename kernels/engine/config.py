@@ -11,6 +11,7 @@ from kvcourse.kernels.memory.events import DEFAULT_MAX_EVENTS
 from kvcourse.kernels.model.cpu_fast import check_fast_paths
 
 DEFAULT_NUM_BLOCKS = 512
+PREFIX_INDEXES = ("hash", "radix")  # the prefix cache's index: the hash chain (lesson 13) or a radix tree
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,8 @@ class EngineConfig:
     out: layers with the same window share block tables, and a local layer's blocks that slide out of its window
     go back to the pool (windows.py). With windows ``num_blocks`` counts blocks of one group's layers; left
     None it is the default pool's bytes. Prefix caching and n > 1 samples are not supported with windows.
+    ``prefix_index`` "radix" finds cached prefixes in a radix tree over tokens (to the token, answers included)
+    instead of the hash chain of full blocks; it needs ``enable_prefix_caching``.
     """
 
     block_size: int = 16
@@ -41,6 +44,7 @@ class EngineConfig:
     fast_paths: str | None = None
     max_events: int = DEFAULT_MAX_EVENTS
     layer_windows: tuple[int | None, ...] | None = None
+    prefix_index: str = "hash"  # "radix": a radix tree over tokens instead of the hash chain (radix_manager.py)
 
     def __post_init__(self) -> None:
         for name in ("block_size", "max_num_seqs", "max_num_batched_tokens"):
@@ -57,6 +61,14 @@ class EngineConfig:
         check_fast_paths(self.fast_paths, optional=True)
         if isinstance(self.max_events, bool) or not isinstance(self.max_events, int) or self.max_events < 0:
             raise ValueError(f"max_events must be an integer >= 0, got {self.max_events!r}")
+        if self.prefix_index not in PREFIX_INDEXES:
+            raise ValueError(f"prefix_index must be one of {PREFIX_INDEXES}, got {self.prefix_index!r}")
+        if self.prefix_index == "radix" and (not self.enable_prefix_caching or self.layer_windows is not None):
+            raise ValueError(
+                "prefix_index='radix' is a prefix cache: it needs enable_prefix_caching=True"
+                if not self.enable_prefix_caching
+                else "prefix_index='radix' is not supported with layer_windows (a block holds one group's layers)"
+            )
         if self.layer_windows is not None:
             for window in self.layer_windows:
                 check_positive_int("a layer's window", window, optional=True)

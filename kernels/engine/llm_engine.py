@@ -40,7 +40,7 @@ from kvcourse.kernels.memory.budget import num_blocks_for_budget
 from kvcourse.kernels.memory.events import EventKind, EventLog
 from kvcourse.kernels.memory.eviction import EvictionPolicy
 from kvcourse.kernels.memory.kv_cache_groups import KVCacheGroupsManager
-from kvcourse.kernels.memory.kv_cache_manager import KVCacheManager
+from kvcourse.kernels.memory.radix_manager import kv_cache_manager
 from kvcourse.kernels.model.transformer import Transformer
 
 
@@ -78,13 +78,7 @@ class LLMEngine:
             self.num_blocks = self.kv_cache_manager.num_blocks
         else:
             self.num_blocks = self._num_blocks()
-            self.kv_cache_manager = (
-                KVCacheManager(
-                    self.num_blocks, self.config.block_size, self.config.enable_prefix_caching, self.events, eviction
-                )
-                if block_manager is None
-                else block_manager(self.num_blocks, self.config.block_size)
-            )
+            self.kv_cache_manager = kv_cache_manager(self.num_blocks, self.config, self.events, block_manager, eviction)
             self.model_runner = ModelRunner.for_model(
                 model, self.num_blocks, self.config.block_size, self.config.use_triton
             )

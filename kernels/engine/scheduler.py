@@ -204,6 +204,9 @@ class Scheduler:
                 )
             del self.waiting[index]
             self.kv_cache_manager.allocate(seq)
+            pop_copies = getattr(self.kv_cache_manager, "pop_copies", None)  # a radix index copies a part-matched block
+            if pop_copies is not None:
+                batch.copies += pop_copies()
             self.events.record(
                 EventKind.ADMIT, seq.seq_id, detail=f"{seq.num_cached_tokens} tokens from the prefix cache"
             )
