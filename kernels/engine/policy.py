@@ -12,7 +12,7 @@ sequence as a ``SeqView`` (plain numbers, nothing it could change):
 A choice the scheduler cannot honour raises ``SchedulingPolicyError`` with the reason.
 
 ``FCFSPolicy`` is the engine's own: first come, first served (nobody overtakes the head of the queue),
-and the newest running sequence gives way, as in vLLM.
+and the newest running sequence gives way, as in vLLM. ``LongestPrefixFirst`` admits by cached prefix (issue 46).
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ class SeqView:
     num_preemptions: int  # how often it has been preempted so far
     preempted_this_step: bool  # a sequence preempted in this step cannot be admitted again before the next
     now: int = 0  # the engine step being scheduled (now - arrival: the steps it has been in the engine)
+    num_prefix_hit_tokens: int = 0  # waiting: prompt tokens admission would find in the prefix cache now
 
 
 @dataclass(frozen=True)
@@ -70,3 +71,12 @@ class FCFSPolicy:
 
     def choose_victim(self, running: list[SeqView], needy: SeqView) -> int:
         return running[-1].seq_id
+
+
+class LongestPrefixFirst(FCFSPolicy):
+    """SGLang's ``lpm``: admit the waiting sequence whose prompt finds the longest prefix in the cache (ties: first
+    come), before it is evicted; preempt as FCFS does. A request that shares nothing can wait while others hit."""
+
+    def choose_admission(self, waiting: list[SeqView], free_blocks: int) -> int | Refuse | None:
+        ready = [i for i, view in enumerate(waiting) if not view.preempted_this_step]
+        return max(ready, key=lambda i: (waiting[i].num_prefix_hit_tokens, -i)) if ready else None

@@ -30,6 +30,7 @@ def seq_view(manager: BlockManager, seq: Sequence, preempted: Collection[Sequenc
         seq.num_preemptions,
         any(seq is p for p in preempted),
         now,
+        hits(seq) if waiting and (hits := getattr(manager, "prefix_hit_tokens", None)) is not None else 0,
     )
 
 

@@ -64,6 +64,10 @@ class KVCacheManager:
             parent = h
         return hits
 
+    def prefix_hit_tokens(self, seq: Sequence) -> int:
+        """Prompt tokens admission would find in the prefix cache now (a scheduling policy may order by it)."""
+        return len(self._prefix_hits(seq)) * self.block_size
+
     def num_blocks_to_allocate(self, seq: Sequence) -> int:
         """Free blocks that admitting ``seq`` would take (a hit on a block in the free queue counts)."""
         hits = self._prefix_hits(seq)

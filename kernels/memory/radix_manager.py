@@ -86,6 +86,9 @@ class RadixKVCacheManager(KVCacheManager):
         """The cached prefix admission would reuse: never the last token, which must give logits."""
         return self.index.match(self._tokens(seq, seq.num_tokens), seq.num_tokens - 1)
 
+    def prefix_hit_tokens(self, seq: Sequence) -> int:
+        return self.match(seq).num_tokens
+
     def num_blocks_to_allocate(self, seq: Sequence) -> int:
         """Free blocks admission takes at its peak: fresh blocks, hits on free blocks, and a partly matched
         free block held while it is copied."""

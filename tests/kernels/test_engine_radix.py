@@ -11,6 +11,7 @@ from hypothesis.stateful import initialize
 from test_engine_state_machine import EngineMachine, packed_model
 
 from kvcourse.kernels import EngineConfig, LLMEngine, SamplingParams
+from kvcourse.kernels.engine.policy import LongestPrefixFirst
 from kvcourse.kernels.memory.events import EventKind
 from kvcourse.kernels.memory.kv_cache_manager import KVCacheManager
 from kvcourse.kernels.memory.radix_chat import chat_trace, serve_chat
@@ -98,6 +99,25 @@ def test_radix_is_an_option_of_the_engines_own_prefix_cache():
             EngineConfig(enable_prefix_caching=True, prefix_index="radix"),
             block_manager=lambda n, bs: KVCacheManager(n, bs),
         )
+
+
+@pytest.mark.parametrize("index", ["hash", "radix"])
+def test_longest_prefix_first_admits_the_longest_cached_prefix_first(index):
+    base = [30, 31, 32, 33, 34, 35, 36, 37, 38, 39]
+    prompts = [[60, 61, 62, 63, 64], base[:6] + [70, 71], base + [80, 81]]  # share 0, 6 and 10 tokens
+    admitted, outputs = {}, {}
+    for policy in (None, LongestPrefixFirst()):
+        e = LLMEngine(
+            packed_model(),
+            EngineConfig(block_size=4, max_num_seqs=1, enable_prefix_caching=True, prefix_index=index),
+            scheduling_policy=policy,
+        )
+        e.generate([base], ANSWER)
+        start = len(e.events.of_kind(EventKind.ADMIT))
+        outputs[policy is None] = [o.tokens for o in e.generate(prompts, ANSWER)]
+        admitted[policy is None] = [ev.seq_id for ev in e.events.of_kind(EventKind.ADMIT)[start:]]
+    assert admitted == {True: [1, 2, 3], False: [3, 2, 1]}  # first come; longest prefix first
+    assert outputs[True] == outputs[False]
 
 
 class RadixEngineMachine(EngineMachine):
