@@ -89,21 +89,35 @@ class RadixKVCacheManager(KVCacheManager):
     def prefix_hit_tokens(self, seq: Sequence) -> int:
         return self.match(seq).num_tokens
 
-    def num_blocks_to_allocate(self, seq: Sequence) -> int:
-        """Free blocks admission takes at its peak: fresh blocks, hits on free blocks, and a partly matched
-        free block held while it is copied."""
-        m = self.match(seq)
+    def _peak(self, seq: Sequence, m: RadixMatch) -> int:
+        """Free blocks admitting with ``m`` takes at its peak: hits on free blocks, fresh blocks, and a partly
+        matched free block held while its copy is allocated."""
         ref = self.block_pool.ref_counts
         free_hits = sum(1 for b in m.blocks if ref[b] == 0)
         fresh = seq.num_blocks - len(m.blocks)
-        held_for_copy = int(m.partial_block is not None and ref[m.partial_block] == 0)
-        return free_hits + max(fresh, held_for_copy + 1 if m.partial_block is not None else 0)
+        if m.partial_block is None:
+            return free_hits + fresh
+        return free_hits + max(fresh, int(ref[m.partial_block] == 0) + 1)
+
+    def _admission_match(self, seq: Sequence) -> RadixMatch:
+        """The match admission uses: without its partly matched block where copying it would not fit now
+        but admitting without it would (in a pool the sequence fills alone, say)."""
+        m = self.match(seq)
+        if m.partial_block is not None and self._peak(seq, m) > self.num_free_blocks:
+            whole = RadixMatch(m.blocks, None, 0, self.block_size)
+            if self._peak(seq, whole) < self._peak(seq, m):
+                return whole
+        return m
+
+    def num_blocks_to_allocate(self, seq: Sequence) -> int:
+        """Free blocks admission takes at its peak (``_peak``)."""
+        return self._peak(seq, self._admission_match(seq))
 
     def allocate(self, seq: Sequence) -> None:
         """Blocks for a new sequence: hits on whole blocks, a copy of a partly matched one, fresh ones."""
         if seq.block_table:
             raise ValueError(f"sequence {seq.seq_id} already has blocks")
-        m = self.match(seq)
+        m = self._admission_match(seq)
         for block_id in m.blocks:
             self.block_pool.hit(block_id)  # hold hits first so allocating cannot evict them
             seq.block_table.append(block_id)

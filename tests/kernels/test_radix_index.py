@@ -103,6 +103,19 @@ def test_evicting_a_parent_when_no_leaf_is_free_takes_its_subtree_out_of_the_cac
     assert manager.block_pool.ref_counts[b.block_table[1]] == 1  # still b's, only no longer cached
 
 
+def test_a_partly_matched_block_is_not_copied_when_the_copy_would_not_fit():
+    manager = RadixKVCacheManager(3, 2)
+    first = Sequence(0, [1, 2, 3, 4, 5, 9], 6, 2)
+    manager.allocate(first)
+    first.num_computed_tokens = 5
+    manager.free(first)  # (1, 2), (3, 4) and (5,) cached: the whole pool
+    seq = Sequence(1, [1, 2, 3, 4, 5, 6], 6, 2)  # fills the pool alone: no room to hold (5,) while copying it
+    assert manager.can_allocate(seq)
+    manager.allocate(seq)
+    assert seq.num_computed_tokens == 4 and manager.pop_copies() == []
+    manager.block_pool.check_invariants([1, 1, 1])
+
+
 class RadixMachine(RuleBasedStateMachine):
     """Admit, compute (prompt chunks or one generated token), fork, finish or preempt against one manager."""
 
