@@ -15,6 +15,7 @@ from kvcourse.kernels.attention.backends.contiguous import NoCacheBackend
 from kvcourse.kernels.attention.backends.sliding import local_global_windows
 from kvcourse.kernels.checks import ceil_div
 from kvcourse.kernels.engine.model_runner import ModelRunner
+from kvcourse.kernels.memory.events import EventKind
 from kvcourse.kernels.memory.kv_cache_groups import NULL_BLOCK, KVCacheGroup, kv_cache_groups
 from kvcourse.kernels.memory.kv_cache_manager import KVCacheManager
 
@@ -155,3 +156,13 @@ def test_what_windows_do_not_support_is_refused_with_the_reason(model):
         EngineConfig(layer_windows=(0,) * LAYERS)
     out = _engine(model, windows).generate([[5, 6, 7]], SamplingParams(max_new_tokens=3, n=2))[0]
     assert "not supported with windows: n = 2" in (out.refusal or "")
+
+
+def test_a_tight_pool_preempts_and_recomputes_with_windows_to_the_same_tokens(model):
+    windows = local_global_windows(LAYERS, WINDOW)
+    prompts = _prompts((30, 26, 34))
+    engine = _engine(model, windows, num_blocks=40, max_num_batched_tokens=16)
+    outputs = engine.generate(prompts, PARAMS)
+    assert engine.events.of_kind(EventKind.PREEMPT)  # the pool could not hold all three at once
+    assert [o.tokens for o in outputs] == [_reference(model, p, windows) for p in prompts]
+    assert engine.kv_cache_manager.num_free_blocks == 40
