@@ -3,7 +3,10 @@
 A learner's run reads the whole held-out text (about 3,000 tokens) at six ranks below the full one; the suite's
 headless run (kvcourse.kernel_env.running_headless) its first 1,000 tokens at three ranks (a half, a third and a
 quarter of the full rank), so the lesson keeps within its time on two cores. The ranks are shares of the full
-rank, so the same sweep fits any model's shape.
+rank, so the same sweep fits any model's shape. The activation-aware factorisation reads the calibration text's
+first 2,000 tokens (1,000 headless) and is measured at two thirds, a half, a third and a quarter of the full rank
+(headless: a half and a quarter); partial RoPE at the full rank and at two thirds, a half and a third (headless:
+at half the rank only), where the rotated dimensions leave the latent room.
 """
 
 from __future__ import annotations
@@ -20,6 +23,9 @@ HEADLESS_SHARES = (1 / 2, 1 / 3, 1 / 4)
 class LatentSweep:
     max_tokens: int  # of the held-out text, from its start
     ranks: tuple[int, ...]  # latent values per token and layer, below the full rank, largest first
+    calibration_tokens: int  # of the calibration text, from its start: what the activation-aware fit reads
+    aware_ranks: tuple[int, ...]  # of ranks, those at which the activation-aware fit is measured too
+    partial_ranks: tuple[int, ...]  # the full rank, then the ranks at whose bytes partial RoPE is measured
 
 
 def latent_sweep_size(full_rank: int) -> LatentSweep:
@@ -28,5 +34,9 @@ def latent_sweep_size(full_rank: int) -> LatentSweep:
     size in SmolLM2: MQA's) and a quarter of the full rank."""
     if full_rank < 8:
         raise ValueError(f"a full rank of {full_rank} leaves no room for a sweep below it (at least 8)")
-    shares, max_tokens = (HEADLESS_SHARES, 1000) if running_headless() else (PEOPLE_SHARES, 100_000)
-    return LatentSweep(max_tokens, tuple(round(share * full_rank) for share in shares))
+    headless = running_headless()
+    shares, max_tokens = (HEADLESS_SHARES, 1000) if headless else (PEOPLE_SHARES, 100_000)
+    ranks = tuple(round(share * full_rank) for share in shares)
+    aware = (ranks[0], ranks[-1]) if headless else ranks[1:5]  # headless: a half and a quarter; else 2/3 to 1/4
+    partial = (full_rank, ranks[0]) if headless else (full_rank, *ranks[1:4])  # else 2/3, 1/2, 1/3
+    return LatentSweep(max_tokens, ranks, 1000 if headless else 2000, aware, partial)

@@ -16,12 +16,14 @@ SmolLM2's tokens; the calibration text the US Constitution's articles.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import pandas as pd
 import torch
+from torch import nn
 
 from kvcourse.kernels import costs
+from kvcourse.kernels.attention.backends.contiguous import NoCacheBackend
 from kvcourse.kernels.measure.agreement import all_logits
 from kvcourse.kernels.measure.perplexity import perplexity_of
 from kvcourse.kernels.measure.texts import CALIBRATION_SOURCE as CALIBRATION_SOURCE  # re-exported: lessons 23-25
@@ -29,8 +31,9 @@ from kvcourse.kernels.measure.texts import HELD_OUT_SOURCE as HELD_OUT_SOURCE
 from kvcourse.kernels.measure.texts import calibration_text as calibration_text
 from kvcourse.kernels.measure.texts import held_out_text as held_out_text
 from kvcourse.kernels.model.latent import JointSVD, latent_bytes_per_token, latent_twin, layer_svds
+from kvcourse.kernels.model.latent_rope import partial_bytes_per_token, partial_twin
 from kvcourse.kernels.model.merge_heads import regroup_kv_heads
-from kvcourse.kernels.model.transformer import Transformer
+from kvcourse.kernels.model.transformer import Attention, Transformer
 
 SCALE_BYTES = 4  # int8: one float32 scale per token, per KV head, for K and for V (lesson 16)
 INT8_ROW, MQA_ROW = "int8 keys and values", "MQA (KV heads averaged)"  # other_shrinks' rows
@@ -101,3 +104,79 @@ def energy_table(svds: Sequence[JointSVD], ranks: Sequence[int]) -> pd.DataFrame
             "most kept": {r: float(v.max()) for r, v in columns.items()},
         }
     ).rename_axis("rank")
+
+
+@torch.no_grad()
+def input_second_moments(model: Transformer, ids: Sequence[int]) -> list[torch.Tensor]:
+    """Each layer's E[x x^T] (hidden square, float64) over the normalised inputs x its attention reads on ``ids``:
+    what the activation-aware factorisation (``layer_svds(model, moments)``) is fitted to. Give it the
+    calibration text, never the evaluation text."""
+    layers = [a for a in model.modules() if isinstance(a, Attention)]
+    moments = [torch.zeros(model.config.hidden_size, model.config.hidden_size, dtype=torch.float64) for _ in layers]
+
+    def adder(index: int) -> Callable[[nn.Module, tuple[torch.Tensor, ...]], None]:
+        def add(module: nn.Module, args: tuple[torch.Tensor, ...]) -> None:
+            x = args[0].detach().to(device="cpu", dtype=torch.float64)  # (T, hidden)
+            moments[index] += x.T @ x / len(ids)
+
+        return add
+
+    handles = [a.register_forward_pre_hook(adder(i)) for i, a in enumerate(layers)]
+    tokens = torch.tensor(list(ids), device=model.device)
+    try:  # one pass; only the last position's logits, as nothing reads them
+        model(tokens, torch.arange(len(tokens), device=model.device), NoCacheBackend(), tokens.new_tensor([-1]))
+    finally:
+        for handle in handles:
+            handle.remove()
+    return moments
+
+
+def fits_table(weights: pd.DataFrame, activations: pd.DataFrame) -> pd.DataFrame:
+    """Two ``rank_sweep`` tables side by side, the factorisation fitted to the weights and to the activations:
+    per rank, the bytes per token (the same), each one's perplexity and each one's next-token agreement; the ranks
+    of ``activations``, which ``weights`` holds too."""
+    weights = weights.loc[activations.index]
+    return pd.DataFrame(
+        {
+            "bytes per token": weights["bytes per token"],
+            "perplexity, fitted to weights": weights["perplexity"],
+            "perplexity, fitted to activations": activations["perplexity"],
+            "agreement, fitted to weights": weights["next-token agreement"],
+            "agreement, fitted to activations": activations["next-token agreement"],
+        }
+    )
+
+
+def partial_rope_sweep(
+    model: Transformer,
+    ids: Sequence[int],
+    pairs: int,
+    rotated: Sequence[torch.Tensor],
+    svds: Sequence[JointSVD],
+    full_rope: pd.DataFrame,
+    reference: torch.Tensor | None = None,
+) -> pd.DataFrame:
+    """Partial RoPE (``pairs`` rotated pairs per KV head, ``latent_rope.partial_layers``) against the full-RoPE
+    latent of ``full_rope`` (a ``rank_sweep`` table) at equal bytes per token: for each of its ranks r, the
+    partial-RoPE latent of rank r minus the rotated dimensions' values, so the two caches are the same size.
+    The first row (the full rank) is partial RoPE alone: the stack at its full rank, only the rotation taken off.
+    ``reference``: the model's ``all_logits`` of ``ids`` where computed already."""
+    config, bytes_per_value = model.config, model.dtype.itemsize
+    rotated_values = config.num_kv_heads * 2 * pairs  # per layer and token, cached in full beside the latent
+    reference = all_logits(model, ids) if reference is None else reference
+    if (full_rope.index <= rotated_values).any():
+        raise ValueError(f"ranks {list(full_rope.index)}: each must exceed the {rotated_values} rotated values")
+    rows = {}
+    for rank in full_rope.index:
+        latent = min(rank - rotated_values, svds[0].full_rank)
+        logits = all_logits(partial_twin(model, latent, rotated, svds), ids)
+        row = _row(logits, reference, ids, partial_bytes_per_token(config, latent, pairs, bytes_per_value))
+        rows[rank] = {
+            "latent rank, partial RoPE": latent,
+            "bytes per token": row["bytes per token"],
+            "perplexity, full RoPE": full_rope["perplexity"][rank],
+            "perplexity, partial RoPE": row["perplexity"],
+            "agreement, full RoPE": full_rope["next-token agreement"][rank],
+            "agreement, partial RoPE": row["next-token agreement"],
+        }
+    return pd.DataFrame.from_dict(rows, orient="index").rename_axis("full-RoPE rank")

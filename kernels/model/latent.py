@@ -20,7 +20,15 @@ is ``(W_uk^T q) . c``, so the up-projection folds into the query side, and ``sof
 side; attention then reads the latent directly. It needs keys without a position-dependent rotation between
 ``W_uk`` and the score: RoPE turns each key by its own position, so ``W_uk`` cannot move past it. DeepSeek
 therefore keeps RoPE on a separate small key shared by the heads (decoupled RoPE); SmolLM2 rotates every key
-dimension, so its converted form decompresses the keys, and the trick is shown on the unrotated scores.
+dimension, so its converted form decompresses the keys, and the trick is shown on the unrotated scores;
+latent_rope.py keeps a few rotary dimensions outside the latent, as DeepSeek and MHA2MLA do, and absorbs the rest.
+
+Activation-aware (``layer_svds(model, second_moments)``): the rank-r factors that rebuild the weights best are
+not those that rebuild the keys and values best, which depend on the inputs x the layer sees. With C = E[x x^T]
+measured on a calibration text (``latent_rank.input_second_moments``), the error on the actual outputs,
+E||(W - W') x||^2 = ||(W - W') S||^2 for C = S S^T, is least for W' = U_r U_r^T W, where U_r holds the top left
+singular vectors of W S, i.e. the top eigenvectors of W C W^T (SVD-LLM's whitening, ASVD's idea): the same
+truncation of the output space, chosen by the activations' energy rather than the weights'. C = I is the plain SVD.
 """
 
 from __future__ import annotations
@@ -61,9 +69,10 @@ class JointSVD:
     of it, so a sweep over ranks decomposes each layer once. ``down`` holds ``diag(s) vh = u^T W``."""
 
     u: torch.Tensor  # (2 kv_size, n), n = min(2 kv_size, hidden)
-    s: torch.Tensor  # (n,), largest first
+    s: torch.Tensor  # (n,), largest first: W's singular values, or W S's when fitted to activations
     down: torch.Tensor  # (n, hidden)
     dtype: torch.dtype  # the weights' dtype, which the factors are returned in
+    key_rows: int = -1  # how many of the stacked rows are keys (the rest values); -1: half of them
 
     @property
     def full_rank(self) -> int:
@@ -74,9 +83,9 @@ class JointSVD:
         count("rank", rank)
         if rank > self.full_rank:
             raise ValueError(f"rank {rank} exceeds {self.full_rank}, the rank of the stacked key and value projections")
-        up = self.u[:, :rank]  # (2 kv_size, rank)
-        kv_size = up.shape[0] // 2
-        return LatentFactors(self.down[:rank].to(self.dtype), up[:kv_size].to(self.dtype), up[kv_size:].to(self.dtype))
+        up = self.u[:, :rank]  # (key rows + value rows, rank)
+        keys = up.shape[0] // 2 if self.key_rows < 0 else self.key_rows
+        return LatentFactors(self.down[:rank].to(self.dtype), up[:keys].to(self.dtype), up[keys:].to(self.dtype))
 
     def rebuilt(self, rank: int) -> torch.Tensor:
         """The rank-``rank`` product ``[W_uk; W_uv] W_down`` (2 kv_size x hidden), multiplied in float64 and then
@@ -91,18 +100,21 @@ class JointSVD:
         return energy.cumsum(0) / energy.sum()
 
 
-def joint_svd(w_k: torch.Tensor, w_v: torch.Tensor) -> JointSVD:
-    """The singular value decomposition of keys' and values' projections stacked (kv_size x hidden each).
+def joint_svd(w_k: torch.Tensor, w_v: torch.Tensor, second_moment: torch.Tensor | None = None) -> JointSVD:
+    """The singular value decomposition of keys' and values' projections stacked (rows x hidden each).
 
-    From the eigenvectors of ``W W^T`` (2 kv_size square): they are W's left singular vectors, the square roots
+    From the eigenvectors of ``W W^T`` (rows square): they are W's left singular vectors, the square roots
     of its eigenvalues the singular values, and ``u^T W`` the rest, ``diag(s) vh``. This asks LAPACK for a small
-    symmetric eigenproblem, several times faster than its general SVD of the same matrix."""
-    stacked = torch.cat([w_k, w_v]).detach().to(torch.float64)  # (2 kv_size, hidden)
+    symmetric eigenproblem, several times faster than its general SVD of the same matrix. With ``second_moment``
+    C (hidden square, the inputs' E[x x^T]), the eigenvectors of ``W C W^T`` instead: the factors that rebuild
+    the keys and values of those inputs best (module docstring); ``down`` is still ``u^T W``."""
+    stacked = torch.cat([w_k, w_v]).detach().to(torch.float64)  # (rows, hidden)
     n = min(stacked.shape)
-    eigenvalues, vectors = torch.linalg.eigh(stacked @ stacked.T)  # ascending
-    u = vectors.flip(-1)[:, :n]  # (2 kv_size, n), largest first
+    gram = stacked @ stacked.T if second_moment is None else stacked @ second_moment.to(stacked) @ stacked.T
+    eigenvalues, vectors = torch.linalg.eigh(gram)  # ascending
+    u = vectors.flip(-1)[:, :n]  # (rows, n), largest first
     s = eigenvalues.flip(-1)[:n].clamp(min=0).sqrt()
-    return JointSVD(u, s, u.T @ stacked, w_k.dtype)
+    return JointSVD(u, s, u.T @ stacked, w_k.dtype, w_k.shape[0])
 
 
 def factorise(w_k: torch.Tensor, w_v: torch.Tensor, rank: int) -> LatentFactors:
@@ -127,13 +139,16 @@ def layer_factors(attention: Attention, rank: int) -> LatentFactors:
     return factorise(*_key_value_rows(attention), rank)
 
 
-def layer_svds(model: Transformer) -> list[JointSVD]:
-    """Every layer's joint decomposition, first layer first (``latent_twin`` takes them, to decompose once).
+def layer_svds(model: Transformer, second_moments: Sequence[torch.Tensor] | None = None) -> list[JointSVD]:
+    """Every layer's joint decomposition, first layer first (``latent_twin`` takes them, to decompose once);
+    fitted to each layer's inputs where ``second_moments`` (``latent_rank.input_second_moments``) are given.
 
     These small eigenproblems ran several times slower on two busy cores than on one (0.75 s on one thread,
     5-33 s on two); the course's lab and tests run kernels on one thread (``kernel_env.offline``), and only the
     thread policy (``kernels/engine/threads.py``) sets torch's thread count, so this function leaves it alone."""
-    return [joint_svd(*_key_value_rows(a)) for a in model.modules() if isinstance(a, Attention)]
+    layers = [a for a in model.modules() if isinstance(a, Attention)]
+    moments = [None] * len(layers) if second_moments is None else list(second_moments)
+    return [joint_svd(*_key_value_rows(a), c) for a, c in zip(layers, moments, strict=True)]
 
 
 def latent_twin(model: Transformer, rank: int, svds: Sequence[JointSVD] | None = None) -> Transformer:

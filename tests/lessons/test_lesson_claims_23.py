@@ -18,6 +18,7 @@ from kvcourse.kernel_env import HEADLESS_ENV
 from kvcourse.kernels import LIBRARY_SYSTEM_PROMPT, MERGE_TEXTS
 from kvcourse.kernels.measure import latent_rank
 from kvcourse.kernels.model.latent import absorbed_attention, full_rank, layer_factors, layer_svds
+from kvcourse.kernels.model.latent_rope import absorbed_partial_attention, partial_layers
 from kvcourse.latent_sweep import latent_sweep_size
 
 pytestmark = pytest.mark.usefixtures("one_cpu_thread")
@@ -36,6 +37,10 @@ def test_every_sweep_holds_the_ranks_the_lesson_reads(headless, monkeypatch):
     assert {192, 128, 96} <= set(sweep.ranks) and all(rank < 384 for rank in sweep.ranks)
     assert list(sweep.ranks) == sorted(sweep.ranks, reverse=True)
     assert sweep.max_tokens == 1000 if headless else sweep.max_tokens > 2 * len(latent_rank.held_out_text())
+    assert 192 in sweep.aware_ranks and 96 in sweep.aware_ranks and set(sweep.aware_ranks) <= set(sweep.ranks)
+    assert sweep.partial_ranks[0] == 384 and 192 in sweep.partial_ranks  # partial RoPE alone, and at half's bytes
+    assert min(sweep.partial_ranks) > 3 * 2 * 4  # room beside the lesson's 4 rotated pairs per KV head
+    assert sweep.calibration_tokens == 1000 if headless else sweep.calibration_tokens == 2000
     with pytest.raises(ValueError, match="no room"):
         latent_sweep_size(4)
 
@@ -76,3 +81,25 @@ def test_absorption_holds_within_the_lessons_two_percent_in_bfloat16():
     for rank in (2, full_rank(model.config) // 2):
         both = absorbed_attention(attention, layer_factors(attention, rank), x)
         assert both.largest_difference < 0.02 * float(both.decompressed.abs().max())
+    rotated, svds = partial_layers(model, 1)  # and with partial RoPE, away from position 0
+    rope = model.rotary.at(torch.arange(90, 90 + x.shape[0]), x.dtype)
+    both = absorbed_partial_attention(attention, svds[0].factors(3), rotated[0], x, rope)
+    assert both.largest_difference < 0.02 * float(both.decompressed.abs().max())
+
+
+def test_the_fits_and_partial_rope_tables_read_as_the_lesson_reads_them(tiny_model):
+    top = full_rank(tiny_model.config)
+    moments = latent_rank.input_second_moments(tiny_model, IDS)
+    plain = latent_rank.rank_sweep(tiny_model, IDS, [top // 2, 2], layer_svds(tiny_model))
+    aware = latent_rank.rank_sweep(tiny_model, IDS, [2], layer_svds(tiny_model, moments))
+    fits = latent_rank.fits_table(plain, aware)
+    assert list(fits.index) == [top, 2] and (fits["bytes per token"] == plain["bytes per token"][[top, 2]]).all()
+    rotated, svds = partial_layers(tiny_model, 1, moments)
+    rotated_values = tiny_model.config.num_kv_heads * 2
+    partial = latent_rank.partial_rope_sweep(tiny_model, IDS, 1, rotated, svds, plain.loc[[top, top // 2]])
+    assert list(partial.index) == [top, top // 2]
+    assert (partial["bytes per token"] == plain["bytes per token"][[top, top // 2]]).all()  # equal bytes
+    assert partial["latent rank, partial RoPE"][top // 2] == top // 2 - rotated_values
+    assert partial["agreement, full RoPE"][top] == 1.0 and partial["agreement, partial RoPE"][top] < 1.0
+    with pytest.raises(ValueError, match="rotated values"):
+        latent_rank.partial_rope_sweep(tiny_model, IDS, 1, rotated, svds, plain.loc[[2]])
