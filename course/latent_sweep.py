@@ -5,7 +5,7 @@ headless run (kvcourse.kernel_env.running_headless) its first 1,000 tokens at th
 quarter of the full rank), so the lesson keeps within its time on two cores. The ranks are shares of the full
 rank, so the same sweep fits any model's shape. The activation-aware factorisation reads the calibration text's
 first 2,000 tokens (1,000 headless) and is measured at two thirds, a half, a third and a quarter of the full rank
-(headless: a half and a quarter); partial RoPE at the full rank and at two thirds, a half and a third (headless:
+(headless: a half); partial RoPE at the full rank and at two thirds, a half and a third (headless:
 at half the rank only), where the rotated dimensions leave the latent room.
 """
 
@@ -37,6 +37,6 @@ def latent_sweep_size(full_rank: int) -> LatentSweep:
     headless = running_headless()
     shares, max_tokens = (HEADLESS_SHARES, 1000) if headless else (PEOPLE_SHARES, 100_000)
     ranks = tuple(round(share * full_rank) for share in shares)
-    aware = (ranks[0], ranks[-1]) if headless else ranks[1:5]  # headless: a half and a quarter; else 2/3 to 1/4
+    aware = ranks[:1] if headless else ranks[1:5]  # headless: a half; else two thirds to a quarter
     partial = (full_rank, ranks[0]) if headless else (full_rank, *ranks[1:4])  # else 2/3, 1/2, 1/3
     return LatentSweep(max_tokens, ranks, 1000 if headless else 2000, aware, partial)
