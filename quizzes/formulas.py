@@ -1,4 +1,4 @@
-"""Parameterised questions: values drawn from a seed, answers computed by the engine (lessons 02-24).
+"""Parameterised questions: values drawn from a seed, answers computed by the engine (lessons 02-25).
 
 A parameterised question names a formula here and lists the values each parameter may take.
 The values are drawn from a seed (a learner's local seed, or a student id when grading), and
@@ -22,7 +22,7 @@ from kvcourse.kernels import costs
 from kvcourse.kernels.engine.latency import LatencyTargets, RequestTimes, latency_summary
 from kvcourse.kernels.model.cache_layouts import LAYOUTS_2026
 from kvcourse.kernels.model.config_table import MODEL_CONFIGS
-from kvcourse.quizzes import cache_2026, latent_checks, local_global_checks
+from kvcourse.quizzes import cache_2026, latent_checks, local_global_checks, low_bit_checks
 
 GB = 10**9
 GIB = 2**30  # a card's memory is sized in GiB (lesson 08)
@@ -151,6 +151,11 @@ FORMULAS: dict[str, Formula] = {
         local_global_checks.hybrid_bytes,
     ),
     "largest_window_that_fits": Formula(("window_scenario",), local_global_checks.window_that_fits),
+    # lesson 25 (low_bit_checks.py): a 2-bit cache with its scales and recent tokens; the format that fits a budget
+    "kivi_cache_bytes": Formula(
+        ("num_layers", "kv_heads", "head_dim", "group", "residual", "context_tokens"), low_bit_checks.kivi_bytes
+    ),
+    "format_that_fits": Formula(("format_scenario",), low_bit_checks.format_that_fits),
 }
 
 
@@ -197,6 +202,7 @@ def facts(values: dict[str, Any]) -> dict[str, Any]:
     out.update(_serving_facts(values))
     out.update(cache_2026.facts_2026(values))
     out.update(local_global_checks.facts_local_global(values))
+    out.update(low_bit_checks.facts_low_bit(values))
     if "bytes_per_value" in values:
         out["dtype"] = _DTYPES.get(values["bytes_per_value"], f"{values['bytes_per_value']}-byte")
     return out
