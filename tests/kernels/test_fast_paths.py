@@ -170,7 +170,7 @@ def test_each_product_returns_rows_in_the_textbook_layout(product, dtype):
     if not ok:
         pytest.skip(f"{product} in {dtype}: {why}")
     weight = torch.randn(48, 16).to(dtype)
-    for shape in ((1, 16), (5, 16), (2, 40, 16)):
+    for shape in ((1, 16), (5, 16), (2, 40, 16), (2, products.FEW_ROWS_TILED, 16)):  # both of float32 tiles' layouts
         x = torch.randn(shape).to(dtype)
         out = products.multiply(product, x, weight, products.prepare(product, weight), None)
         assert out.shape == (*shape[:-1], 48) and out.is_contiguous(), (shape, out.stride())
