@@ -1,30 +1,44 @@
-"""Multi-turn chat on SmolLM2: prompt tokens found in the prefix cache, hash chain against radix tree (issue 46).
+"""Multi-turn chat: prompt tokens found in the prefix cache, hash chain against radix tree, and TTFT (issue 46).
 
 A synthetic chat trace (6 conversations of 3 to 6 turns, one shared 64-token system prompt, user messages of
-8 to 32 tokens, answers of up to 24 tokens; each turn's prompt is the previous prompt, its answer and the next
-message) is served round by round (every conversation's turn 1, then turn 2, ...) on four prefix caches:
+8 to 32 tokens, answers of 24 tokens; each turn's prompt is the previous prompt, its answer and the next
+message) is served round by round (every conversation's turn 1, then turn 2, ...) with five prefix caches:
+- ``none``: no prefix cache;
 - ``hash_prompt_only``: the hash chain caching only the prompt's full blocks (answers' blocks are not kept);
 - ``hash``: the engine's hash chain (every computed full block, answers' included);
 - ``radix``: the radix tree (to the token; answers' partly filled blocks kept);
-- ``radix_lpm``: the radix tree, admitting the longest cached prefix first (LongestPrefixFirst, SGLang's lpm);
-- ``none``: no prefix cache, the reference the others' tokens must equal (float32).
-Each cache runs with an ample pool (512 blocks of 16) and a pressed one (``PRESSED_BLOCKS``). Reported: prompt
-tokens found in the cache over the later turns (turn 2 on), their share of those turns' prompt tokens,
-evictions, and the median time to first token of the later turns (a round's turns arrive together, so a
-turn's TTFT includes its round's batch). One run each. Run: python -m benchmarks.bench_radix_chat
+- ``radix_lpm``: the radix tree, admitting the longest cached prefix first (LongestPrefixFirst, SGLang's lpm).
+
+Counts: the engine's scheduler and KV-cache manager serve the trace without a model (each answer is a fixed,
+seeded run of token ids, so the counts need no forward pass and take milliseconds; SmolLM2's own answers gave
+the same counts on the ample pool), on pools of ``POOLS`` blocks of 16: prompt tokens found in the cache over
+the later turns (turn 2 on) and their share, evictions, preemptions.
+Times: SmolLM2 (float32, 2 threads) serves a shorter trace (``TTFT_TRACE``, answers of ``TTFT_ANSWER`` tokens)
+with the caches of ``TIMED`` on the ample pool, ``ROUNDS`` runs each, round-robin: the median time to first token
+of the later turns (a round's turns arrive together, so it includes the round's batch), and the answers checked
+equal to ``none``'s. ``--counts-only`` skips the model. On a busy CPU run it with KVCOURSE_BENCH_THREADS=1 (a
+two-thread product waits for a descheduled thread: one such run timed hash at 2.8 s and radix at 0.1 s).
+Run: python -m benchmarks.bench_radix_chat
 """
 
 from __future__ import annotations
 
+import random
 import statistics
+import sys
 from typing import Any
 
 from benchmarks.common import write_result
 from benchmarks.engine_setup import load_engine_model
 
-BLOCK_SIZE, PRESSED_BLOCKS, MAX_NEW_TOKENS = 16, 96, 24
-TRACE = {"num_conversations": 6, "turns": (3, 6), "system_len": 64, "user_len": (8, 32), "vocab": (100, 20000)}
+BLOCK_SIZE, AMPLE_BLOCKS, ANSWER = 16, 512, 24
+POOLS = (AMPLE_BLOCKS, 48, 32, 24)  # blocks of 16: room for everything, then less than the ~70 the trace caches
+VOCAB = (100, 20000)
+TRACE = {"num_conversations": 6, "turns": (3, 6), "system_len": 64, "user_len": (8, 32), "vocab": VOCAB}
+TTFT_TRACE = {"num_conversations": 3, "turns": (3, 3), "system_len": 64, "user_len": (8, 32), "vocab": VOCAB}
+TTFT_ANSWER, ROUNDS = 8, 2
 CACHES = ("none", "hash_prompt_only", "hash", "radix", "radix_lpm")
+TIMED = ("none", "hash", "radix")
 
 
 def prompt_only_manager(num_blocks: int, block_size: int) -> Any:
@@ -41,87 +55,151 @@ def prompt_only_manager(num_blocks: int, block_size: int) -> Any:
     return PromptOnly(num_blocks, block_size, enable_prefix_caching=True)
 
 
-def serve(model: Any, cache: str, num_blocks: int | None, trace: Any, max_new_tokens: int) -> dict:
-    """Serve ``trace`` with one prefix cache; per-turn counts and times, and the engine's evictions."""
-    from kvcourse.kernels import EngineConfig, LLMEngine, SamplingParams
+def make_manager(cache: str, num_blocks: int) -> Any:
+    from kvcourse.kernels.memory.kv_cache_manager import KVCacheManager
+    from kvcourse.kernels.memory.radix_manager import RadixKVCacheManager
+
+    if cache == "hash_prompt_only":
+        return prompt_only_manager(num_blocks, BLOCK_SIZE)
+    if cache.startswith("radix"):
+        return RadixKVCacheManager(num_blocks, BLOCK_SIZE)
+    return KVCacheManager(num_blocks, BLOCK_SIZE, enable_prefix_caching=cache == "hash")
+
+
+def make_policy(cache: str) -> Any:
     from kvcourse.kernels.engine.policy import LongestPrefixFirst
+
+    return LongestPrefixFirst() if cache == "radix_lpm" else None
+
+
+def count(trace: Any, cache: str, num_blocks: int, answer_len: int = ANSWER, seed: int = 0) -> dict:
+    """Serve ``trace`` on the engine's scheduler and KV-cache manager alone: every answer is a seeded run of
+    ``answer_len`` token ids (the same for every cache), so no model runs. Prompt tokens found in later turns."""
+    from kvcourse.kernels.engine.sampling import SamplingParams
+    from kvcourse.kernels.engine.scheduler import Scheduler
+    from kvcourse.kernels.engine.sequence import Sequence
     from kvcourse.kernels.memory.events import EventKind
+
+    manager = make_manager(cache, num_blocks)
+    scheduler = Scheduler(manager, 64, 2048, 10**9, frozenset(), make_policy(cache))
+    params = SamplingParams(max_new_tokens=answer_len, stop_on_eos=False)
+    rng = random.Random(seed)
+    histories = [list(trace.system) for _ in trace.conversations]
+    found = prompt_tokens = 0
+    for turn in range(max(len(c) for c in trace.conversations)):
+        seqs = []
+        for i, conversation in enumerate(trace.conversations):
+            if turn < len(conversation):
+                prompt = histories[i] + conversation[turn]
+                seqs.append(Sequence(scheduler.next_seq_id(), prompt, len(prompt), BLOCK_SIZE, params, request_id=i))
+                scheduler.add(seqs[-1])
+        answers = {seq.seq_id: [rng.randrange(*VOCAB) for _ in range(answer_len)] for seq in seqs}
+        first: dict[int, int] = {}  # seq_id -> tokens computed when first admitted: those found in the cache
+        while scheduler.has_work:
+            batch = scheduler.schedule()
+            live = scheduler.live(batch)
+            for part in batch.seqs:
+                first.setdefault(part.seq_id, part.start_position)
+            sampled = [live[k] for k in batch.sampled]
+            scheduler.update(batch, [[answers[s.seq_id][s.num_completion_tokens]] for s in sampled])
+        for seq in seqs:
+            histories[seq.request_id] = list(seq.token_ids)
+            if turn:
+                found, prompt_tokens = found + first[seq.seq_id], prompt_tokens + seq.num_prompt_tokens
+    return {
+        "found_later_turns": found,
+        "prompt_tokens_later_turns": prompt_tokens,
+        "share_found": found / max(prompt_tokens, 1),
+        "evictions": len(manager.events.of_kind(EventKind.EVICT)),
+        "preemptions": len(manager.events.of_kind(EventKind.PREEMPT)),
+    }
+
+
+def serve(model: Any, cache: str, trace: Any, answer_len: int) -> dict:
+    """Serve ``trace`` on the engine with one prefix cache (ample pool): answers, tokens found, TTFT of later turns."""
+    from kvcourse.kernels import EngineConfig, LLMEngine, SamplingParams
     from kvcourse.kernels.memory.radix_chat import serve_chat
 
     config = EngineConfig(
         block_size=BLOCK_SIZE,
-        num_blocks=num_blocks,
+        num_blocks=AMPLE_BLOCKS,
         enable_prefix_caching=cache != "none",
         prefix_index="radix" if cache.startswith("radix") else "hash",
     )
-    engine = LLMEngine(
-        model,
-        config,
-        block_manager=prompt_only_manager if cache == "hash_prompt_only" else None,
-        scheduling_policy=LongestPrefixFirst() if cache == "radix_lpm" else None,
-    )
-    params = SamplingParams(max_new_tokens=max_new_tokens, stop_on_eos=False)
+    block_manager = prompt_only_manager if cache == "hash_prompt_only" else None
+    engine = LLMEngine(model, config, block_manager=block_manager, scheduling_policy=make_policy(cache))
+    params = SamplingParams(max_new_tokens=answer_len, stop_on_eos=False)
     turns = serve_chat(lambda prompts: engine.generate(prompts, params), trace)
     later = [t for t in turns if t.turn > 0]
     ttfts = [t.ttft_s for t in later if t.ttft_s is not None]
     return {
         "answers": [t.answer for t in turns],
         "found_later_turns": sum(t.num_cached_tokens for t in later),
-        "prompt_tokens_later_turns": sum(t.prompt_len for t in later),
-        "found_per_turn": [t.num_cached_tokens for t in turns],
-        "evictions": len(engine.events.of_kind(EventKind.EVICT)),
-        "preemptions": len(engine.events.of_kind(EventKind.PREEMPT)),
         "median_ttft_later_turns_s": statistics.median(ttfts) if ttfts else None,
     }
 
 
-def measure(model: Any, trace: Any, pools: dict[str, int | None], max_new_tokens: int = MAX_NEW_TOKENS) -> dict:
-    """Every cache on every pool; asserts each cache's answers equal the uncached ones."""
-    results: dict[str, dict[str, dict]] = {}
-    for pool, num_blocks in pools.items():
-        results[pool] = {}
-        for cache in CACHES:
-            row = serve(model, cache, num_blocks, trace, max_new_tokens)
-            reference = results[pool].get("none", row)
-            row["tokens_equal_to_no_cache"] = row["answers"] == reference["answers"]
-            results[pool][cache] = row
-            share = row["found_later_turns"] / max(row["prompt_tokens_later_turns"], 1)
-            print(
-                f"{pool:>6} {cache:>16}: {row['found_later_turns']:5d} prompt tokens found ({share:.0%}), "
-                f"{row['evictions']} evictions, TTFT {row['median_ttft_later_turns_s'] or 0:.3f} s",
-                flush=True,
-            )
-    for rows in results.values():
-        for row in rows.values():
-            del row["answers"]
-    return results
+def measure_times(
+    model: Any, trace: Any, answer_len: int, caches: tuple[str, ...] = TIMED, rounds: int = ROUNDS
+) -> dict:
+    """Each cache ``rounds`` times, round-robin (the order rotates each round); every answer checked equal to
+    the uncached ones (``caches[0]``'s). Per cache: each run's median TTFT of the later turns, and their median."""
+    runs: dict[str, list[dict]] = {cache: [] for cache in caches}
+    for r in range(rounds):
+        for cache in caches[r % len(caches) :] + caches[: r % len(caches)]:
+            runs[cache].append(serve(model, cache, trace, answer_len))
+            ttft = runs[cache][-1]["median_ttft_later_turns_s"] or 0.0
+            print(f"round {r} {cache:>16}: TTFT of later turns {ttft:.3f} s", flush=True)
+    reference = runs[caches[0]][0]["answers"]
+    return {
+        cache: {
+            "found_later_turns": rows[0]["found_later_turns"],
+            "median_ttft_later_turns_s_per_run": [row["median_ttft_later_turns_s"] for row in rows],
+            "median_ttft_later_turns_s": statistics.median(row["median_ttft_later_turns_s"] or 0.0 for row in rows),
+            "tokens_equal_to_no_cache": all(row["answers"] == reference for row in rows),
+        }
+        for cache, rows in runs.items()
+    }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     from kvcourse.kernels.memory.radix_chat import chat_trace
 
-    model, _, _ = load_engine_model()
+    counts_only = "--counts-only" in (sys.argv[1:] if argv is None else argv)
     trace = chat_trace(**TRACE, seed=0)
-    results = measure(model, trace, {"ample": None, "pressed": PRESSED_BLOCKS})
+    counts = {f"{n}_blocks": {cache: count(trace, cache, n) for cache in CACHES} for n in POOLS}
+    for pool, rows in counts.items():
+        for cache, row in rows.items():
+            print(
+                f"{pool:>7} {cache:>16}: {row['found_later_turns']:5d} of {row['prompt_tokens_later_turns']} prompt "
+                f"tokens found ({row['share_found']:.0%}), {row['evictions']} evictions, {row['preemptions']} preempted"
+            )
     ratios = {
-        pool: rows["radix"]["found_later_turns"] / max(rows["hash"]["found_later_turns"], 1)
-        for pool, rows in results.items()
+        pool: {c: rows[c]["found_later_turns"] / rows["hash"]["found_later_turns"] for c in ("radix", "radix_lpm")}
+        for pool, rows in counts.items()
     }
-    path = write_result(
-        "radix_chat",
-        {
-            "workload": {
-                **TRACE,
-                "turns_total": trace.num_turns,
-                "block_size": BLOCK_SIZE,
-                "max_new_tokens": MAX_NEW_TOKENS,
-                "pools": {"ample": 512, "pressed": PRESSED_BLOCKS},
-            },
-            "results": results,
-            "radix_over_hash_found": ratios,
-        },
-    )
-    print(", ".join(f"{pool}: radix / hash prompt tokens found = {r:.3f}x" for pool, r in ratios.items()), path)
+    times = None
+    if not counts_only:
+        model, _, _ = load_engine_model()
+        times = measure_times(model, chat_trace(**TTFT_TRACE, seed=1), TTFT_ANSWER)
+        for cache, row in times.items():
+            ratio = times["none"]["median_ttft_later_turns_s"] / max(row["median_ttft_later_turns_s"], 1e-9)
+            print(
+                f"{cache:>16}: TTFT of later turns {row['median_ttft_later_turns_s']:.3f} s, none's / this {ratio:.1f}x"
+            )
+    workload = {
+        "trace": {**TRACE, "seed": 0, "turns_total": trace.num_turns, "answer_tokens": ANSWER},
+        "block_size": BLOCK_SIZE,
+        "pools_blocks": POOLS,
+        "ttft_trace": {**TTFT_TRACE, "seed": 1, "answer_tokens": TTFT_ANSWER, "model": "SmolLM2-135M-Instruct float32"},
+    }
+    result = {"workload": workload, "counts": counts, "found_over_hash": ratios, "times": times}
+    path = write_result("radix_chat", result)
+    for pool, r in ratios.items():
+        print(
+            f"{pool}: prompt tokens found / the hash chain's: radix {r['radix']:.3f}x, radix_lpm {r['radix_lpm']:.3f}x"
+        )
+    print(path)
 
 
 if __name__ == "__main__":
