@@ -33,7 +33,8 @@ class ScheduledSeq:
     new_token_ids: tuple[int, ...]  # the tokens whose K/V this step computes, in order
     start_position: int  # the position of the first of them (tokens already computed)
     block_tables: tuple[tuple[int, ...], ...]  # block ids in logical order, one table per group of layers
-    num_logits: int  # logits rows it needs: 1 where its last token is computed, else 0
+    num_logits: int  # logits rows it needs: 1 where its last token is computed (1 + drafts), else 0
+    num_draft_tokens: int = 0  # speculation: the last new tokens are drafts to verify (speculation.py)
 
     @property
     def num_new_tokens(self) -> int:
@@ -54,7 +55,12 @@ class ScheduledSeq:
             )
         new = tuple(seq.token_ids[start : start + num_tokens])
         tables = tuple(map(tuple, seq.group_tables)) if seq.group_tables else (tuple(seq.block_table),)
-        return cls(seq.seq_id, seq.request_id, new, start, tables, int(start + num_tokens == seq.num_tokens))
+        last = start + num_tokens == seq.num_tokens
+        if seq.num_draft_tokens and not last:
+            raise ValueError(f"sequence {seq.seq_id}: drafts are verified together with the token before them")
+        return cls(
+            seq.seq_id, seq.request_id, new, start, tables, int(last) + seq.num_draft_tokens, seq.num_draft_tokens
+        )
 
 
 @dataclass(frozen=True)
@@ -120,12 +126,12 @@ class ScheduledBatch:
 
 def finish_pass(batch: ScheduledBatch, seqs: Iterable[Sequence], kv_cache_manager: BlockManager) -> None:
     """After the forward pass: the batch's sequences (``seqs``, in batch order) have their new tokens
-    computed, and newly full blocks cached."""
+    computed, and newly full blocks cached. Drafts are not computed until verified (speculation.py)."""
     for seq, part in zip(seqs, batch.seqs, strict=True):
         if seq.seq_id != part.seq_id or seq.num_computed_tokens != part.start_position:
             raise ValueError(
                 f"sequence {seq.seq_id} is not the one this batch scheduled at that place "
                 f"({part.seq_id}, from position {part.start_position})"
             )
-        seq.num_computed_tokens += part.num_new_tokens
+        seq.num_computed_tokens += part.num_new_tokens - part.num_draft_tokens
         kv_cache_manager.cache_full_blocks(seq)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvcourse.kernels.checks import check_positive_int
+from kvcourse.kernels.engine.ngram_drafts import SpeculativeConfig
 from kvcourse.kernels.engine.threads import check_num_threads
 from kvcourse.kernels.memory.budget import MemoryBudget
 from kvcourse.kernels.memory.events import DEFAULT_MAX_EVENTS
@@ -29,6 +30,8 @@ class EngineConfig:
     None it is the default pool's bytes. Prefix caching and n > 1 samples are not supported with windows.
     ``prefix_index`` "radix" finds cached prefixes in a radix tree over tokens (to the token, answers included)
     instead of the hash chain of full blocks; it needs ``enable_prefix_caching``.
+    ``speculation`` turns on n-gram speculative decoding for greedy requests (speculation.py; None: off); not
+    with ``layer_windows``.
     """
 
     block_size: int = 16
@@ -45,6 +48,7 @@ class EngineConfig:
     max_events: int = DEFAULT_MAX_EVENTS
     layer_windows: tuple[int | None, ...] | None = None
     prefix_index: str = "hash"  # "radix": a radix tree over tokens instead of the hash chain (radix_manager.py)
+    speculation: SpeculativeConfig | None = None
 
     def __post_init__(self) -> None:
         for name in ("block_size", "max_num_seqs", "max_num_batched_tokens"):
@@ -68,6 +72,11 @@ class EngineConfig:
                 "prefix_index='radix' is a prefix cache: it needs enable_prefix_caching=True"
                 if not self.enable_prefix_caching
                 else "prefix_index='radix' is not supported with layer_windows (a block holds one group's layers)"
+            )
+        if self.speculation is not None and self.layer_windows is not None:
+            raise ValueError(
+                "speculation is not supported with layer_windows: a rollback would have to give back blocks "
+                "in every group's table, and a local layer's blocks slide out of its window (windows.py)"
             )
         if self.layer_windows is not None:
             for window in self.layer_windows:

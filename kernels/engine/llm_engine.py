@@ -23,16 +23,10 @@ from kvcourse.kernels.engine.latency import RequestTimes
 from kvcourse.kernels.engine.model_runner import ModelRunner
 from kvcourse.kernels.engine.policy import SchedulingPolicy
 from kvcourse.kernels.engine.request import Request, RequestOutput, RequestStatus
-from kvcourse.kernels.engine.sampling import (
-    DEFAULT_MAX_NEW_TOKENS,
-    SamplingParams,
-    greedy,
-    make_generator,
-    params_for_sample,
-    sample,
-)
+from kvcourse.kernels.engine.sampling import DEFAULT_MAX_NEW_TOKENS, SamplingParams, make_generator, params_for_sample
 from kvcourse.kernels.engine.scheduler import Scheduler
 from kvcourse.kernels.engine.sequence import FinishReason, Sequence, SequenceStatus
+from kvcourse.kernels.engine.speculation import Speculator
 from kvcourse.kernels.engine.threads import thread_policy
 from kvcourse.kernels.engine.windows import windowed_parts, windows_refusal
 from kvcourse.kernels.memory.block_manager import BlockManager
@@ -87,6 +81,7 @@ class LLMEngine:
             if self.config.eos_token_id is not None
             else frozenset(model.config.eos_token_ids)
         )
+        self.speculator = Speculator(self.config.speculation, self.kv_cache_manager)  # drafts' counts per request
         self.scheduler = Scheduler(
             self.kv_cache_manager,
             self.config.max_num_seqs,
@@ -95,6 +90,7 @@ class LLMEngine:
             self.eos_token_ids,
             scheduling_policy,
             self.events,
+            self.speculator,
         )
         self.pool = self.model_runner.pool
         self.requests: dict[int, Request] = {}
@@ -210,8 +206,8 @@ class LLMEngine:
             return refused
         seqs = self.scheduler.live(batch)  # the live sequences behind the record, for their requests and sampling
         self._mark_started(seqs)
-        logits = self.model_runner.run(batch)  # (len(batch.sampled), vocab): the runner reads the record only
-        grown = self.scheduler.update(batch, self._sample([seqs[i] for i in batch.sampled], logits))
+        logits = self.model_runner.run(batch)  # (rows asked for, vocab): the runner reads the record only
+        grown = self.scheduler.update(batch, self.speculator.sample(batch, [seqs[i] for i in batch.sampled], logits))
         return refused + self._update_requests(grown)
 
     def _refused(self, batch: ScheduledBatch) -> list[RequestOutput]:
@@ -239,21 +235,6 @@ class LLMEngine:
             if req.status is RequestStatus.WAITING:
                 req.status = RequestStatus.RUNNING
                 req.num_cached_tokens = seq.num_cached_tokens
-
-    @staticmethod
-    def _sample(seqs: list[Sequence], logits: torch.Tensor) -> list[list[int]]:
-        """One token per sampled sequence (``seqs``, in logits row order); a sequence about to split into n
-        samples draws n, one from each sample's own generator (lesson 12)."""
-        # Greedy rows need no generator: one argmax over the whole (B, vocab) block, not B small ones.
-        greedy_tokens = greedy(logits).tolist() if any(s.params.greedy for s in seqs) else []
-        tokens = []
-        for i, (seq, row) in enumerate(zip(seqs, logits, strict=True)):
-            generators = [seq.generator, *seq.fork_generators] if seq.num_pending_forks else [seq.generator]
-            if seq.params.greedy:
-                tokens.append([greedy_tokens[i]] * len(generators))
-            else:
-                tokens.append([int(sample(row, seq.params, g)) for g in generators])
-        return tokens
 
     def _update_requests(self, grown: list[Sequence]) -> list[RequestOutput]:
         touched: dict[int, Request] = {}

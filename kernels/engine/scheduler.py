@@ -13,7 +13,9 @@ choice (policy_choices.py) and carries it out; a policy can also turn a waiting 
 ``update`` is everything that follows a forward pass: count the computed tokens, cache newly
 full blocks (``batch.finish_pass``), fork the samples of a request after its prompt, append the
 sampled tokens and retire the sequences that are done. The batch between the two is one
-contract (batch.py): a record of values fixed by ``schedule``, refusals included.
+contract (batch.py): a record of values fixed by ``schedule``, refusals included. Given a ``Speculator``
+(speculation.py), ``schedule`` appends drafts to greedy decoding sequences and ``update`` accepts the verified
+ones and rolls the cache back past the rest.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from kvcourse.kernels.engine.batch import ScheduledBatch, finish_pass
 from kvcourse.kernels.engine.policy import FCFSPolicy, SchedulingPolicy, SeqView
 from kvcourse.kernels.engine.policy_choices import chosen_admission, chosen_victim, seq_view
 from kvcourse.kernels.engine.sequence import FinishReason, Sequence, SequenceStatus
+from kvcourse.kernels.engine.speculation import Speculator, drop_drafts
 from kvcourse.kernels.engine.stuck import STUCK, short_of_blocks, stuck_sequence
 from kvcourse.kernels.memory.block_manager import BlockManager
 from kvcourse.kernels.memory.events import EventKind, EventLog
@@ -59,8 +62,10 @@ class Scheduler:
         eos_token_ids: frozenset[int] = frozenset(),
         policy: SchedulingPolicy | None = None,
         events: EventLog | None = None,
+        speculator: Speculator | None = None,
     ) -> None:
         self.kv_cache_manager = kv_cache_manager
+        self.speculator = speculator
         self.events = events if events is not None else getattr(kv_cache_manager, "events", None) or EventLog()
         self.policy = policy if policy is not None else FCFSPolicy()
         self.refused: list[tuple[Sequence, str]] = []  # turned away while a step is made; it goes into the batch
@@ -106,6 +111,7 @@ class Scheduler:
     def preempt(self, seq: Sequence) -> None:
         """Take all blocks back; the sequence waits at the head of the queue and recomputes."""
         self.running.remove(seq)
+        drop_drafts(seq)
         self.kv_cache_manager.free(seq)
         seq.status = SequenceStatus.WAITING
         seq.num_preemptions += 1
@@ -138,6 +144,8 @@ class Scheduler:
                 break
             if seq.status is not SequenceStatus.RUNNING:
                 continue  # preempted earlier in this loop
+            if self.speculator is not None:
+                self.speculator.draft(seq, budget, self.max_model_len)
             seq.num_scheduled_tokens = min(seq.num_uncomputed_tokens, budget)  # a manager with windows reads it
             while not self.kv_cache_manager.can_append(seq):
                 victim = chosen_victim(
@@ -228,6 +236,10 @@ class Scheduler:
         finish_pass(batch, live, self.kv_cache_manager)
         grown = []
         for seq, tokens in zip(sampled_seqs, sampled, strict=True):
+            if seq.num_draft_tokens and self.speculator is not None:  # the accepted drafts and the bonus token
+                self.speculator.accept(seq, tokens, self._append_token)
+                grown.append(seq)
+                continue
             if len(tokens) != 1 + seq.num_pending_forks:
                 raise ValueError(f"sequence {seq.seq_id} needs {1 + seq.num_pending_forks} tokens, got {len(tokens)}")
             family = [seq, *self._fork(seq, len(tokens) - 1)]

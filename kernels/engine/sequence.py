@@ -57,6 +57,7 @@ class Sequence:
     arrival: int = 0  # the engine step at which its request was added (the scheduling policy sees it)
     num_preemptions: int = 0
     num_scheduled_tokens: int = 0  # this step's count, set before blocks are asked for (windows allocate by it)
+    num_draft_tokens: int = 0  # speculation: unverified drafts at the end of token_ids, from schedule to update
 
     @property
     def num_tokens(self) -> int:

@@ -8,7 +8,7 @@ or not, in its one free queue.
 
 from __future__ import annotations
 
-from kvcourse.kernels.checks import check_positive_int
+from kvcourse.kernels.checks import ceil_div, check_positive_int
 from kvcourse.kernels.memory.block_manager import Sequence
 from kvcourse.kernels.memory.block_pool import BlockPool, block_hash
 from kvcourse.kernels.memory.events import EventKind, EventLog
@@ -138,6 +138,18 @@ class KVCacheManager:
         seq.block_hashes = []
         seq.num_computed_tokens = 0
         seq.num_cached_tokens = 0
+
+    def rollback(self, seq: Sequence) -> int:
+        """Give back the blocks past those the computed tokens fill (speculation's rejected drafts, issue 46);
+        the next steps overwrite the rejected slots in the blocks kept. Returns how many blocks it freed."""
+        keep = ceil_div(seq.num_computed_tokens, self.block_size)
+        if len(seq.block_hashes) > keep:
+            raise ValueError(f"sequence {seq.seq_id}: a rollback may not cut a block of the prefix cache")
+        for block_id in reversed(seq.block_table[keep:]):
+            self.block_pool.release(block_id, seq.seq_id)
+        freed = len(seq.block_table) - min(keep, len(seq.block_table))
+        del seq.block_table[keep:]
+        return freed
 
     def cache_full_blocks(self, seq: Sequence) -> None:
         """Register each newly full, computed block in the prefix cache (lesson 13)."""
