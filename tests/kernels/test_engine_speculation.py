@@ -16,6 +16,10 @@ import itertools
 import pytest
 import torch
 from factories import make_tiny_model
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import initialize, invariant, rule
+from test_engine_state_machine import STEMS, EngineMachine, packed_model, reference
 
 from kvcourse.kernels import EngineConfig, LLMEngine, SamplingParams
 from kvcourse.kernels.checks import ceil_div
@@ -225,3 +229,61 @@ def test_smollm2_repeating_a_text_accepts_most_drafts_and_answers_as_plain_greed
         assert all(first_difference_is_a_near_tie(smol, p, w, h) for p, w, h in zip(prompts, want, have, strict=True))
     assert engine.speculator.counts[0].acceptance_rate > 0.5
     assert engine.kv_cache_manager.num_free_blocks == engine.num_blocks
+
+
+class SpeculativeEngineMachine(EngineMachine):
+    """The engine's state machine (random requests with n up to 3, steps, aborts, tight pools, small budgets) with
+    speculation on, drafting from the plain answers made wrong at a rotating place: whatever the drafts, every
+    answer must equal plain greedy decoding, and the pool must agree with the block tables after every step."""
+
+    @initialize(
+        num_blocks=st.integers(3, 24),
+        block_size=st.sampled_from([1, 2, 4]),
+        budget=st.integers(1, 40),
+        max_num_seqs=st.integers(1, 6),
+        index=st.sampled_from([None, "hash", "radix"]),
+        k=st.integers(1, 5),
+        wrong_at=st.lists(st.integers(0, 6), min_size=1, max_size=4),
+    )
+    def make_engine(self, num_blocks, block_size, budget, max_num_seqs, index, k, wrong_at):
+        config = EngineConfig(
+            block_size=block_size,
+            num_blocks=num_blocks,
+            max_num_batched_tokens=budget,
+            max_num_seqs=max_num_seqs,
+            enable_prefix_caching=index is not None,
+            prefix_index=index or "hash",
+            speculation=SpeculativeConfig(k),
+        )
+        self.engine = LLMEngine(packed_model(self.fast_paths), config)
+        self.added, self.aborted = {}, set()
+        self.answers: dict[tuple[int, ...], list[int]] = {}  # each prompt's plain answer, filled as requests arrive
+        self.saved = speculation.propose_ngram_drafts
+        speculation.propose_ngram_drafts = oracle(self.answers, itertools.cycle(wrong_at))
+
+    @rule(
+        stem=st.sampled_from(STEMS),
+        tail=st.lists(st.integers(3, 9), min_size=1, max_size=8),
+        max_new_tokens=st.integers(0, 8),
+        n=st.sampled_from([1, 1, 1, 3]),  # mostly one: n > 1 does not speculate
+    )
+    def add_request(self, stem, tail, max_new_tokens, n):
+        super().add_request(stem, tail, max_new_tokens, n)
+        self.answers.setdefault(tuple(stem + tail), reference(stem + tail, 8, self.fast_paths))
+
+    @invariant()
+    def no_draft_outlives_its_step(self):
+        for seq in self.engine.scheduler.running:
+            assert seq.num_draft_tokens == 0
+            if seq.num_uncomputed_tokens == 1:
+                assert len(seq.block_table) == ceil_div(seq.num_computed_tokens, self.engine.config.block_size)
+
+    def teardown(self):
+        try:
+            super().teardown()
+        finally:
+            speculation.propose_ngram_drafts = self.saved
+
+
+SpeculativeEngineMachine.TestCase.settings = settings(EngineMachine.TestCase.settings, max_examples=80)
+test_speculative_engine_state_machine = SpeculativeEngineMachine.TestCase
