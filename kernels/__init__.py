@@ -34,6 +34,7 @@ from kvcourse.kernels.engine.config import EngineConfig
 from kvcourse.kernels.engine.generate import CACHE_MODES, GenerationResult, Phase, StepStats, generate
 from kvcourse.kernels.engine.latency import LatencySummary, LatencyTargets, RequestLatency, latency_summary
 from kvcourse.kernels.engine.llm_engine import LLMEngine
+from kvcourse.kernels.engine.ngram_drafts import SpeculativeConfig
 from kvcourse.kernels.engine.policy import FCFSPolicy, Refuse, SchedulingPolicy, SeqView
 from kvcourse.kernels.engine.request import RequestOutput, RequestStatus
 from kvcourse.kernels.engine.sampling import SamplingParams, sample
@@ -107,6 +108,7 @@ __all__ = [
     "SeqView",
     "Sequence",
     "ServedTrace",
+    "SpeculativeConfig",
     "StepMetadata",
     "StepStats",
     "TraceServer",
