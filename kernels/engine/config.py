@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from kvcourse.kernels.checks import check_positive_int
 from kvcourse.kernels.engine.ngram_drafts import SpeculativeConfig
 from kvcourse.kernels.engine.threads import check_num_threads
 from kvcourse.kernels.memory.budget import MemoryBudget
+from kvcourse.kernels.memory.disk_tier import DEFAULT_TIER_BYTES
 from kvcourse.kernels.memory.events import DEFAULT_MAX_EVENTS
 from kvcourse.kernels.model.cpu_fast import check_fast_paths
 
@@ -32,6 +34,9 @@ class EngineConfig:
     instead of the hash chain of full blocks; it needs ``enable_prefix_caching``.
     ``speculation`` turns on n-gram speculative decoding for greedy requests (speculation.py; None: off); not
     with ``layer_windows``.
+    ``disk_tier`` a directory: cached prefix blocks the pool evicts are written to files in a fresh folder there and
+    read back on a later prefix hit instead of recomputed, up to ``disk_tier_bytes`` (disk_tier.py; None: off). It
+    needs ``enable_prefix_caching`` with the hash chain, and the engine's own KV-cache manager.
     """
 
     block_size: int = 16
@@ -49,6 +54,8 @@ class EngineConfig:
     layer_windows: tuple[int | None, ...] | None = None
     prefix_index: str = "hash"  # "radix": a radix tree over tokens instead of the hash chain (radix_manager.py)
     speculation: SpeculativeConfig | None = None
+    disk_tier: str | Path | None = None
+    disk_tier_bytes: int = DEFAULT_TIER_BYTES
 
     def __post_init__(self) -> None:
         for name in ("block_size", "max_num_seqs", "max_num_batched_tokens"):
@@ -77,6 +84,12 @@ class EngineConfig:
             raise ValueError(
                 "speculation is not supported with layer_windows: a rollback would have to give back blocks "
                 "in every group's table, and a local layer's blocks slide out of its window (windows.py)"
+            )
+        check_positive_int("disk_tier_bytes", self.disk_tier_bytes)
+        if self.disk_tier is not None and (not self.enable_prefix_caching or self.prefix_index != "hash"):
+            raise ValueError(
+                "disk_tier keeps evicted prefix blocks: it needs enable_prefix_caching=True and prefix_index='hash' "
+                "(the radix tree's partly filled blocks have no hash to name a file by)"
             )
         if self.layer_windows is not None:
             for window in self.layer_windows:

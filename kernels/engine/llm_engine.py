@@ -31,10 +31,10 @@ from kvcourse.kernels.engine.threads import thread_policy
 from kvcourse.kernels.engine.windows import windowed_parts, windows_refusal
 from kvcourse.kernels.memory.block_manager import BlockManager
 from kvcourse.kernels.memory.budget import num_blocks_for_budget
+from kvcourse.kernels.memory.disk_tier import attach_pool, kv_cache_manager
 from kvcourse.kernels.memory.events import EventKind, EventLog
 from kvcourse.kernels.memory.eviction import EvictionPolicy
 from kvcourse.kernels.memory.kv_cache_groups import KVCacheGroupsManager
-from kvcourse.kernels.memory.radix_manager import kv_cache_manager
 from kvcourse.kernels.model.transformer import Transformer
 
 
@@ -93,6 +93,7 @@ class LLMEngine:
             self.speculator,
         )
         self.pool = self.model_runner.pool
+        attach_pool(self.kv_cache_manager, self.pool)  # a disk tier saves from and restores into it (disk_tier.py)
         self.requests: dict[int, Request] = {}
         self._ids = itertools.count()
         self.num_steps = 0

@@ -21,6 +21,7 @@ import hashlib
 import random
 import struct
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from kvcourse.kernels.checks import check_positive_int
@@ -70,6 +71,7 @@ class BlockPool:
         self._clock = 0  # ticks on every free and every prefix hit
         self._last_used = [0] * num_blocks
         self._hits = [0] * num_blocks
+        self.on_evict: Callable[[int, CachedBlock], None] | None = None  # a tier below: sees a block before it goes
 
     @property
     def num_free_blocks(self) -> int:
@@ -100,6 +102,8 @@ class BlockPool:
             block_id = self._policy_choice(self.eviction)
         del self._free_queue[block_id]
         if block_id in self._cached:
+            if self.on_evict is not None:  # its K/V are intact until the new holder writes (disk_tier.py)
+                self.on_evict(block_id, self._cached[block_id])
             self._forget(block_id)
             self.events.record(EventKind.EVICT, seq_id, block_id)
         self.ref_counts[block_id] = 1

@@ -29,6 +29,9 @@ class EventKind(Enum):
     EVICT = "evict"  # an unreferenced cached block was reclaimed (least recently used first)
     PREEMPT = "preempt"  # a running sequence lost its blocks and went back to waiting
     FINISH = "finish"  # a sequence ended (stop token or length)
+    TIER_WRITE = "tier_write"  # an evicted cached block was written to the tier below memory (disk_tier.py)
+    TIER_RESTORE = "tier_restore"  # a prefix block was read back from the tier instead of recomputed
+    TIER_FALLBACK = "tier_fallback"  # the tier was full or a file unreadable: the block is recomputed
 
 
 @dataclass(frozen=True)
