@@ -14,8 +14,9 @@ system's temporary directory) and a pool of n/16 + 2 blocks.
   one token computed; its first token is checked equal to the recomputed one.
 Bytes per token: 2 (K, V) x 30 layers x 3 KV heads x 64 x 4 bytes = 46,080 in float32 (lesson 07's figure).
 The crossover: the smallest n from which restoring (from the device, and from the page cache) stays faster than
-recomputing, or None; the smallest n measured (16) means restoring won at every n. Run: python -m benchmarks.bench_tier (about a minute on 2 threads; on a busy CPU with
-KVCOURSE_BENCH_THREADS=1, since a two-thread product waits for a descheduled thread).
+recomputing, or None; the smallest n measured (16) means restoring won at every n.
+Run: python -m benchmarks.bench_tier (about a minute on 2 threads; on a busy CPU with KVCOURSE_BENCH_THREADS=1,
+since a two-thread product waits for a descheduled thread).
 """
 
 from __future__ import annotations
