@@ -63,9 +63,18 @@ def all_logits(model: Transformer, ids: Sequence[int], cache: str = "none", chun
             raise ValueError("cache 'none' reads the text in one pass: chunk applies to a quantised cache")
         with torch.inference_mode():
             return model(tokens, positions, NoCacheBackend()).float()
-    backend = _quantized(model, cache, len(tokens))
     check_positive_int("chunk", chunk, optional=True)
-    step = len(tokens) if chunk is None else chunk
+    return logits_in_steps(model, ids, _quantized(model, cache, len(tokens)), len(tokens) if chunk is None else chunk)
+
+
+def logits_in_steps(
+    model: Transformer, ids: Sequence[int], backend: Int8KVBackend | FP8KVBackend | Kivi2Backend, step: int
+) -> torch.Tensor:
+    """The logits (T, vocab, float32) after every prefix of ``ids``, the text written into ``backend``'s cache
+    ``step`` tokens a forward pass, each pass begun and ended as generate() does."""
+    check_positive_int("step", step)
+    tokens = torch.tensor(list(ids), device=model.device)
+    positions = torch.arange(len(tokens), device=model.device)
     logits = []
     with torch.inference_mode():
         for start in range(0, len(tokens), step):

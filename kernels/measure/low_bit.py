@@ -23,13 +23,12 @@ import pandas as pd
 import torch
 
 from kvcourse.kernels import costs
-from kvcourse.kernels.attention.backend import StepMetadata
 from kvcourse.kernels.attention.backends.fp8 import FP8KVBackend, dequantize_fp8, quantize_fp8, scale_for
 from kvcourse.kernels.attention.backends.int8 import Int8KVBackend, dequantize_int8, quantize_int8
 from kvcourse.kernels.attention.backends.kivi import Kivi2Backend, dequantize_2bit, quantize_2bit
 from kvcourse.kernels.cache_layout import CacheBytes
 from kvcourse.kernels.checks import check_positive_int
-from kvcourse.kernels.measure.agreement import all_logits
+from kvcourse.kernels.measure.agreement import all_logits, logits_in_steps
 from kvcourse.kernels.measure.perplexity import perplexity_of
 from kvcourse.kernels.model.config import ModelConfig
 from kvcourse.kernels.model.transformer import Transformer
@@ -95,16 +94,7 @@ def read_through(
     written ``step`` tokens a forward pass; and the cache it leaves."""
     check_positive_int("step", step)
     backend = _backend(model, name, len(ids))
-    tokens = torch.tensor(list(ids), device=model.device)
-    positions = torch.arange(len(tokens), device=model.device)
-    logits = []
-    with torch.inference_mode():
-        for start in range(0, len(tokens), step):
-            end = min(len(tokens), start + step)
-            backend.begin_step(StepMetadata(start, end - start))
-            logits.append(model(tokens[start:end], positions[start:end], backend).float())
-            backend.end_step()
-    return torch.cat(logits), backend
+    return logits_in_steps(model, ids, backend, step), backend
 
 
 def format_sweep(model: Transformer, ids: Sequence[int], step: int = GROUP) -> pd.DataFrame:
