@@ -215,3 +215,22 @@ class BlockPool:
             raise BlockPoolInvariantError(f"reference counts {self.ref_counts} != holders {held}")
         if {self._block_of_hash[e.block_hash] for e in self._cached.values()} != set(self._cached):
             raise BlockPoolInvariantError("the hash map and the cached blocks disagree")
+
+
+class PoolCounts:
+    """The ``BlockManager`` protocol's three counts (block_manager.py), read from a manager's one ``block_pool``:
+    shared by the engine's managers (kv_cache_manager.py, kv_cache_groups.py)."""
+
+    block_pool: BlockPool
+
+    @property
+    def num_blocks(self) -> int:
+        return self.block_pool.num_blocks
+
+    @property
+    def num_free_blocks(self) -> int:
+        return self.block_pool.num_free_blocks
+
+    @property
+    def num_used_blocks(self) -> int:
+        return self.block_pool.num_used_blocks

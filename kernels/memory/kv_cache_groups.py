@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from kvcourse.kernels.attention.paged_windows import NULL_BLOCK
 from kvcourse.kernels.checks import ceil_div, check_positive_int
 from kvcourse.kernels.memory.block_manager import Sequence
-from kvcourse.kernels.memory.block_pool import BlockPool
+from kvcourse.kernels.memory.block_pool import BlockPool, PoolCounts
 from kvcourse.kernels.memory.events import EventLog
 from kvcourse.kernels.memory.kv_pool import BlockCopy
 
@@ -58,7 +58,7 @@ def kv_cache_groups(layer_windows: Seq[int | None]) -> tuple[KVCacheGroup, ...]:
     )
 
 
-class KVCacheGroupsManager:
+class KVCacheGroupsManager(PoolCounts):
     """One BlockPool, one block table per group and sequence; local groups give back what slid out of their
     window (the engine's ``BlockManager`` where ``EngineConfig.layer_windows`` is set)."""
 
@@ -73,18 +73,6 @@ class KVCacheGroupsManager:
         self.events = events if events is not None else EventLog()
         self.block_pool = BlockPool(num_blocks, self.events)
         self.peak_blocks: dict[int, int] = {}  # seq id -> the most blocks it held at once, over every group
-
-    @property
-    def num_blocks(self) -> int:
-        return self.block_pool.num_blocks
-
-    @property
-    def num_free_blocks(self) -> int:
-        return self.block_pool.num_free_blocks
-
-    @property
-    def num_used_blocks(self) -> int:
-        return self.block_pool.num_used_blocks
 
     def min_blocks(self, num_tokens: int) -> int:
         """The fewest blocks a sequence of ``num_tokens`` tokens needs at its last step, over every group."""

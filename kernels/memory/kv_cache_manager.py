@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from kvcourse.kernels.checks import ceil_div, check_positive_int
 from kvcourse.kernels.memory.block_manager import Sequence
-from kvcourse.kernels.memory.block_pool import BlockPool, block_hash
+from kvcourse.kernels.memory.block_pool import BlockPool, PoolCounts, block_hash
 from kvcourse.kernels.memory.events import EventKind, EventLog
 from kvcourse.kernels.memory.eviction import EvictionPolicy
 from kvcourse.kernels.memory.kv_pool import BlockCopy
 
 
-class KVCacheManager:
+class KVCacheManager(PoolCounts):
     """Maps sequences to physical blocks, with sharing and prefix caching (lessons 10-13): the engine's
     ``BlockManager`` (block_manager.py)."""
 
@@ -33,18 +33,6 @@ class KVCacheManager:
         self.enable_prefix_caching = enable_prefix_caching
         self.events = events if events is not None else EventLog()
         self.block_pool = BlockPool(num_blocks, self.events, eviction)
-
-    @property
-    def num_blocks(self) -> int:
-        return self.block_pool.num_blocks
-
-    @property
-    def num_free_blocks(self) -> int:
-        return self.block_pool.num_free_blocks
-
-    @property
-    def num_used_blocks(self) -> int:
-        return self.block_pool.num_used_blocks
 
     def _prefix_hits(self, seq: Sequence) -> list[tuple[int, bytes]]:
         """Cached (block, hash) pairs for the longest cached prefix of ``seq``."""
