@@ -7,7 +7,7 @@ from collections.abc import Callable, Collection
 
 from kvcourse.kernels.engine.policy import FCFSPolicy, Refuse, SchedulingPolicy, SchedulingPolicyError, SeqView
 from kvcourse.kernels.engine.sequence import Sequence, SequenceStatus
-from kvcourse.kernels.memory.block_manager import BlockManager
+from kvcourse.kernels.memory.block_manager import BlockManager, FindsPrefixes
 
 
 def seq_view(manager: BlockManager, seq: Sequence, preempted: Collection[Sequence] = (), now: int = 0) -> SeqView:
@@ -30,7 +30,7 @@ def seq_view(manager: BlockManager, seq: Sequence, preempted: Collection[Sequenc
         seq.num_preemptions,
         any(seq is p for p in preempted),
         now,
-        hits(seq) if waiting and (hits := getattr(manager, "prefix_hit_tokens", None)) is not None else 0,
+        manager.prefix_hit_tokens(seq) if waiting and isinstance(manager, FindsPrefixes) else 0,
     )
 
 

@@ -31,7 +31,7 @@ from kvcourse.kernels.engine.policy_choices import chosen_admission, chosen_vict
 from kvcourse.kernels.engine.sequence import FinishReason, Sequence, SequenceStatus
 from kvcourse.kernels.engine.speculation import Speculator, drop_drafts
 from kvcourse.kernels.engine.stuck import STUCK, short_of_blocks, stuck_sequence
-from kvcourse.kernels.memory.block_manager import BlockManager
+from kvcourse.kernels.memory.block_manager import BlockManager, CopiesOnAdmission
 from kvcourse.kernels.memory.events import EventKind, EventLog
 from kvcourse.kernels.memory.kv_pool import BlockCopy
 
@@ -212,9 +212,8 @@ class Scheduler:
                 )
             del self.waiting[index]
             self.kv_cache_manager.allocate(seq)
-            pop_copies = getattr(self.kv_cache_manager, "pop_copies", None)  # a radix index copies a part-matched block
-            if pop_copies is not None:
-                batch.copies += pop_copies()
+            if isinstance(self.kv_cache_manager, CopiesOnAdmission):  # a radix index copies a part-matched block
+                batch.copies += self.kv_cache_manager.pop_copies()
             self.events.record(
                 EventKind.ADMIT, seq.seq_id, detail=f"{seq.num_cached_tokens} tokens from the prefix cache"
             )

@@ -32,7 +32,7 @@ from kvcourse.kernels.engine.batch import ScheduledBatch, ScheduledSeq
 from kvcourse.kernels.engine.ngram_drafts import SpeculativeConfig, propose_ngram_drafts
 from kvcourse.kernels.engine.sampling import greedy, sample
 from kvcourse.kernels.engine.sequence import Sequence, SequenceStatus
-from kvcourse.kernels.memory.block_manager import BlockManager
+from kvcourse.kernels.memory.block_manager import BlockManager, RollsBack
 
 
 @dataclass
@@ -76,10 +76,11 @@ class Speculator:
     ``Scheduler.update``; counts per request (``counts``). ``config`` None: no drafts, plain sampling."""
 
     def __init__(self, config: SpeculativeConfig | None, manager: BlockManager) -> None:
-        if config is not None and not callable(getattr(manager, "rollback", None)):
+        if config is not None and not isinstance(manager, RollsBack):
             raise ValueError(f"speculation rolls the cache back: {type(manager).__name__} has no rollback(seq)")
         self.config = config
         self.manager = manager
+        self._rollback = manager.rollback if isinstance(manager, RollsBack) else None
         self.counts: dict[int, DraftCounts] = {}  # by request id
 
     def draft(self, seq: Sequence, budget: int, max_model_len: int) -> None:
@@ -135,7 +136,8 @@ class Speculator:
             append(seq, token)
             if seq.status is SequenceStatus.FINISHED:  # a stop token or the length limit: the rest is dropped
                 return
-        self.counts_of(seq).blocks_freed += self.manager.rollback(seq)  # type: ignore[attr-defined]  # see __init__
+        if self._rollback is not None:  # always, with drafts: __init__ refuses a manager without it
+            self.counts_of(seq).blocks_freed += self._rollback(seq)
 
     def counts_of(self, seq: Sequence) -> DraftCounts:
         """The counts of the sequence's request (-1 for a sequence of no request)."""

@@ -4,8 +4,24 @@ The engine's own ``KVCacheManager`` (prefix caching, eviction) and a learner's m
 (``course.labs.BlockManagerBase``) both answer it; the scheduler, the engine and beam search type
 their manager as this and call nothing else on it. The ask/do pairs (``can_allocate``/``allocate``,
 ``can_append``/``append_slots``) let the scheduler check memory before it commits to a decision.
-The scheduler also reads ``num_blocks_to_allocate``/``num_blocks_to_append`` where a manager has
-them (sharing and prefix hits change the count); a manager without them is read as one with neither.
+
+Optional parts: a manager may have these; who reads them, and what is assumed without them.
+
+- ``num_blocks_to_allocate(seq)``/``num_blocks_to_append(seq) -> int``: policy_choices.seq_view (the blocks a
+  ``SchedulingPolicy`` sees a sequence need, and the scheduler's "short of blocks" reason); sharing and prefix
+  hits change the count. Without them: the blocks past the sequence's table.
+- ``prefix_hit_tokens(seq) -> int`` (``FindsPrefixes``): seq_view, so ``LongestPrefixFirst`` can order by it.
+  Without it: 0 for every sequence.
+- ``pop_copies() -> list[BlockCopy]`` (``CopiesOnAdmission``): the scheduler, right after ``allocate``, puts the
+  block copies admission planned into the step (the radix manager copies a partly matched block). Without: none.
+- ``rollback(seq) -> int`` (``RollsBack``): the ``Speculator`` (engine/speculation.py) after verifying drafts,
+  to give back the blocks past the computed tokens. Needed only with ``EngineConfig.speculation``: the engine
+  refuses a manager without it there.
+- ``events`` (an ``EventLog``): the scheduler and beam search log into it when they are given no log.
+
+The scheduler writes ``seq.num_scheduled_tokens`` before it calls ``can_append``/``can_allocate``; only the
+manager with windows (kv_cache_groups.py) reads it. The engine's managers: ``KVCacheManager`` (and its radix and
+disk-tier kinds, radix_manager.py, disk_tier.py) has every optional part; ``KVCacheGroupsManager`` has the counts.
 """
 
 from __future__ import annotations
@@ -61,3 +77,24 @@ class BlockManager(Protocol):
     def free(self, seq: Sequence) -> None: ...
 
     def cache_full_blocks(self, seq: Sequence) -> None: ...
+
+
+@runtime_checkable
+class FindsPrefixes(Protocol):
+    """Optional part: the prompt tokens admission would find in the prefix cache now (read by seq_view)."""
+
+    def prefix_hit_tokens(self, seq: Sequence) -> int: ...
+
+
+@runtime_checkable
+class CopiesOnAdmission(Protocol):
+    """Optional part: block copies ``allocate`` planned, taken by the scheduler into the step's batch."""
+
+    def pop_copies(self) -> list[BlockCopy]: ...
+
+
+@runtime_checkable
+class RollsBack(Protocol):
+    """Optional part, needed with speculation: give back the blocks past the computed tokens; how many it freed."""
+
+    def rollback(self, seq: Sequence) -> int: ...
