@@ -20,8 +20,9 @@ Optional parts: a manager may have these; who reads them, and what is assumed wi
 - ``events`` (an ``EventLog``): the scheduler and beam search log into it when they are given no log.
 
 The scheduler writes ``seq.num_scheduled_tokens`` before it calls ``can_append``/``can_allocate``; only the
-manager with windows (kv_cache_groups.py) reads it. The engine's managers: ``KVCacheManager`` (and its radix and
-disk-tier kinds, radix_manager.py, disk_tier.py) has every optional part; ``KVCacheGroupsManager`` has the counts.
+manager with windows (kv_cache_groups.py) reads it. The engine's managers: ``KVCacheManager`` (and its disk-tier
+kind, disk_tier.py) has every optional part but ``pop_copies``, which only the radix kind adds (radix_manager.py);
+``KVCacheGroupsManager`` has the counts and ``events``.
 """
 
 from __future__ import annotations
