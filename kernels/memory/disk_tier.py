@@ -5,9 +5,11 @@ block's K and V, every layer, to one file named by the block's hash. A later pro
 but finds the hash here gets a fresh block and reads the bytes back instead of recomputing them
 (``TieredKVCacheManager``), as LMCache does with CPU memory and disk under vLLM.
 
-The tier never fails a request: a store at its byte capacity refuses the write, and a file that cannot be read
-(missing, truncated, the wrong size) is a miss; either way the block is recomputed, an event says so
-(``EventKind.TIER_FALLBACK``) and a counter in ``TierStats`` counts it.
+A store at its byte capacity makes room: a lookup walks from a prompt's first block, so it drops files from the
+tails, the least recently used block that no kept file continues first (``EventKind.TIER_DROP``), never a block
+whose child is kept. The tier never fails a request: a block it cannot keep (every kept block has a kept child)
+and a file that cannot be read (missing, truncated, the wrong size) are misses; either way the block is
+recomputed, an event says so (``EventKind.TIER_FALLBACK``) and a counter in ``TierStats`` counts it.
 
 A file just written is read back from the OS page cache, which is a memory copy, not a disk read:
 ``drop_page_cache`` flushes every file and asks the kernel to forget its pages (``POSIX_FADV_DONTNEED``), so
@@ -64,7 +66,8 @@ class TierStats:
     restores: int = 0
     bytes_written: int = 0
     bytes_read: int = 0
-    full: int = 0  # evicted blocks not written: the store was at its capacity
+    full: int = 0  # evicted blocks not written: the store was at its capacity and nothing could be dropped
+    dropped: int = 0  # files removed to make room for newer blocks (least recently used tails first)
     unreadable: int = 0  # files found missing, truncated or of the wrong size: recomputed instead
 
 
@@ -88,7 +91,9 @@ class DiskTier:
         self.events = events if events is not None else EventLog()
         self.stats = TierStats()
         self.pool: KVPool | None = None
-        self._entries: dict[bytes, TierEntry] = {}
+        self._entries: dict[bytes, TierEntry] = {}  # least recently written or restored first
+        self._children: dict[bytes, int] = {}  # kept blocks per parent hash: a block with one is never dropped
+        self.pinned: set[bytes] = set()  # blocks about to be restored: never dropped
         self._finalizer = weakref.finalize(self, shutil.rmtree, self.root, ignore_errors=True)
 
     def attach(self, pool: KVPool) -> None:
@@ -122,8 +127,9 @@ class DiskTier:
     def save(self, block_id: int, entry: CachedBlock) -> None:
         """Write an evicted block's K/V to a file (the pool calls this before it reuses the block)."""
         if entry.block_hash in self._entries:
+            self._touch(entry.block_hash)
             return  # restored earlier and evicted again: the file already holds these bytes
-        if self.nbytes + self.block_bytes > self.capacity_bytes:
+        if not self._make_room(entry.parent):
             self.stats.full += 1
             self._fallback(block_id, f"the tier is full ({self.capacity_bytes:,} bytes): block not kept")
             return
@@ -139,6 +145,8 @@ class DiskTier:
             path.unlink(missing_ok=True)
             return
         self._entries[entry.block_hash] = TierEntry(entry.token_ids, entry.parent, path)
+        if entry.parent is not None:
+            self._children[entry.parent] = self._children.get(entry.parent, 0) + 1
         self.stats.writes += 1
         self.stats.bytes_written += self.block_bytes
         self.events.record(EventKind.TIER_WRITE, None, block_id, path.name)
@@ -162,6 +170,7 @@ class DiskTier:
         shape = pool.k[:, block_id].shape
         for dst, part in ((pool.k, buf[:half]), (pool.v, buf[half:])):
             dst[:, block_id] = torch.frombuffer(part, dtype=torch.uint8).view(pool.k.dtype).view(shape)
+        self._touch(h)
         self.stats.restores += 1
         self.stats.bytes_read += len(buf)
         self.events.record(EventKind.TIER_RESTORE, None, block_id, entry.path.name)
@@ -170,8 +179,36 @@ class DiskTier:
     def _unreadable(self, h: bytes, block_id: int, why: str) -> bool:
         self.stats.unreadable += 1
         self._fallback(block_id, f"unreadable, recomputed: {why}")
-        self._entries.pop(h).path.unlink(missing_ok=True)
+        self._remove(h)
         return False
+
+    def _touch(self, h: bytes) -> None:
+        self._entries[h] = self._entries.pop(h)  # the most recently used last
+
+    def _remove(self, h: bytes) -> TierEntry:
+        entry = self._entries.pop(h)
+        entry.path.unlink(missing_ok=True)
+        if entry.parent is not None and entry.parent in self._children:
+            self._children[entry.parent] -= 1
+            if not self._children[entry.parent]:
+                del self._children[entry.parent]
+        return entry
+
+    def droppable(self, parent: bytes | None = None) -> list[bytes]:
+        """Kept blocks that no kept block continues (nor the block to come, a child of ``parent``), none pinned,
+        the least recently written or restored first: the next to drop first."""
+        return [h for h in self._entries if h not in self._children and h != parent and h not in self.pinned]
+
+    def _make_room(self, parent: bytes | None) -> bool:
+        """Drop a tail if one more block would not fit (the kept ones always do); False when it cannot fit."""
+        if self.nbytes + self.block_bytes <= self.capacity_bytes:
+            return True
+        tails = self.droppable(parent)
+        if self.block_bytes > self.capacity_bytes or not tails:
+            return False
+        self.stats.dropped += 1
+        self.events.record(EventKind.TIER_DROP, None, None, self._remove(tails[0]).path.name)
+        return True
 
     def files(self) -> list[Path]:
         """The block files, one per block kept."""
@@ -190,6 +227,7 @@ class DiskTier:
     def close(self) -> None:
         """Remove the files and their directory; the tier then holds nothing."""
         self._entries.clear()
+        self._children.clear()
         self._finalizer()
 
 
@@ -211,21 +249,28 @@ class TieredKVCacheManager(KVCacheManager):
 
     def allocate(self, seq: Sequence) -> None:
         """Blocks as the plain manager gives them; then the blocks after the pool's hits that the tier holds are
-        read into the sequence's fresh blocks, cached again, and count as computed (a prefix hit)."""
-        super().allocate(seq)
-        start = len(seq.block_hashes)
-        parent = seq.block_hashes[-1] if seq.block_hashes else None
-        for i in range(start, (seq.num_tokens - 1) // self.block_size):  # the last token is always computed
-            tokens = seq.block_tokens(i)
-            h = block_hash(parent, tokens)
-            block_id = seq.block_table[i]
-            if h not in self.tier or not self.tier.restore(h, tokens, block_id):
+        read into the sequence's fresh blocks, cached again, and count as computed (a prefix hit). Their files
+        are pinned meanwhile: the blocks that allocating evicts must not drop them to make room."""
+        hits = self._prefix_hits(seq)
+        parent, found = (hits[-1][1] if hits else None), []
+        for i in range(len(hits), (seq.num_tokens - 1) // self.block_size):  # the last token is always computed
+            parent = block_hash(parent, seq.block_tokens(i))
+            if parent not in self.tier:
                 break
-            seq.block_hashes.append(h)
-            if self.block_pool.cache_block(block_id, h, tokens, parent, depth=i):
-                self.events.record(EventKind.CACHE_INSERT, seq.seq_id, block_id)
-            self.events.record(EventKind.PREFIX_HIT, seq.seq_id, block_id, "restored from the disk tier")
-            parent = h
+            found.append(parent)
+        self.tier.pinned.update(found)
+        try:
+            super().allocate(seq)
+            for i, h in enumerate(found, start=len(hits)):
+                tokens, block_id, parent = seq.block_tokens(i), seq.block_table[i], seq.block_hashes[-1] if i else None
+                if not self.tier.restore(h, tokens, block_id):
+                    break
+                seq.block_hashes.append(h)
+                if self.block_pool.cache_block(block_id, h, tokens, parent, depth=i):
+                    self.events.record(EventKind.CACHE_INSERT, seq.seq_id, block_id)
+                self.events.record(EventKind.PREFIX_HIT, seq.seq_id, block_id, "restored from the disk tier")
+        finally:
+            self.tier.pinned.difference_update(found)
         seq.num_computed_tokens = seq.num_cached_tokens = len(seq.block_hashes) * self.block_size
 
 

@@ -32,6 +32,7 @@ class EventKind(Enum):
     TIER_WRITE = "tier_write"  # an evicted cached block was written to the tier below memory (disk_tier.py)
     TIER_RESTORE = "tier_restore"  # a prefix block was read back from the tier instead of recomputed
     TIER_FALLBACK = "tier_fallback"  # the tier was full or a file unreadable: the block is recomputed
+    TIER_DROP = "tier_drop"  # a full tier removed a file (a least recently used tail) to make room
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """The engine with a disk tier under its prefix cache (issue 46 item 2): blocks the pool evicts are written to
-files and read back on a later prefix hit; the tokens equal recomputing them; a full tier or an unreadable file
-falls back to recomputing and says so; the files go when the tier closes."""
+files and read back on a later prefix hit; the tokens equal recomputing them; a full tier drops its least
+recently used tails; an unreadable file falls back to recomputing and says so; the files go when the tier
+closes."""
 
 from __future__ import annotations
 
@@ -10,12 +11,12 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import initialize
+from hypothesis.stateful import initialize, invariant
 from test_engine_state_machine import EngineMachine, packed_model, reference
 
 from kvcourse.kernels import EngineConfig, LLMEngine, SamplingParams
 from kvcourse.kernels.engine.ngram_drafts import SpeculativeConfig
-from kvcourse.kernels.memory.block_pool import block_hash
+from kvcourse.kernels.memory.block_pool import CachedBlock, block_hash
 from kvcourse.kernels.memory.disk_tier import DiskTier, TieredKVCacheManager
 from kvcourse.kernels.memory.events import EventKind
 from kvcourse.kernels.memory.kv_cache_manager import KVCacheManager
@@ -38,9 +39,9 @@ def tier_of(e: LLMEngine) -> DiskTier:
     return e.kv_cache_manager.tier
 
 
-def serve(e: LLMEngine, prompt: list[int]) -> tuple[list[int], int]:
-    """One request to the end, the pool's invariants checked after every step; its tokens and cached tokens."""
-    request_id = e.add_request(prompt, PARAMS)
+def run_all(e: LLMEngine, prompts: list[list[int]], params: SamplingParams = PARAMS) -> list[int]:
+    """Requests served together to the end, the pool's invariants checked after every step; their ids."""
+    request_ids = [e.add_request(prompt, params) for prompt in prompts]
     while e.has_unfinished_requests:
         e.step()
         held = [0] * e.num_blocks
@@ -48,6 +49,12 @@ def serve(e: LLMEngine, prompt: list[int]) -> tuple[list[int], int]:
             for block_id in seq.block_table:
                 held[block_id] += 1
         e.kv_cache_manager.block_pool.check_invariants(held)
+    return request_ids
+
+
+def serve(e: LLMEngine, prompt: list[int]) -> tuple[list[int], int]:
+    """One request to the end, the pool's invariants checked after every step; its tokens and cached tokens."""
+    (request_id,) = run_all(e, [prompt])
     out = e.requests[request_id].output()
     return out.tokens, out.num_cached_tokens
 
@@ -95,19 +102,47 @@ def test_an_unreadable_file_is_recomputed_and_said(tmp_path, damage):
     assert "unreadable" in fallback.detail and victim.name in fallback.detail
 
 
-@pytest.mark.parametrize(("capacity_blocks", "found"), [(6, 20), (2, 0)])
-def test_a_full_tier_keeps_what_fits_and_says_so(tmp_path, capacity_blocks, found):
+@pytest.mark.parametrize(("capacity_blocks", "found"), [(2, 4), (6, 20)])
+def test_a_full_tier_drops_tails_and_keeps_the_start_of_a_prompt(tmp_path, capacity_blocks, found):
     block_bytes = tier_of(engine(tmp_path)).block_bytes
     e = engine(tmp_path, capacity=capacity_blocks * block_bytes)
-    first = evict_first(e)
+    evict_first(e)
     tier = tier_of(e)
     assert tier.num_blocks == capacity_blocks and tier.nbytes <= tier.capacity_bytes
-    assert tier.stats.full > 0 and len(e.events.of_kind(EventKind.TIER_FALLBACK)) == tier.stats.full
-    again, cached = serve(e, FIRST)
-    assert again == first
-    # Six blocks: FIRST's (five of the prompt, one of its answer), the first evicted, all kept. Two: its last two
-    # (the pool evicts tails first), which no lookup reaches without the blocks before them: all is recomputed.
+    assert tier.stats.dropped == tier.stats.writes - capacity_blocks > 0 and tier.stats.full == 0
+    assert len(e.events.of_kind(EventKind.TIER_DROP)) == tier.stats.dropped
+    assert not e.events.of_kind(EventKind.TIER_FALLBACK)
+    # The pool evicts a prompt's tail before its head, and the tier drops the oldest tail first: what stays of
+    # OTHERS[0] is its first blocks (its later ones made room), reached from its first block. Allocating the
+    # request evicts more blocks into the full tier: the blocks it is about to restore are never dropped for them.
+    tokens, cached = serve(e, OTHERS[0])
+    assert tokens == reference(OTHERS[0], PARAMS.max_new_tokens)
     assert cached == found and tier.stats.restores == found // 4
+
+
+def test_the_tier_never_drops_a_block_whose_child_it_keeps(tmp_path):
+    e = engine(tmp_path)
+    tier = tier_of(e)
+    tier.capacity_bytes = 2 * tier.block_bytes
+    chain, parent = [], None
+    for i in range(3):
+        tokens = FIRST[4 * i : 4 * i + 4]
+        chain.append(CachedBlock(block_hash(parent, tokens), tuple(tokens), parent, depth=i))
+        parent = chain[-1].block_hash
+    tier.save(0, chain[0])
+    tier.save(1, chain[1])
+    assert tier.droppable() == [chain[1].block_hash]  # the head is kept while its child is
+    tier.save(2, chain[2])  # would need its parent dropped, or the head it continues: not kept
+    assert [h in tier for h in (b.block_hash for b in chain)] == [True, True, False]
+    assert tier.stats.full == 1 and tier.stats.dropped == 0
+    other = CachedBlock(block_hash(None, OTHERS[0][:4]), tuple(OTHERS[0][:4]))
+    tier.pinned.add(chain[1].block_hash)  # about to be restored
+    tier.save(3, other)
+    assert other.block_hash not in tier and tier.stats.full == 2
+    tier.pinned.clear()
+    tier.save(3, other)  # the tail goes; the head stays, reachable
+    assert [h in tier for h in (chain[0].block_hash, chain[1].block_hash, other.block_hash)] == [True, False, True]
+    assert tier.stats.dropped == 1 and not (tier.root / f"{chain[1].block_hash.hex()}.kv").exists()
 
 
 def test_the_files_go_when_the_tier_closes_or_the_engine_is_collected(tmp_path):
@@ -179,6 +214,13 @@ class TierEngineMachine(EngineMachine):
         self.engine = LLMEngine(packed_model(self.fast_paths), config)
         self.added = {}
         self.aborted = set()
+
+    @invariant()
+    def the_tier_keeps_within_its_bytes_one_file_a_block(self):
+        tier = tier_of(self.engine)
+        assert tier.nbytes <= tier.capacity_bytes and not tier.pinned
+        assert sorted(tier.files()) == sorted(tier.root.iterdir())
+        assert tier.stats.writes - tier.stats.dropped - tier.stats.unreadable == tier.num_blocks
 
     def teardown(self):
         try:
