@@ -11,6 +11,9 @@ whose child is kept. The tier never fails a request: a block it cannot keep (eve
 and a file that cannot be read (missing, truncated, the wrong size) are misses; either way the block is
 recomputed, an event says so (``EventKind.TIER_FALLBACK``) and a counter in ``TierStats`` counts it.
 
+A preempted sequence's full blocks need no write of their own: they are cached when computed, so readmission
+finds them in the pool, or, once the pool has evicted them, here.
+
 A file just written is read back from the OS page cache, which is a memory copy, not a disk read:
 ``drop_page_cache`` flushes every file and asks the kernel to forget its pages (``POSIX_FADV_DONTNEED``), so
 the next read comes from the device. The files live in a fresh directory under the one configured, removed by

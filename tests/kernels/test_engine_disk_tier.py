@@ -1,7 +1,7 @@
 """The engine with a disk tier under its prefix cache (issue 46 item 2): blocks the pool evicts are written to
-files and read back on a later prefix hit; the tokens equal recomputing them; a full tier drops its least
-recently used tails; an unreadable file falls back to recomputing and says so; the files go when the tier
-closes."""
+files and read back on a later prefix hit, a preempted sequence's included; the tokens equal recomputing them; a
+full tier drops its least recently used tails; an unreadable file falls back to recomputing and says so; the
+files go when the tier closes."""
 
 from __future__ import annotations
 
@@ -143,6 +143,21 @@ def test_the_tier_never_drops_a_block_whose_child_it_keeps(tmp_path):
     tier.save(3, other)  # the tail goes; the head stays, reachable
     assert [h in tier for h in (chain[0].block_hash, chain[1].block_hash, other.block_hash)] == [True, False, True]
     assert tier.stats.dropped == 1 and not (tier.root / f"{chain[1].block_hash.hex()}.kv").exists()
+
+
+def test_a_preempted_sequence_restores_its_blocks_from_the_tier(tmp_path):
+    """Recompute preemption: the victim's full blocks are cached when computed, so the pool evicts them into the
+    tier, and readmission reads them back instead of recomputing; tokens equal serving each request alone."""
+    params = SamplingParams(max_new_tokens=12, stop_on_eos=False)
+    prompts = [list(range(3 + 19 * k, 16 + 19 * k)) for k in range(3)]  # 13 tokens; 25 with the answer: 7 blocks
+    e = engine(tmp_path, num_blocks=12)  # too few for all three at once
+    request_ids = run_all(e, prompts, params)
+    for request_id, prompt in zip(request_ids, prompts, strict=True):
+        assert e.requests[request_id].output().tokens == reference(prompt, params.max_new_tokens)
+    preempted = {ev.seq_id for ev in e.events.of_kind(EventKind.PREEMPT)}
+    restored = [ev.seq_id for ev in e.events.of_kind(EventKind.PREFIX_HIT) if "disk tier" in ev.detail]
+    assert preempted and restored and set(restored) <= preempted
+    assert tier_of(e).stats.restores == len(restored) == len(e.events.of_kind(EventKind.TIER_RESTORE))
 
 
 def test_the_files_go_when_the_tier_closes_or_the_engine_is_collected(tmp_path):
