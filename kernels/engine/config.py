@@ -36,7 +36,8 @@ class EngineConfig:
     with ``layer_windows``.
     ``disk_tier`` a directory: cached prefix blocks the pool evicts are written to files in a fresh folder there and
     read back on a later prefix hit instead of recomputed, up to ``disk_tier_bytes`` (disk_tier.py; None: off). It
-    needs ``enable_prefix_caching`` with the hash chain, and the engine's own KV-cache manager.
+    needs ``enable_prefix_caching`` with the hash chain, and the engine's own KV-cache manager; not with windows.
+    Which features combine, and the refusals of those that do not: tests/kernels/test_engine_combinations.py.
     """
 
     block_size: int = 16
@@ -86,6 +87,8 @@ class EngineConfig:
                 "in every group's table, and a local layer's blocks slide out of its window (windows.py)"
             )
         check_positive_int("disk_tier_bytes", self.disk_tier_bytes)
+        if self.disk_tier is not None and self.layer_windows is not None:
+            raise ValueError("not supported with windows: disk_tier (it keeps prefix-cache blocks; windows have none)")
         if self.disk_tier is not None and (not self.enable_prefix_caching or self.prefix_index != "hash"):
             raise ValueError(
                 "disk_tier keeps evicted prefix blocks: it needs enable_prefix_caching=True and prefix_index='hash' "
