@@ -3,10 +3,10 @@
 SmolLM2 with five layers in six given a window (Gemma 3's pattern; layers 5, 11, 17, 23 and 29 stay global),
 at windows of 64 to 1,024 tokens, each also with the first 4 tokens kept on its local layers (StreamingLLM's
 attention sinks: lesson 16 shows SmolLM2 leans on its first token), on the held-out text of
-kernels/measure/latent_rank.py (about 2,200 tokens): one sequence's cache at that length and its share of the
-all-global cache, perplexity, and next-token agreement with the model as shipped; then the cache at SmolLM2's
-whole context (8,192 tokens). SmolLM2 was trained with every layer global, so this is the price of a window
-without training for it. Nothing here is timed.
+kernels/measure/texts.py (chapter I of "Alice's Adventures in Wonderland", 2,938 tokens): one sequence's cache
+at that length and its share of the all-global cache, perplexity, and next-token agreement with the model as
+shipped; then the cache at SmolLM2's whole context (8,192 tokens). SmolLM2 was trained with every layer global,
+so this is the price of a window without training for it. Nothing here is timed.
 Run: python -m benchmarks.bench_local_global [--dtypes fp32 bf16]
 Writes benchmarks/results/local_global.json.
 """

@@ -1,7 +1,7 @@
 """How large lesson 24's sweep over local windows is: how much of the held-out text, and which windows;
 and how long a prompt its paged-engine run serves (``engine_blocks_size``).
 
-A learner's run reads the whole held-out text (about 2,200 tokens) at five windows, 1,024 down to 64 tokens, each
+A learner's run reads the whole held-out text (about 3,000 tokens) at five windows, 1,024 down to 64 tokens, each
 half the one before; the suite's headless run (kvcourse.kernel_env.running_headless) its first 800 tokens at three
 (256, 128 and 64), so the lesson keeps within its time on two cores. Every sweep ends in two halvings, so the
 lesson can compare what each one saves and costs, and every window is shorter than the text it reads.

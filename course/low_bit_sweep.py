@@ -1,6 +1,6 @@
 """How large lesson 25's quality run is: how much of the held-out text every cache format reads, and in what steps.
 
-A learner's run reads the whole held-out text (kernels/measure/texts.py); the suite's headless run
+A learner's run reads the whole held-out text (kernels/measure/texts.py, about 3,000 tokens); the suite's headless run
 (kvcourse.kernel_env.running_headless) its first 640 tokens (20 steps), so the lesson keeps within its time on 2 cores.
 Either way the text arrives 32 tokens a step, as a prompt and then generated text would fill a cache: a 2-bit
 cache keeps its newest tokens in full precision, and an FP8 cache sets each layer's scale from the first step.

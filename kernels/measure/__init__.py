@@ -25,7 +25,8 @@ each block size, under the engine's thread policy, beside the sweep's memory (le
 few timed ratios and the verdict they allow (lessons 14, 15), and a nearest-rank percentile (labs
 18-20). Answers compared: ``answers`` two runs token by token (lesson 10); ``agreement`` what a change
 to the model or its cache costs in next-token predictions (lesson 16); ``latent_rank`` what a latent of each
-rank costs in perplexity and agreement on a held-out text, beside int8 and MQA (lesson 23). Of the machine
+rank costs in perplexity and agreement on a held-out text, beside int8 and MQA (lesson 23); ``texts`` the course's two
+public-domain texts, the held-out one to evaluate on and the calibration one to fit on (lessons 23-25). Of the machine
 itself: ``roofline`` its peak FLOP/s and memory bandwidth, and the floors they put under a pass (lesson 01,
 for lesson 14 too).
 Nothing here imports the simulators or the course: simulators and lessons import it.
