@@ -1,12 +1,13 @@
 """How large lesson 23's sweep over latent ranks is: how much of the held-out text, and which ranks.
 
 A learner's run reads the whole held-out text (about 3,000 tokens) at six ranks below the full one; the suite's
-headless run (kvcourse.kernel_env.running_headless) its first 1,000 tokens at three ranks (a half, a third and a
-quarter of the full rank), so the lesson keeps within its time on two cores. The ranks are shares of the full
-rank, so the same sweep fits any model's shape. The activation-aware factorisation reads the calibration text's
-first 2,000 tokens (1,000 headless) and is measured at two thirds, a half, a third and a quarter of the full rank
-(headless: a half); partial RoPE at the full rank and at two thirds, a half and a third (headless:
-at half the rank only), where the rotated dimensions leave the latent room.
+headless run (kvcourse.kernel_env.running_headless) its first 600 tokens at three ranks (a half, a third and a
+quarter of the full rank), so the lesson keeps well within its minute on two cores. The ranks are shares of the
+full rank, so the same sweep fits any model's shape. The activation-aware factorisation reads the calibration
+text's first 2,000 tokens (500 headless) and is measured at two thirds, a half, a third and a quarter of the full
+rank (headless: a half); partial RoPE alone (the full rank) and at the bytes of
+two thirds, a half and a third of it (headless: a half only), where the rotated dimensions leave the latent room.
+Every pass over the text costs time in proportion to its length, and the headless run makes ten of them.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from kvcourse.kernel_env import running_headless
 
 PEOPLE_SHARES = (5 / 6, 2 / 3, 1 / 2, 1 / 3, 1 / 4, 1 / 8)
 HEADLESS_SHARES = (1 / 2, 1 / 3, 1 / 4)
+HEADLESS_TOKENS = 600  # of the held-out text; the people's run reads all of it
+HEADLESS_CALIBRATION = 500  # of the calibration text; the people's run reads 2,000
 
 
 @dataclass(frozen=True)
@@ -35,8 +38,8 @@ def latent_sweep_size(full_rank: int) -> LatentSweep:
     if full_rank < 8:
         raise ValueError(f"a full rank of {full_rank} leaves no room for a sweep below it (at least 8)")
     headless = running_headless()
-    shares, max_tokens = (HEADLESS_SHARES, 1000) if headless else (PEOPLE_SHARES, 100_000)
+    shares, max_tokens = (HEADLESS_SHARES, HEADLESS_TOKENS) if headless else (PEOPLE_SHARES, 100_000)
     ranks = tuple(round(share * full_rank) for share in shares)
     aware = ranks[:1] if headless else ranks[1:5]  # headless: a half; else two thirds to a quarter
     partial = (full_rank, ranks[0]) if headless else (full_rank, *ranks[1:4])  # else 2/3, 1/2, 1/3
-    return LatentSweep(max_tokens, ranks, 1000 if headless else 2000, aware, partial)
+    return LatentSweep(max_tokens, ranks, HEADLESS_CALIBRATION if headless else 2000, aware, partial)
