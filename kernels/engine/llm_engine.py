@@ -5,6 +5,11 @@ served); ``step`` reads as three calls: the scheduler picks the batch, the model
 the scheduler updates the sequences (after the engine has sampled their tokens); ``generate``
 drives steps until every request is finished or refused. The engine itself only orchestrates
 and keeps the request-level view.
+
+Beyond lessons 08-15, ``EngineConfig`` turns on: a window per layer (windows.py, issue 45), the radix prefix
+index (memory/radix_manager.py), n-gram speculative decoding (speculation.py) and a disk tier under the prefix
+cache (memory/disk_tier.py), issue 46. Which of them combine, and how the rest are refused:
+tests/kernels/test_engine_combinations.py.
 """
 
 from __future__ import annotations

@@ -62,8 +62,6 @@ class KVCacheGroupsManager(PoolCounts):
     """One BlockPool, one block table per group and sequence; local groups give back what slid out of their
     window (the engine's ``BlockManager`` where ``EngineConfig.layer_windows`` is set)."""
 
-    enable_prefix_caching = False
-
     def __init__(
         self, num_blocks: int, block_size: int, groups: Seq[KVCacheGroup], events: EventLog | None = None
     ) -> None:
