@@ -141,7 +141,7 @@ class DiskTier:
         try:
             with path.open("wb") as f:
                 for t in (pool.k[:, block_id], pool.v[:, block_id]):
-                    f.write(t.contiguous().view(torch.uint8).numpy().tobytes())
+                    f.write(t.contiguous().view(torch.uint8).cpu().numpy().tobytes())
         except OSError as err:  # the pool is mid-allocation: never raise from here
             self.stats.failed_writes += 1
             self._fallback(block_id, f"not written: {err.strerror or err}")
