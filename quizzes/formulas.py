@@ -1,4 +1,4 @@
-"""Parameterised questions: values drawn from a seed, answers computed by the engine (lessons 02-25).
+"""Parameterised questions: values drawn from a seed, answers computed by the engine (lessons 02-26).
 
 A parameterised question names a formula here and lists the values each parameter may take.
 The values are drawn from a seed (a learner's local seed, or a student id when grading), and
@@ -22,7 +22,7 @@ from kvcourse.kernels import costs
 from kvcourse.kernels.engine.latency import LatencyTargets, RequestTimes, latency_summary
 from kvcourse.kernels.model.cache_layouts import LAYOUTS_2026
 from kvcourse.kernels.model.config_table import MODEL_CONFIGS
-from kvcourse.quizzes import cache_2026, latent_checks, local_global_checks, low_bit_checks
+from kvcourse.quizzes import cache_2026, latent_checks, local_global_checks, low_bit_checks, radix_checks
 
 GB = 10**9
 GIB = 2**30  # a card's memory is sized in GiB (lesson 08)
@@ -113,6 +113,8 @@ def _transfer_bytes(values: dict[str, Any]) -> float:
     return LAYOUTS_2026[values["model_2026"]].bytes_at(values["prompt_tokens"]).total
 
 
+CHAT_TURN = ("prev_prompt", "answer_tokens", "message_tokens", "block_size")  # lesson 26: a turn, its blocks
+
 FORMULAS: dict[str, Formula] = {
     "kv_bytes_per_token": Formula(
         ("model", "bytes_per_value"), lambda v: costs.kv_bytes_per_token(_config(v), v["bytes_per_value"])
@@ -156,6 +158,9 @@ FORMULAS: dict[str, Formula] = {
         ("num_layers", "kv_heads", "head_dim", "group", "residual", "context_tokens"), low_bit_checks.kivi_bytes
     ),
     "format_that_fits": Formula(("format_scenario",), low_bit_checks.format_that_fits),
+    # lesson 26 (radix_checks.py): a chat turn's prompt tokens found by the radix tree and by the hash chain
+    "radix_tokens_found": Formula(CHAT_TURN, radix_checks.radix_found),
+    "hash_tokens_found": Formula(CHAT_TURN, radix_checks.hash_found),
 }
 
 

@@ -67,6 +67,7 @@ VIEW_CELLS: dict[str, tuple[str, str]] = {
     "23": ("latent_rank", "LatentRankView()"),
     "24": ("local_global", "LocalGlobalView()"),
     "25": ("low_bit", "LowBitView()"),
+    "26": ("radix_chat", "RadixChatView()"),
 }
 LAB_VIEWS = ("18", "19", "20")  # the lab lessons' views: a lesson's simulator with the learner's policy
 VIEW_IMPORTS = (

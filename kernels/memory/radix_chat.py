@@ -4,7 +4,9 @@ Each conversation starts from a system prompt that every conversation shares; tu
 turn ``t - 1``'s prompt, the model's answer to it and the next user message, as a chat template lays
 them end to end. ``serve_chat`` plays the trace on an engine round by round (turn 1 of every
 conversation, then turn 2, ...), so a turn always arrives after the answer it extends, and reports for
-each turn the prompt tokens found in the prefix cache and the time to its first token.
+each turn the prompt tokens found in the prefix cache and the time to its first token. ``chat_manager`` builds the
+engine's KV-cache manager for each cache a chat is served with (``CACHES``; ``prompt_only_manager`` is the hash
+chain that keeps only prompt blocks); kernels/measure/chat_prefix.py serves and counts (lesson 26).
 """
 
 from __future__ import annotations
@@ -78,3 +80,40 @@ def serve_chat(generate: Callable[[list[list[int]]], list[Any]], trace: ChatTrac
             ttft = out.latency.ttft_s if out.latency is not None else None
             turns.append(ChatTurn(i, turn, len(prompt), out.num_cached_tokens, list(out.tokens), ttft))
     return turns
+
+
+CACHES = ("hash_prompt_only", "hash", "radix", "radix_lpm")
+CACHE_WORDS = {
+    "hash_prompt_only": "hash chain, prompt blocks only",
+    "hash": "hash chain, answers' blocks kept",
+    "radix": "radix tree",
+    "radix_lpm": "radix tree, longest prefix first",
+}
+
+
+def prompt_only_manager(num_blocks: int, block_size: int) -> Any:
+    """The hash chain caching only blocks that lie inside the prompt: an answer's blocks are not kept."""
+    from kvcourse.kernels.memory.kv_cache_manager import KVCacheManager
+
+    class PromptOnly(KVCacheManager):
+        def cache_full_blocks(self, seq: Any) -> None:
+            computed = seq.num_computed_tokens
+            seq.num_computed_tokens = min(computed, seq.num_prompt_tokens)
+            super().cache_full_blocks(seq)
+            seq.num_computed_tokens = computed
+
+    return PromptOnly(num_blocks, block_size, enable_prefix_caching=True)
+
+
+def chat_manager(cache: str, num_blocks: int, block_size: int) -> Any:
+    """The engine's KV-cache manager for one of ``CACHES`` (or ``"none"``)."""
+    from kvcourse.kernels.memory.kv_cache_manager import KVCacheManager
+    from kvcourse.kernels.memory.radix_manager import RadixKVCacheManager
+
+    if cache == "hash_prompt_only":
+        return prompt_only_manager(num_blocks, block_size)
+    if cache.startswith("radix"):
+        return RadixKVCacheManager(num_blocks, block_size)
+    if cache not in ("hash", "none"):
+        raise ValueError(f"unknown cache {cache!r}; choose one of none, {', '.join(CACHES)}")
+    return KVCacheManager(num_blocks, block_size, enable_prefix_caching=cache == "hash")
