@@ -23,7 +23,6 @@ Run: python -m benchmarks.bench_radix_chat
 
 from __future__ import annotations
 
-import random
 import statistics
 import sys
 from typing import Any
@@ -41,84 +40,28 @@ CACHES = ("none", "hash_prompt_only", "hash", "radix", "radix_lpm")
 TIMED = ("none", "hash", "radix")
 
 
-def prompt_only_manager(num_blocks: int, block_size: int) -> Any:
-    """The hash chain caching only blocks that lie inside the prompt: the answer's blocks are not kept."""
-    from kvcourse.kernels.memory.kv_cache_manager import KVCacheManager
-
-    class PromptOnly(KVCacheManager):
-        def cache_full_blocks(self, seq: Any) -> None:
-            computed = seq.num_computed_tokens
-            seq.num_computed_tokens = min(computed, seq.num_prompt_tokens)
-            super().cache_full_blocks(seq)
-            seq.num_computed_tokens = computed
-
-    return PromptOnly(num_blocks, block_size, enable_prefix_caching=True)
-
-
-def make_manager(cache: str, num_blocks: int) -> Any:
-    from kvcourse.kernels.memory.kv_cache_manager import KVCacheManager
-    from kvcourse.kernels.memory.radix_manager import RadixKVCacheManager
-
-    if cache == "hash_prompt_only":
-        return prompt_only_manager(num_blocks, BLOCK_SIZE)
-    if cache.startswith("radix"):
-        return RadixKVCacheManager(num_blocks, BLOCK_SIZE)
-    return KVCacheManager(num_blocks, BLOCK_SIZE, enable_prefix_caching=cache == "hash")
-
-
-def make_policy(cache: str) -> Any:
-    from kvcourse.kernels.engine.policy import LongestPrefixFirst
-
-    return LongestPrefixFirst() if cache == "radix_lpm" else None
-
-
 def count(trace: Any, cache: str, num_blocks: int, answer_len: int = ANSWER, seed: int = 0) -> dict:
-    """Serve ``trace`` on the engine's scheduler and KV-cache manager alone: every answer is a seeded run of
-    ``answer_len`` token ids (the same for every cache), so no model runs. Prompt tokens found in later turns."""
-    from kvcourse.kernels.engine.sampling import SamplingParams
-    from kvcourse.kernels.engine.scheduler import Scheduler
-    from kvcourse.kernels.engine.sequence import Sequence
-    from kvcourse.kernels.memory.events import EventKind
+    """Serve ``trace`` on the engine's scheduler and KV-cache manager alone (``chat_prefix.count_chat``, which
+    lesson 26 and its simulator use): every answer is a seeded run of ``answer_len`` token ids (the same for every
+    cache), so no model runs. Prompt tokens found in later turns, evictions, preemptions."""
+    from kvcourse.kernels.measure.chat_prefix import count_chat, seeded_answers
 
-    manager = make_manager(cache, num_blocks)
-    scheduler = Scheduler(manager, 64, 2048, 10**9, frozenset(), make_policy(cache))
-    params = SamplingParams(max_new_tokens=answer_len, stop_on_eos=False)
-    rng = random.Random(seed)
-    histories = [list(trace.system) for _ in trace.conversations]
-    found = prompt_tokens = 0
-    for turn in range(max(len(c) for c in trace.conversations)):
-        seqs = []
-        for i, conversation in enumerate(trace.conversations):
-            if turn < len(conversation):
-                prompt = histories[i] + conversation[turn]
-                seqs.append(Sequence(scheduler.next_seq_id(), prompt, len(prompt), BLOCK_SIZE, params, request_id=i))
-                scheduler.add(seqs[-1])
-        answers = {seq.seq_id: [rng.randrange(*VOCAB) for _ in range(answer_len)] for seq in seqs}
-        first: dict[int, int] = {}  # seq_id -> tokens computed when first admitted: those found in the cache
-        while scheduler.has_work:
-            batch = scheduler.schedule()
-            live = scheduler.live(batch)
-            for part in batch.seqs:
-                first.setdefault(part.seq_id, part.start_position)
-            sampled = [live[k] for k in batch.sampled]
-            scheduler.update(batch, [[answers[s.seq_id][s.num_completion_tokens]] for s in sampled])
-        for seq in seqs:
-            histories[seq.request_id] = list(seq.token_ids)
-            if turn:
-                found, prompt_tokens = found + first[seq.seq_id], prompt_tokens + seq.num_prompt_tokens
+    counts = count_chat(trace, cache, num_blocks, BLOCK_SIZE, seeded_answers(answer_len, VOCAB, seed))
+    found, prompt_tokens = counts.found_later_turns(), counts.prompt_tokens_later_turns()
     return {
         "found_later_turns": found,
         "prompt_tokens_later_turns": prompt_tokens,
         "share_found": found / max(prompt_tokens, 1),
-        "evictions": len(manager.events.of_kind(EventKind.EVICT)),
-        "preemptions": len(manager.events.of_kind(EventKind.PREEMPT)),
+        "evictions": counts.evictions,
+        "preemptions": counts.preemptions,
     }
 
 
 def serve(model: Any, cache: str, trace: Any, answer_len: int) -> dict:
     """Serve ``trace`` on the engine with one prefix cache (ample pool): answers, tokens found, TTFT of later turns."""
     from kvcourse.kernels import EngineConfig, LLMEngine, SamplingParams
-    from kvcourse.kernels.memory.radix_chat import serve_chat
+    from kvcourse.kernels.measure.chat_prefix import chat_policy
+    from kvcourse.kernels.memory.radix_chat import prompt_only_manager, serve_chat
 
     config = EngineConfig(
         block_size=BLOCK_SIZE,
@@ -127,7 +70,7 @@ def serve(model: Any, cache: str, trace: Any, answer_len: int) -> dict:
         prefix_index="radix" if cache.startswith("radix") else "hash",
     )
     block_manager = prompt_only_manager if cache == "hash_prompt_only" else None
-    engine = LLMEngine(model, config, block_manager=block_manager, scheduling_policy=make_policy(cache))
+    engine = LLMEngine(model, config, block_manager=block_manager, scheduling_policy=chat_policy(cache))
     params = SamplingParams(max_new_tokens=answer_len, stop_on_eos=False)
     turns = serve_chat(lambda prompts: engine.generate(prompts, params), trace)
     later = [t for t in turns if t.turn > 0]
