@@ -1,4 +1,4 @@
-"""Parameterised questions: values drawn from a seed, answers computed by the engine (lessons 02-26).
+"""Parameterised questions: values drawn from a seed, answers computed by the engine (lessons 02-27).
 
 A parameterised question names a formula here and lists the values each parameter may take.
 The values are drawn from a seed (a learner's local seed, or a student id when grading), and
@@ -22,7 +22,7 @@ from kvcourse.kernels import costs
 from kvcourse.kernels.engine.latency import LatencyTargets, RequestTimes, latency_summary
 from kvcourse.kernels.model.cache_layouts import LAYOUTS_2026
 from kvcourse.kernels.model.config_table import MODEL_CONFIGS
-from kvcourse.quizzes import cache_2026, latent_checks, local_global_checks, low_bit_checks, radix_checks
+from kvcourse.quizzes import cache_2026, latent_checks, local_global_checks, low_bit_checks, radix_checks, tier_checks
 
 GB = 10**9
 GIB = 2**30  # a card's memory is sized in GiB (lesson 08)
@@ -113,6 +113,7 @@ def _transfer_bytes(values: dict[str, Any]) -> float:
     return LAYOUTS_2026[values["model_2026"]].bytes_at(values["prompt_tokens"]).total
 
 
+TIER_LINK = ("num_layers", "kv_heads", "head_dim", "bytes_per_value", "tokens", "bandwidth_gbs")  # lesson 27
 CHAT_TURN = ("prev_prompt", "answer_tokens", "message_tokens", "block_size")  # lesson 26: a turn, its blocks
 
 FORMULAS: dict[str, Formula] = {
@@ -161,6 +162,9 @@ FORMULAS: dict[str, Formula] = {
     # lesson 26 (radix_checks.py): a chat turn's prompt tokens found by the radix tree and by the hash chain
     "radix_tokens_found": Formula(CHAT_TURN, radix_checks.radix_found),
     "hash_tokens_found": Formula(CHAT_TURN, radix_checks.hash_found),
+    # lesson 27 (tier_checks.py): seconds to move a cache over a link; restore or recompute on a GPU server
+    "restore_seconds": Formula(TIER_LINK, tier_checks.restore_seconds),
+    "which_wins": Formula(("tier_model", "prompt_tokens", "link_gbs", "fixed_ms"), tier_checks.which_wins),
 }
 
 
@@ -208,6 +212,7 @@ def facts(values: dict[str, Any]) -> dict[str, Any]:
     out.update(cache_2026.facts_2026(values))
     out.update(local_global_checks.facts_local_global(values))
     out.update(low_bit_checks.facts_low_bit(values))
+    out.update(tier_checks.facts_tier(values))
     if "bytes_per_value" in values:
         out["dtype"] = _DTYPES.get(values["bytes_per_value"], f"{values['bytes_per_value']}-byte")
     return out

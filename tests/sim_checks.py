@@ -68,6 +68,7 @@ VIEW_CELLS: dict[str, tuple[str, str]] = {
     "24": ("local_global", "LocalGlobalView()"),
     "25": ("low_bit", "LowBitView()"),
     "26": ("radix_chat", "RadixChatView()"),
+    "27": ("tier", "TierView()"),
 }
 LAB_VIEWS = ("18", "19", "20")  # the lab lessons' views: a lesson's simulator with the learner's policy
 VIEW_IMPORTS = (
