@@ -29,60 +29,17 @@ from typing import Any
 
 from benchmarks.common import bench_threads, write_result
 from benchmarks.engine_setup import load_engine_model, random_prompts
+from kvcourse.kernels.measure.tier import BLOCK_SIZE, filesystem, push_out, restore_seconds, the_tier, tier_engine
 
-BLOCK_SIZE = 16
 LENGTHS = (16, 32, 64, 128, 256, 512, 1024, 2048)
 REPEATS = 3
 
 
-def filesystem(path: Path) -> str:
-    """The file system type under ``path`` (from /proc/mounts: the longest mount point that contains it)."""
-    best, kind = "", "unknown"
-    try:
-        for line in Path("/proc/mounts").read_text().splitlines():
-            _, mount, fs, *_ = line.split()
-            if str(path.resolve()).startswith(mount) and len(mount) > len(best):
-                best, kind = mount, fs
-    except OSError:
-        pass
-    return kind
-
-
-def push_out(engine: Any) -> None:
-    """Evict every cached block of the pool: allocate every free block (the pool writes cached ones to the tier)
-    and release them all, empty."""
-    pool = engine.kv_cache_manager.block_pool
-    for block_id in [pool.allocate() for _ in range(pool.num_free_blocks)]:
-        pool.release(block_id)
-
-
-def restore_seconds(engine: Any, prompt: list[int], drop: bool) -> float:
-    """Seconds to read the prompt's full blocks (all but its last token) from the tier into free blocks."""
-    from kvcourse.kernels.memory.block_pool import block_hash
-
-    tier = engine.kv_cache_manager.tier
-    blocks, parent = [], None
-    for i in range((len(prompt) - 1) // BLOCK_SIZE):
-        tokens = prompt[i * BLOCK_SIZE : (i + 1) * BLOCK_SIZE]
-        parent = block_hash(parent, tokens)
-        blocks.append((parent, tokens))
-    if drop:
-        tier.drop_page_cache()
-    start = time.perf_counter()
-    for block_id, (h, tokens) in enumerate(blocks):
-        if not tier.restore(h, tokens, block_id):
-            raise RuntimeError(f"block {block_id} of the prompt is not in the tier")
-    return time.perf_counter() - start
-
-
 def measure(model: Any, n: int, directory: Path, repeats: int = REPEATS, vocab: tuple[int, int] = (100, 20000)) -> dict:
     """One n: recompute, restore from the device and from the page cache, the engine's TTFT with the restore."""
-    from kvcourse.kernels import EngineConfig, LLMEngine, SamplingParams
+    from kvcourse.kernels import SamplingParams
 
-    config = EngineConfig(
-        block_size=BLOCK_SIZE, num_blocks=n // BLOCK_SIZE + 2, enable_prefix_caching=True, disk_tier=directory
-    )
-    engine = LLMEngine(model, config)
+    engine = tier_engine(model, n, directory)
     one = SamplingParams(max_new_tokens=1, stop_on_eos=False)
     recompute, first = [], []
     for prompt in random_prompts(repeats, n + 1, n + 1, seed=n, vocab=vocab):
@@ -96,11 +53,11 @@ def measure(model: Any, n: int, directory: Path, repeats: int = REPEATS, vocab: 
     disk = [restore_seconds(engine, prompt, drop=True) for _ in range(repeats)]
     cached = [restore_seconds(engine, prompt, drop=False) for _ in range(repeats)]
     push_out(engine)
-    engine.kv_cache_manager.tier.drop_page_cache()
+    the_tier(engine).drop_page_cache()
     start = time.perf_counter()
     out = engine.generate([prompt], one)[0]
     ttft_restored = time.perf_counter() - start
-    tier = engine.kv_cache_manager.tier
+    tier = the_tier(engine)
     row = {
         "n": n,
         "recompute_s": min(recompute),
