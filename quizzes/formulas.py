@@ -1,4 +1,4 @@
-"""Parameterised questions: values drawn from a seed, answers computed by the engine (lessons 02-27).
+"""Parameterised questions: values drawn from a seed, answers computed by the engine (lessons 02-28).
 
 A parameterised question names a formula here and lists the values each parameter may take.
 The values are drawn from a seed (a learner's local seed, or a student id when grading), and
@@ -22,7 +22,15 @@ from kvcourse.kernels import costs
 from kvcourse.kernels.engine.latency import LatencyTargets, RequestTimes, latency_summary
 from kvcourse.kernels.model.cache_layouts import LAYOUTS_2026
 from kvcourse.kernels.model.config_table import MODEL_CONFIGS
-from kvcourse.quizzes import cache_2026, latent_checks, local_global_checks, low_bit_checks, radix_checks, tier_checks
+from kvcourse.quizzes import (
+    cache_2026,
+    latent_checks,
+    local_global_checks,
+    low_bit_checks,
+    radix_checks,
+    speculation_checks,
+    tier_checks,
+)
 
 GB = 10**9
 GIB = 2**30  # a card's memory is sized in GiB (lesson 08)
@@ -165,6 +173,9 @@ FORMULAS: dict[str, Formula] = {
     # lesson 27 (tier_checks.py): seconds to move a cache over a link; restore or recompute on a GPU server
     "restore_seconds": Formula(TIER_LINK, tier_checks.restore_seconds),
     "which_wins": Formula(("tier_model", "prompt_tokens", "link_gbs", "fixed_ms"), tier_checks.which_wins),
+    # lesson 28 (speculation_checks.py): blocks a rollback frees; tokens a verifying pass yields
+    "blocks_freed": Formula(("computed", "block_size", "k", "accepted"), speculation_checks.blocks_freed),
+    "tokens_per_pass": Formula(("rate_pct", "k"), speculation_checks.tokens_per_pass),
 }
 
 
@@ -213,6 +224,7 @@ def facts(values: dict[str, Any]) -> dict[str, Any]:
     out.update(local_global_checks.facts_local_global(values))
     out.update(low_bit_checks.facts_low_bit(values))
     out.update(tier_checks.facts_tier(values))
+    out.update(speculation_checks.facts_speculation(values))
     if "bytes_per_value" in values:
         out["dtype"] = _DTYPES.get(values["bytes_per_value"], f"{values['bytes_per_value']}-byte")
     return out

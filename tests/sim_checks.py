@@ -69,6 +69,7 @@ VIEW_CELLS: dict[str, tuple[str, str]] = {
     "25": ("low_bit", "LowBitView()"),
     "26": ("radix_chat", "RadixChatView()"),
     "27": ("tier", "TierView()"),
+    "28": ("speculation", "SpeculationView()"),
 }
 LAB_VIEWS = ("18", "19", "20")  # the lab lessons' views: a lesson's simulator with the learner's policy
 VIEW_IMPORTS = (

@@ -103,7 +103,7 @@ def test_makefile_installs_torch_first_and_the_model_without_deps():
 
 def test_syllabus_has_the_lessons_of_the_architecture_and_the_three_labs():
     lessons = load_syllabus()
-    assert [lesson.number for lesson in lessons] == [f"{i:02d}" for i in range(28)]
+    assert [lesson.number for lesson in lessons] == [f"{i:02d}" for i in range(29)]
     assert [get_lesson(n).title[:5] for n in (18, 19, 20)] == ["Lab A", "Lab B", "Lab C"]
     assert get_lesson(7).title == "What the cache costs"
     assert get_lesson("13").seed == "000 §13, 003"

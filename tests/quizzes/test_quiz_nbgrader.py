@@ -33,7 +33,7 @@ def test_parse_lessons():
         parse_lessons("05-01")
     assert parse_lessons("17-20") == ["17", "18", "19", "20"]  # the three labs
     with pytest.raises(KeyError):
-        parse_lessons("28")
+        parse_lessons("29")
 
 
 def test_source_notebooks_have_valid_nbgrader_metadata():
