@@ -19,23 +19,16 @@ from typing import Any
 
 from benchmarks.common import interleaved, paired_ratio, summary, write_result
 from benchmarks.engine_setup import load_engine_model
+from kvcourse.kernels.measure.speculative import FREE_QUESTION, task_prompts
 
 K_VALUES, MAX_NEW_TOKENS, ROUNDS = (4,), 48, 2  # short: the whole run within about 2 minutes
-FREE_QUESTION = "Write a short story about a lighthouse keeper who finds a message in a bottle."
 
 
 def prompts(tokenizer: Any) -> dict[str, list[int]]:
-    """The two tasks' prompt token ids, through the chat template."""
+    """The two tasks' prompt token ids, through the chat template: lesson 28's (``speculative.task_prompts``)."""
     from kvcourse.kernels.measure.texts import held_out_text
 
-    paragraph = [p for p in held_out_text().split("\n\n") if len(p) > 300][1].replace("\n", " ")
-    users = {"grounded": f"Repeat the following text exactly:\n\n{paragraph}", "free": FREE_QUESTION}
-    return {
-        task: tokenizer.apply_chat_template(
-            [{"role": "user", "content": text}], add_generation_prompt=True, return_tensors="pt"
-        )["input_ids"][0].tolist()
-        for task, text in users.items()
-    }
+    return task_prompts(tokenizer, held_out_text())
 
 
 def main() -> None:
