@@ -64,14 +64,19 @@ def facts_tier(values: dict[str, Any]) -> dict[str, Any]:
         return {}
     name = MODEL_ORDER[values["tier_model"] - 1]
     params, layers, heads, dim = TIER_MODELS[name]
-    case = tier_case(values)
-    return {
+    per_token = costs.kv_bytes_per_token(_shape(layers, heads, dim), 2)
+    out: dict[str, Any] = {
         "tier_model_text": (
             f"{name}: {params / 1e9:g} billion parameters, {layers} layers of {heads} KV heads of {dim} values, "
-            f"its cache in bf16 ({case.config.bytes_per_token:,} bytes per token)"
+            f"its cache in bf16 ({per_token:,} bytes per token)"
         ),
         "peak_text": f"{H100_TFLOPS:,.0f} TFLOP/s dense BF16 at {UTILISATION:.0%} utilisation",
-        "restore_ms": 1e3 * case.restore_s(),
-        "recompute_ms": 1e3 * case.recompute_s(),
-        "prefill_rate": case.config.prefill_tokens_per_s,
     }
+    if {"prompt_tokens", "link_gbs", "fixed_ms"} <= values.keys():  # the whole case drawn (a prompt shows one value)
+        case = tier_case(values)
+        out |= {
+            "restore_ms": 1e3 * case.restore_s(),
+            "recompute_ms": 1e3 * case.recompute_s(),
+            "prefill_rate": case.config.prefill_tokens_per_s,
+        }
+    return out
