@@ -230,6 +230,7 @@ def test_lesson_page_holds_no_answer_key(site: Path, lesson: Lesson) -> None:
         if q.kind in (Kind.NUMERIC, Kind.PARAMETERISED):
             expected = expected_number(q, QUIZ_SEED)
             shown = shown.replace(_plain(DESCRIPTIONS[q.unit]), "")  # the unit's hint has example numbers
+            shown = shown.split(": ", 1)[-1]  # so has the header, "Question n of m (p points): "
             for answer in {format_quantity(expected, q.unit), f"{expected:g}", f"{expected:,.0f}"}:
                 in_prompt = re.search(rf"(?<![\d.,]){re.escape(answer)}(?![\d.,])", prompt_for(q, QUIZ_SEED))
                 in_shown = re.search(rf"(?<![\d.,]){re.escape(answer)}(?![\d.,])", shown)
