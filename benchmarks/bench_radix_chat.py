@@ -59,20 +59,9 @@ def count(trace: Any, cache: str, num_blocks: int, answer_len: int = ANSWER, see
 
 def serve(model: Any, cache: str, trace: Any, answer_len: int) -> dict:
     """Serve ``trace`` on the engine with one prefix cache (ample pool): answers, tokens found, TTFT of later turns."""
-    from kvcourse.kernels import EngineConfig, LLMEngine, SamplingParams
-    from kvcourse.kernels.measure.chat_prefix import chat_policy
-    from kvcourse.kernels.memory.radix_chat import prompt_only_manager, serve_chat
+    from kvcourse.kernels.measure.chat_prefix import serve_one
 
-    config = EngineConfig(
-        block_size=BLOCK_SIZE,
-        num_blocks=AMPLE_BLOCKS,
-        enable_prefix_caching=cache != "none",
-        prefix_index="radix" if cache.startswith("radix") else "hash",
-    )
-    block_manager = prompt_only_manager if cache == "hash_prompt_only" else None
-    engine = LLMEngine(model, config, block_manager=block_manager, scheduling_policy=chat_policy(cache))
-    params = SamplingParams(max_new_tokens=answer_len, stop_on_eos=False)
-    turns = serve_chat(lambda prompts: engine.generate(prompts, params), trace)
+    turns = serve_one(model, trace, cache, AMPLE_BLOCKS, BLOCK_SIZE, answer_len)
     later = [t for t in turns if t.turn > 0]
     ttfts = [t.ttft_s for t in later if t.ttft_s is not None]
     return {
