@@ -7,6 +7,9 @@
 #   converting  the model de-quantised once into the weight cache (kvcourse.models; later loads take a second)
 #   the proxy   JupyterHub's configurable-http-proxy from npm, for `kvcourse hub`: only `make test`, `make hub`
 #               and `make proxy` install it (never `make lab`); without npm, or if npm fails, they say so and go on
+#   web assets  what the book and the slides serve themselves instead of a CDN (MathJax, reveal.js), from npm
+#               into .venv/web: only `make site`, `make slides` and `make test` install them; without npm
+#               they say so and go on (`kvcourse site` then says what it lacks)
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -20,6 +23,9 @@ MODEL_STAMP := $(VENV)/.stamp-model-$(MODEL_VERSION)
 CONVERTED_STAMP := $(VENV)/.stamp-converted-$(MODEL_VERSION)
 CHP_VERSION := 5.3.0
 CHP_STAMP := $(VENV)/.stamp-proxy-$(CHP_VERSION)
+# npm packages the book and the slides copy into the pages they write (kvcourse.site.assets finds them).
+WEB_ASSETS := mathjax@3.2.2 reveal.js@4.6.1
+WEB_STAMP := $(VENV)/.stamp-web-$(subst @,-,$(subst $() ,_,$(WEB_ASSETS)))
 NPM := $(shell command -v npm 2>/dev/null)
 
 # Which PyTorch build this machine gets (the step's line says which and why). On Linux the default
@@ -43,7 +49,7 @@ TORCH_UNREACHABLE := $(VENV)/.torch-index-unreachable
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: lab test hub proxy site timing-lab bench lint setup clean _proxy
+.PHONY: lab test hub proxy site timing-lab bench lint setup clean _proxy _web
 
 # $(call step,what it does,command): one line on the terminal, the command's output in the log.
 define step
@@ -112,11 +118,25 @@ _proxy:
 
 proxy: $(CHP_STAMP)
 
+$(WEB_STAMP): $(VENV_STAMP)
+ifeq ($(NPM),)
+	@echo "setup: the book's and the slides' web assets skipped: no npm (only \`make site\` and \`make slides\` \
+	need them: apt-get install -y nodejs npm)"
+else
+	@$(MAKE) --no-print-directory _web || echo "setup: the web assets were not installed: npm failed (the log is \
+	$(LOG)); only \`make site\` and \`make slides\` need them"
+endif
+
+_web:
+	$(call step,installing the book's web assets ($(WEB_ASSETS)),\
+		$(NPM) install --prefix $(VENV)/web --no-audit --no-fund --loglevel=error $(WEB_ASSETS))
+	@touch $(WEB_STAMP)
+
 lab: setup
 	$(VENV)/bin/kvcourse lab $(LAB_ARGS)
 
 # PYTEST_ARGS passes on to pytest, e.g. make test PYTEST_ARGS='-m "not slow"' (the quick loop) or '-k paged'.
-test: setup $(CHP_STAMP)
+test: setup $(CHP_STAMP) $(WEB_STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
@@ -127,7 +147,7 @@ hub: setup $(CHP_STAMP)
 	$(VENV)/bin/kvcourse hub $(HUB_ARGS)
 
 # The course as static HTML in site/: lessons that ran unchanged in `make test` are not run again.
-site: setup
+site: setup $(WEB_STAMP)
 	$(VENV)/bin/kvcourse site --out site
 
 timing-lab: setup
