@@ -49,7 +49,7 @@ TORCH_UNREACHABLE := $(VENV)/.torch-index-unreachable
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: lab test hub proxy site timing-lab bench lint setup clean _proxy _web
+.PHONY: lab test hub proxy site slides timing-lab bench lint setup clean _proxy _web
 
 # $(call step,what it does,command): one line on the terminal, the command's output in the log.
 define step
@@ -150,6 +150,10 @@ hub: setup $(CHP_STAMP)
 site: setup $(WEB_STAMP)
 	$(VENV)/bin/kvcourse site --out site
 
+# Each lesson as reveal.js slides in slides/ (open slides/index.html; no network): from the same executed lessons.
+slides: setup $(WEB_STAMP)
+	$(VENV)/bin/kvcourse slides --out slides
+
 timing-lab: setup
 	$(VENV)/bin/kvcourse timing-lab $(TIMING_ARGS)
 
@@ -162,4 +166,4 @@ lint: setup
 	$(PY) -m mypy
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .cache site
+	rm -rf $(VENV) .pytest_cache .ruff_cache .cache site slides

@@ -10,6 +10,7 @@ from kvcourse.hub.cli import add_hub
 from kvcourse.quizzes.cli import register as add_progress
 from kvcourse.quizzes.grading.cli import register as add_grade
 from kvcourse.site.cli import add_site
+from kvcourse.site.slides import add_slides
 from kvcourse.timing_lab.cli import add_timing_lab
 
 
@@ -74,6 +75,7 @@ REGISTRARS: list[Callable[[argparse._SubParsersAction], None]] = [
     add_progress,
     add_grade,
     add_site,
+    add_slides,
     add_hub,
 ]
 

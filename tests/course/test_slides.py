@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
@@ -102,3 +103,75 @@ def test_the_size_rule_catches_a_crowded_slide() -> None:
     assert oversized([title, figure, figure])  # two figures
     notes = dict(prose, metadata={"slideshow": {"slide_type": "notes"}})
     assert not oversized([title, prose, notes, figure])  # notes are said, not shown
+
+
+def test_every_section_heading_begins_a_cell() -> None:
+    """A `## ` line inside a cell would open no slide: each begins its own cell (outside fenced code)."""
+    for path in LESSONS:
+        inside = []
+        for i, cell in enumerate(_cells(path)):
+            fenced = False
+            for line in _source(cell).splitlines()[1:]:
+                fenced ^= line.startswith("```")
+                if cell["cell_type"] == "markdown" and not fenced and line.startswith(("## ", "### ")):
+                    inside.append(i)
+        assert not inside, f"{path.name}: cells {inside} hold a heading after their first line; split them there"
+
+
+# ---------------------------------------------------------------- the decks `kvcourse slides` writes
+
+
+class _Refs(HTMLParser):
+    """Every src and href, with its tag."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refs: list[tuple[str, str]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.refs += [(tag, value or "") for name, value in attrs if name in ("src", "href")]
+
+
+@pytest.fixture(scope="module")
+def decks(run_tmp: Path, lesson_runs) -> Path:
+    from slides_build import built_slides
+
+    return built_slides(run_tmp, lesson_runs)
+
+
+@pytest.mark.slow
+def test_the_decks_load_nothing_from_the_network(decks: Path) -> None:
+    from slides_build import DECKS
+
+    names = sorted(p.name for p in decks.glob("*.slides.html"))
+    assert [name[:2] for name in names] == list(DECKS)
+    for name in ["index.html", *names]:
+        parser = _Refs()
+        parser.feed((decks / name).read_text(encoding="utf-8"))
+        remote = [(tag, ref) for tag, ref in parser.refs if re.match(r"(https?:)?//", ref) and tag != "a"]
+        assert not remote, f"{name} loads from the network: {remote}"
+        local = [ref for tag, ref in parser.refs if tag != "a" and not ref.startswith(("#", "data:"))]
+        missing = [ref for ref in local if not (decks / ref.split("#")[0]).exists()]
+        assert not missing, f"{name} refers to files the folder lacks: {missing}"
+    index = (decks / "index.html").read_text(encoding="utf-8")
+    assert all(f"href='{name}'" in index for name in names), "the index links every deck"
+
+
+@pytest.mark.slow
+def test_a_deck_shows_slides_and_hides_answers(decks: Path) -> None:
+    text = (decks / "13_prefix_caching.slides.html").read_text(encoding="utf-8")
+    lesson = _cells(REPO_ROOT / "lessons" / "13_prefix_caching.ipynb")
+    opened = sum(1 for c in lesson if _slide_type(c) in ("slide", "subslide"))
+    assert text.count("<section") >= opened  # one per slide and subslide, plus one around each slide's column
+    assert "data:image/png;base64," in text, "the lesson's figures are in the deck"
+    assert "solution(" not in text and "quick_check(" not in text, "a solution or the quick check's call shows"
+    assert '<aside class="notes">' in text or not any(_slide_type(c) == "notes" for c in lesson)
+
+
+def test_slides_never_replace_a_folder_they_did_not_write(tmp_path: Path) -> None:
+    from kvcourse.site.slides import build_slides
+
+    (tmp_path / "mine.txt").write_text("keep me")
+    with pytest.raises(ValueError, match="not a folder written by `kvcourse slides`"):
+        build_slides(tmp_path, reuse=None)
+    assert (tmp_path / "mine.txt").read_text() == "keep me"
