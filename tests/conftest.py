@@ -3,8 +3,9 @@
 Every test module can ask for these by name (no import): `tiny_hf`, `tiny_model`, `tiny_model_each_path`
 (the module's tests run on the fast paths and on the textbook model), `real_model`, `smol_model`,
 `one_cpu_thread` (with `pytestmark = pytest.mark.usefixtures("one_cpu_thread")`), `fast_paths_on`,
-`lesson_runs` (each lesson executed at most once per dtype per test run, whichever test needs it first)
-and `run_tmp` (the run's tmp folder, shared by its xdist workers).
+`lesson_runs` (each lesson executed at most once per dtype per test run, whichever test needs it first),
+`book` (the course built as a book once per run, tests/book_site.py) and `run_tmp` (the run's tmp folder,
+shared by its xdist workers).
 Tiny models of other shapes come from `factories.make_tiny_model(**overrides)`.
 """
 
@@ -45,7 +46,8 @@ def pytest_runtest_setup(item):
 def pytest_collection_modifyitems(config, items):
     # The site is built from the lessons tests/lessons/test_notebooks.py executes (`lesson_runs`): in any order
     # each lesson runs once, but collected after the notebook tests, the site finds them run and only waits.
-    items.sort(key=lambda item: item.path.name == "test_site.py")  # stable: the rest keep their order
+    # So is the book's browser test (the same book).
+    items.sort(key=lambda item: item.path.name in ("test_site.py", "test_browser_book.py"))  # stable otherwise
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs CUDA")
@@ -295,3 +297,11 @@ def _one_line(err: BaseException) -> str:
 def lesson_runs(run_tmp: Path) -> LessonRuns:
     """Lessons executed at most once per dtype in this test run, shared by the tests that need them (LessonRuns)."""
     return LessonRuns(run_tmp / "lesson-runs")
+
+
+@pytest.fixture(scope="session")
+def book(run_tmp: Path, lesson_runs: LessonRuns) -> Path:
+    """The course built as a book (`make site`) once per test run, from this run's float32 lesson runs."""
+    from book_site import built_book
+
+    return built_book(run_tmp, lesson_runs)

@@ -1,10 +1,10 @@
-"""The course as a static site: every lesson executed headless and written as one HTML page (`make site`).
+"""The course as a book: every lesson executed headless, then built with Sphinx and myst-nb (`make site`).
 
 Each lesson runs as the test suite runs it (KVCOURSE_HEADLESS=1, so the quick path where a
 lesson has one; float32; one thread per kernel), two kernels at a time. An executed notebook
 is kept in a cache keyed by the notebook's text and the course's own sources, so a page whose
 lesson already ran unchanged (in `make test` or a previous build) is written without running
-it again. The pages are self-contained: figures embedded, no widget scripts, no answers.
+it again. The book (book.py) serves every asset itself, has no widget scripts and no answers.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from pathlib import Path
 import nbformat
 
 from kvcourse.kernel_env import headless
-from kvcourse.site.render import make_static
 from kvcourse.syllabus import REPO_ROOT, Lesson, load_syllabus
 
 # git-ignored; tests/lessons/test_notebooks.py fills it too. KVCOURSE_EXECUTED_CACHE puts it elsewhere (a CI
@@ -35,7 +34,7 @@ MARKER = ".kvcourse-site"  # only a folder holding this file is ever replaced by
 # What the executed output depends on besides the notebook itself: the course's own code and data.
 _SOURCE_DIRS = ("course", "kernels", "simulators", "quizzes")
 _SOURCE_SUFFIXES = {".py", ".toml"}
-_NOT_IN_LESSONS = "course/site/"  # this folder: how pages are drawn
+_NOT_IN_LESSONS = ("course/site/", "course/glossary.toml")  # how the book is drawn, not what a lesson prints
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
@@ -183,8 +182,8 @@ def execute_lessons(
 def build_site(
     out: Path, reuse: Path | None = DEFAULT_CACHE, jobs: int = 2, log: Callable[[str], None] = print
 ) -> list[Page]:
-    """Write the site to ``out``: index.html and one page per lesson whose notebook exists."""
-    from kvcourse.site.pages import index_html, lesson_html, page_name
+    """Write the book to ``out`` (index.html, a page per lesson whose notebook exists, the glossary, search)."""
+    from kvcourse.site.book import run_sphinx, write_sources
 
     out = Path(out)
     if out.exists() and any(out.iterdir()) and not (out / MARKER).exists():
@@ -193,18 +192,21 @@ def build_site(
     written = [lesson for lesson in syllabus if lesson.notebook_path.exists()]
     pages = execute_lessons(written, reuse, jobs, log)
     out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))  # same disk: one rename
+    work = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))  # same disk: one rename
     try:
-        (staging / MARKER).write_text("written by `kvcourse site`; replaced on every build\n")
-        (staging / "index.html").write_text(index_html(syllabus, {p.lesson.number for p in pages}), encoding="utf-8")
-        for i, page in enumerate(pages):
-            neighbours = (pages[i - 1].lesson if i else None, pages[i + 1].lesson if i + 1 < len(pages) else None)
-            text = lesson_html(page.lesson, make_static(page.nb, page.lesson.notebook), neighbours)
-            (staging / page_name(page.lesson)).write_text(text, encoding="utf-8")
+        write_sources(work / "src", syllabus, {page.lesson.number: page.nb for page in pages})
+        staging = work / "html"
+        said = run_sphinx(work / "src", staging, jobs)
+        if said.strip():
+            log(f"  Sphinx warned ({len(said.strip().splitlines())} lines, kept in {out / MARKER}):")
+            log("    " + said.strip().splitlines()[0][:300])
+        (staging / MARKER).write_text(
+            "written by `kvcourse site`; replaced on every build\n" + (f"Sphinx warned:\n{said}" if said else "")
+        )
         staging.chmod(0o755)
         if out.exists():
             shutil.rmtree(out)
         os.replace(staging, out)
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        shutil.rmtree(work, ignore_errors=True)
     return pages

@@ -1,4 +1,4 @@
-"""`kvcourse site`: the course as a static site (what `make site` runs; build.py)."""
+"""`kvcourse site`: the course as a book, built with Sphinx from the executed lessons (what `make site` runs)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ def _site_command(args) -> int:
     executed = [p.lesson.number for p in pages if p.source == "executed"]
     missing = [lsn.number for lsn in load_syllabus() if not lsn.notebook_path.exists()]
     print(
-        f"site: wrote {args.out}/index.html and {len(pages)} lesson pages in {time.perf_counter() - start:.0f} s "
+        f"site: wrote the book to {args.out}/ (open {args.out}/index.html; it needs no server and no network): "
+        f"{len(pages)} lessons and the glossary in {time.perf_counter() - start:.0f} s "
         f"({len(pages) - len(executed)} from the cache of executed notebooks, {len(executed)} executed)"
         + (f"; no notebook yet for lesson(s) {', '.join(missing)}" if missing else "")
     )
@@ -25,7 +26,9 @@ def _site_command(args) -> int:
 
 def add_site(sub) -> None:
     """Register `kvcourse site` (what `make site` runs)."""
-    p = sub.add_parser("site", help="execute every lesson and write the course as a static site (make site)")
+    p = sub.add_parser(
+        "site", help="execute every lesson and build the course as a book: sidebar, search, glossary (make site)"
+    )
     p.add_argument("--out", default="site", help="folder to write (default: site)")
     p.add_argument(
         "--reuse-executed",

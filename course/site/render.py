@@ -9,9 +9,7 @@ drawn from the public half of the question bank: prompts, options and units, nev
 
 from __future__ import annotations
 
-import base64
 import html
-import io
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -194,53 +192,6 @@ def quiz_html(lesson: str, notebook: str) -> str:
     )
 
 
-# ---------------------------------------------------------------- formulas
-
-# $$display$$ or $inline$ TeX, as MathJax reads it: no space just inside the dollars, no digit after the
-# closing one (so "$5 and $10" stays text); code spans and fences are left alone.
-_CODE = re.compile(r"(```.*?```|`[^`\n]*`)", re.DOTALL)
-_MATH = re.compile(r"\$\$(.+?)\$\$|(?<![\\$])\$(?![\s$])([^$\n]+?)(?<![\s\\])\$(?!\d)", re.DOTALL)
-
-
-_GROUP = r"\{((?:[^{}]|\{[^{}]*\})*)\}"  # {...}, with braces one level deep inside
-# What mathtext lacks, said with what it has: a brace's label set under (over) the term instead.
-_REWRITES = [
-    (re.compile(r"\\underbrace" + _GROUP + r"_" + _GROUP), r"\\underset{\2}{\1}"),
-    (re.compile(r"\\overbrace" + _GROUP + r"\^" + _GROUP), r"\\overset{\2}{\1}"),
-]
-
-
-def _math_image(tex: str, display: bool) -> str | None:
-    """A formula drawn by matplotlib's mathtext as an embedded SVG; None where mathtext cannot read it."""
-    from matplotlib import mathtext
-    from matplotlib.font_manager import FontProperties
-
-    drawable = tex.strip()
-    for pattern, replacement in _REWRITES:
-        drawable = pattern.sub(replacement, drawable)
-    buffer = io.BytesIO()
-    try:
-        mathtext.math_to_image(
-            f"${drawable}$", buffer, prop=FontProperties(size=15 if display else 13), dpi=72, format="svg"
-        )
-    except ValueError:
-        return None
-    data = base64.b64encode(buffer.getvalue()).decode("ascii")
-    style = "display:block;margin:0.6em auto" if display else "vertical-align:middle"
-    return f"<img class='kv-math' style='{style}' alt='{_e(tex.strip())}' src='data:image/svg+xml;base64,{data}'>"
-
-
-def typeset_math(markdown: str) -> str:
-    """Markdown with its TeX formulas drawn as images, so a page needs no MathJax (and no network)."""
-
-    def draw(match: re.Match) -> str:
-        display = match.group(1) is not None
-        return _math_image(match.group(1) if display else match.group(2), display) or match.group(0)
-
-    parts = _CODE.split(markdown)  # odd parts are code: left as written
-    return "".join(part if i % 2 else _MATH.sub(draw, part) for i, part in enumerate(parts))
-
-
 # ---------------------------------------------------------------- the notebook
 
 
@@ -292,11 +243,18 @@ def _hides_source(cell: nbformat.NotebookNode) -> bool:
     return bool(hidden) or (cell.cell_type == "code" and "solution(" in cell.source)
 
 
-def make_static(nb: nbformat.NotebookNode, notebook: str) -> nbformat.NotebookNode:
-    """A copy of an executed notebook ready for export: widget views drawn as HTML, hidden sources gone.
+def _tag(cell: nbformat.NotebookNode, tag: str) -> None:
+    tags = cell.metadata.setdefault("tags", [])
+    if tag not in tags:
+        tags.append(tag)
 
-    The widget state is dropped from the copy, so the page carries no script, no state and
-    no collapsed content; ``notebook`` is the lesson's path, named in the quick check's note.
+
+def make_static(nb: nbformat.NotebookNode, notebook: str) -> nbformat.NotebookNode:
+    """A copy of an executed notebook ready for a page: widget views drawn as HTML, hidden sources gone.
+
+    The widget state is dropped from the copy, so the page carries no script, no state and no
+    collapsed content. A solution cell's source is replaced, not hidden, and tagged remove-input, as
+    is the quick check's call; ``notebook`` is the lesson's path, named in the quick check's note.
     """
     nb = nbformat.from_dict(nb)  # a deep copy: the cached notebook stays as executed
     renderer = WidgetRenderer(nb.metadata.pop("widgets", {}).get(WIDGET_STATE, {}))
@@ -304,23 +262,25 @@ def make_static(nb: nbformat.NotebookNode, notebook: str) -> nbformat.NotebookNo
     for cell in nb.cells:
         if cell.cell_type == "markdown":
             before, section = cell.source, _heading(cell.source, section)
-        if _hides_source(cell):
-            cell.metadata.setdefault("transient", {})["remove_source"] = True
-        if cell.cell_type == "markdown" and "$" in cell.source:
-            cell.source = typeset_math(cell.source)
         if cell.cell_type != "code":
             continue
+        quiz = _QUICK_CHECK_CALL.search(cell.source)
+        if _hides_source(cell):  # a solution: its text goes; a cell with no source is not shown at all
+            cell.source = "# the solution: open the lesson in the live lab"
+        if _hides_source(cell) or quiz:  # nor is the call that draws the quick check (its questions are)
+            _tag(cell, "remove-input")
         if cell.metadata.get("jupyter", {}).get("outputs_hidden"):
             cell.outputs = []
-        quiz = _QUICK_CHECK_CALL.search(cell.source)
         for output in cell.outputs:
             if "text/html" in output.get("data", {}):
                 output["data"]["text/html"] = focusable_scrolling(_joined(output["data"]["text/html"]))
             if "image/png" in output.get("data", {}):
                 figures += 1
-                output.setdefault("metadata", {}).setdefault("image/png", {})["alt"] = figure_alt(
-                    before, figures, section
-                )
+                alt = figure_alt(before, figures, section)
+                output.setdefault("metadata", {}).setdefault("image/png", {})["alt"] = alt
+                # myst-nb takes an image's alt text from the cell (one for all of a cell's figures)
+                image = cell.metadata.setdefault("mystnb", {}).setdefault("image", {})
+                image["alt"] = f"{image['alt']} / {alt}" if "alt" in image else alt
             view = output.get("data", {}).get(WIDGET_VIEW)
             if view is None:
                 continue

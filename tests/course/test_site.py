@@ -1,102 +1,37 @@
-"""The course as a static site (`make site`, issue 16): every page there, figures in, no errors, no answers.
+"""The course as a book (`make site`, issue 47): every page there, figures in, no errors, no answers, terms linked.
 
-The site is built once per test run (a lock file shares it between pytest-xdist workers) with `build_site`,
-from lessons executed at most once in this run: a lesson tests/lessons/test_notebooks.py has run (or is
-running) in float32 is taken from it, any other is executed here, as that test executes it, and that test
-then takes it from here (the `lesson_runs` fixture of tests/conftest.py). A lesson unchanged since an earlier
-run is taken from the cache of executed notebooks (.cache/executed), as `make site` takes it.
+The book is built once per test run (the `book` fixture, tests/book_site.py) from this run's float32 lesson
+runs; tests/browser/test_browser_book.py opens the same book in Chromium. The last tests here need no book.
 """
 
 from __future__ import annotations
 
 import ast
-import fcntl
 import html
-import os
+import json
 import re
 from html.parser import HTMLParser
 from pathlib import Path
 
 import nbformat
 import pytest
-from guards import missing
+from book_site import WRITTEN, executed
+from docutils import nodes
+from docutils.frontend import get_default_settings
+from docutils.parsers.rst import Parser
+from docutils.utils import new_document
 
 from kvcourse.quizzes.bank import load_quiz
 from kvcourse.quizzes.checking import expected_number, prompt_for
 from kvcourse.quizzes.model import Kind
 from kvcourse.quizzes.units import DESCRIPTIONS, format_quantity
-from kvcourse.site.build import (
-    MARKER,
-    SITE_DTYPE,
-    build_site,
-    executed_key,
-    load_executed,
-    save_executed,
-    sources_digest,
-)
-from kvcourse.site.pages import page_name
-from kvcourse.site.render import QUIZ_SEED, WIDGET_STATE, question_html, quiz_html, typeset_math
-from kvcourse.syllabus import Lesson, load_syllabus
+from kvcourse.site.book import lesson_notebook, page_name
+from kvcourse.site.build import MARKER
+from kvcourse.site.glossary import load_glossary
+from kvcourse.site.render import QUIZ_SEED, WIDGET_STATE, question_html, quiz_html
+from kvcourse.syllabus import Lesson, load_parts, load_syllabus
 
-pytestmark = pytest.mark.slow
-CHROMIUM = Path("/usr/bin/chromium")
-WRITTEN = [lesson for lesson in load_syllabus() if lesson.notebook_path.exists()]
-
-
-def _executed_once(lesson_runs, lesson: Lesson, sources: str) -> nbformat.NotebookNode:
-    """The lesson executed in this run (waiting for another worker's run of it), else an unchanged earlier run."""
-    done = lesson_runs.done(lesson.notebook_path, SITE_DTYPE)
-    if done is not None:
-        return done.nb
-    return load_executed(lesson.notebook_path, sources=sources) or lesson_runs.run(lesson.notebook_path, SITE_DTYPE).nb
-
-
-@pytest.fixture(scope="session")
-def site(run_tmp: Path, lesson_runs) -> Path:
-    """The built site; the notebooks it was built from lie beside it, in kvcourse-site-executed/."""
-    root = run_tmp
-    out, failed = root / "kvcourse-site", root / "kvcourse-site.failed"
-    if not (out / MARKER).exists() and not failed.exists():
-        # Every worker that gets here runs the lessons nobody has run yet, side by side (one kernel per worker,
-        # two in a run without workers); lessons another worker is running are waited for, never run twice.
-        # Last lesson first: the notebook tests go first to last, so the two meet once, in the middle, instead
-        # of one waiting at every lesson for the other.
-        sources = sources_digest()
-        needed = [
-            lesson.notebook_path
-            for lesson in reversed(WRITTEN)
-            if lesson_runs.done(lesson.notebook_path, SITE_DTYPE) is None
-            and load_executed(lesson.notebook_path, sources=sources) is None
-        ]
-        try:
-            lesson_runs.run_all(needed, SITE_DTYPE, jobs=1 if os.environ.get("PYTEST_XDIST_WORKER") else 2)
-        except AssertionError as err:
-            failed.write_text(f"no site was written: {err}")
-    with open(root / "kvcourse-site.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # one worker builds; the other waits for it
-        if failed.exists():  # a lesson or the build failed: say why instead of failing slowly again
-            pytest.fail(failed.read_text())
-        if not (out / MARKER).exists():
-            # build_site takes every lesson from a cache of this run's notebooks, keyed as it keys them now.
-            staged = root / "kvcourse-site-cache"
-            try:
-                sources = sources_digest()
-                for lesson in WRITTEN:
-                    nb = _executed_once(lesson_runs, lesson, sources)
-                    save_executed(nb, lesson.notebook_path, executed_key(lesson.notebook_path, sources=sources), staged)
-                pages = build_site(out, staged, jobs=1, log=lesson_runs.note)  # it notes a lesson it executes itself
-            except Exception as err:
-                failed.write_text(f"building the site failed: {err}")
-                raise
-            executed = root / "kvcourse-site-executed"
-            executed.mkdir(exist_ok=True)
-            for page in pages:
-                nbformat.write(page.nb, executed / f"{page.lesson.number}.ipynb")
-    return out
-
-
-def _executed(site: Path, lesson: Lesson) -> nbformat.NotebookNode:
-    return nbformat.read(site.parent / "kvcourse-site-executed" / f"{lesson.number}.ipynb", as_version=4)
+MATHJAX = "_static/mathjax/es5/tex-chtml-full.js"
 
 
 class _Links(HTMLParser):
@@ -104,13 +39,17 @@ class _Links(HTMLParser):
         super().__init__()
         self.hrefs: list[str] = []
         self.srcs: list[str] = []
+        self.fetched: list[str] = []  # what the page loads from the network (anything but a link to follow)
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         found = dict(attrs)
         if tag == "a" and found.get("href"):
-            self.hrefs.append(found["href"])
+            self.hrefs.append(found["href"] or "")
         if tag == "img":
             self.srcs.append(found.get("src") or "")
+        for name in ("src", "href"):
+            if tag != "a" and re.match(r"(https?:)?//", found.get(name) or ""):
+                self.fetched.append(f"<{tag} {name}={found[name]}>")
 
 
 def _links(text: str) -> _Links:
@@ -125,46 +64,55 @@ def _plain(text: str) -> str:
     return re.sub(r"\s+", " ", text).strip()
 
 
-def _local_targets(site: Path, hrefs: list[str]) -> list[str]:
-    """Relative links whose file is missing."""
-    local = [h.split("#")[0] for h in hrefs if not re.match(r"[a-z]+:", h) and not h.startswith("#")]
-    return [h for h in local if h and not (site / h).is_file()]
+def _missing_targets(book: Path, page: str, hrefs: list[str]) -> list[str]:
+    """Relative links and sources whose file is missing."""
+    local = [h.split("#")[0].split("?")[0] for h in hrefs if not re.match(r"[a-z]+:|//", h) and not h.startswith("#")]
+    return [h for h in local if h and not (book / page).parent.joinpath(h).is_file()]
 
 
-def test_index_lists_the_syllabus_and_every_link_resolves(site: Path) -> None:
-    index = (site / "index.html").read_text(encoding="utf-8")
-    hrefs = _links(index).hrefs
-    assert not _local_targets(site, hrefs), f"index.html links to missing pages: {_local_targets(site, hrefs)}"
-    assert hrefs == [page_name(lesson) for lesson in WRITTEN], "the index links every written lesson, in order"
-    for lesson in load_syllabus():
-        assert html.escape(lesson.title) in index and html.escape(lesson.summary, quote=True) in index
-    pages = sorted(p.name for p in site.glob("*.html"))
-    assert pages == sorted(["index.html", *(page_name(lesson) for lesson in WRITTEN)])
+def _article(text: str) -> str:
+    """The page's own content, without the sidebar and the theme's header and footer."""
+    match = re.search(r'<article class="bd-article">(.*?)</article>', text, re.DOTALL)
+    assert match, "a book page has an article"
+    return match.group(1)
 
 
+@pytest.mark.slow
+def test_index_has_the_parts_in_the_sidebar_and_every_lesson_in_order(book: Path) -> None:
+    index = (book / "index.html").read_text(encoding="utf-8")
+    links = _links(index)
+    assert not _missing_targets(book, "index.html", links.hrefs + links.srcs)
+    lessons = [h for h in dict.fromkeys(links.hrefs) if re.match(r"\d\d_\w+\.html$", h)]
+    assert lessons == [page_name(lesson) for lesson in WRITTEN], "the index links every written lesson, in order"
+    for i, part in enumerate(load_parts()):
+        assert f"Part {i + 1}: {html.escape(part.title)}" in index, f"the sidebar names part {i + 1}"
+    assert "glossary.html" in links.hrefs and "search.html" in index
+    assert (book / MARKER).read_text().count("Sphinx warned") == 0, (book / MARKER).read_text()[:2000]
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("lesson", WRITTEN, ids=lambda lesson: lesson.number)
-def test_lesson_page_has_its_outputs_and_figures_and_no_errors(site: Path, lesson: Lesson) -> None:
-    text = (site / page_name(lesson)).read_text(encoding="utf-8")
+def test_lesson_page_has_its_outputs_and_figures_and_no_errors(book: Path, lesson: Lesson) -> None:
+    name = page_name(lesson)
+    text = (book / name).read_text(encoding="utf-8")
     links = _links(text)
-    assert not _local_targets(site, links.hrefs), f"{page_name(lesson)}: missing {_local_targets(site, links.hrefs)}"
-    assert all(src.startswith("data:image/") for src in links.srcs), "every figure is embedded in the page"
-    nb = _executed(site, lesson)
+    assert not _missing_targets(book, name, links.hrefs + links.srcs), f"{name} links to missing files"
+    assert not links.fetched and "require.js" not in text and "embed-amd" not in text, f"{name}: {links.fetched}"
+    nb = executed(book, lesson)
     png_outputs = sum("image/png" in o.get("data", {}) for c in nb.cells if c.cell_type == "code" for o in c.outputs)
     state = nb.metadata.get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
     simulator_figures = sum(m["model_name"] == "ImageModel" and bool(m.get("buffers")) for m in state.values())
-    assert len(links.srcs) >= png_outputs, f"{page_name(lesson)}: {len(links.srcs)} images for {png_outputs} figures"
-    if png_outputs + simulator_figures:
-        assert len(links.srcs) >= png_outputs + min(simulator_figures, 1)
+    figures = [src for src in _links(_article(text)).srcs if src.startswith(("data:image/", "_images/"))]
+    assert len(figures) >= png_outputs + min(simulator_figures, 1), f"{name}: {len(figures)} figures"
     for bad in (r"Traceback", r"\bename\b", r"CellExecutionError", r"✘ Expected"):
-        assert not re.search(bad, text), f"{page_name(lesson)} shows an error ({bad!r})"
-    fetched = [
-        m.group(0)[:80] for m in re.finditer(r'<(\w+)[^>]*\s(?:src|href)="https?://[^"]*"', text) if m.group(1) != "a"
-    ] + re.findall(r"url\(['\"]?https?://[^)]*\)", text)
-    assert not fetched and "<script src=" not in text, f"the page fetches {fetched}: it must read offline"
-    raw_tex = re.findall(r"\\(?:frac|text|dots|approx|cdot|times|sum)\b", _plain(text))
-    assert not raw_tex, f"{page_name(lesson)}: formulas left as TeX ({raw_tex}); site.render.typeset_math draws them"
-    assert "make lab" in text and lesson.notebook in text, "the page says how to run the lesson live"
-    assert "widget-state" not in text and "widget-view" not in text, "no widget state or view in a static page"
+        assert not re.search(bad, text), f"{name} shows an error ({bad!r})"
+    if 'class="math' in text:
+        assert MATHJAX in text, f"{name} has formulas: MathJax comes from the book itself"
+    assert "Run this live" in text and "make lab" in text and lesson.notebook in text, "the live note is there"
+    assert "widget-state" not in text and "widget-view" not in text, "no widget state or view in a page"
+    source = nbformat.read(lesson.notebook_path, as_version=4)
+    folded = sum("hide-input" in c.metadata.get("tags", []) for c in source.cells)
+    assert text.count("cell tag_hide-input") == folded, f"{name}: every cell the lesson marks hide-input is folded"
 
 
 def _solution_texts(nb: nbformat.NotebookNode, source: Path) -> list[str]:
@@ -209,11 +157,12 @@ def _bank_secrets(lesson: Lesson) -> list[str]:
     return secrets
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lesson", WRITTEN, ids=lambda lesson: lesson.number)
-def test_lesson_page_holds_no_answer_key(site: Path, lesson: Lesson) -> None:
-    text = (site / page_name(lesson)).read_text(encoding="utf-8")
+def test_lesson_page_holds_no_answer_key(book: Path, lesson: Lesson) -> None:
+    text = (book / page_name(lesson)).read_text(encoding="utf-8")
     plain = _plain(text)
-    leaked = [t[:60] for t in _solution_texts(_executed(site, lesson), lesson.notebook_path) if t in plain]
+    leaked = [t[:60] for t in _solution_texts(executed(book, lesson), lesson.notebook_path) if t in plain]
     assert not leaked, f"{page_name(lesson)} shows solution text: {leaked}"
     leaked = [t[:60] for t in _bank_secrets(lesson) if t in plain]
     assert not leaked, f"{page_name(lesson)} shows the bank's answer key: {leaked}"
@@ -237,50 +186,67 @@ def test_lesson_page_holds_no_answer_key(site: Path, lesson: Lesson) -> None:
                 assert in_prompt or not in_shown, f"{q.id}: the answer {answer} is shown"
 
 
-def test_site_in_a_browser(site: Path, tmp_path: Path) -> None:
-    """Every page opens in Chromium with nothing fetched from the network: figures decode, links resolve."""
-    try:
-        from playwright import sync_api
-    except ImportError:
-        missing("needs the Python package playwright: pip install -e '.[dev]'")
-    if not CHROMIUM.exists():
-        missing("needs Debian's chromium at /usr/bin/chromium (apt-get install chromium)")
-    with sync_api.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
-        page = browser.new_page()
-        errors: list[str] = []
-        page.on("pageerror", lambda err: errors.append(str(err)))
-        page.route(
-            "**/*",
-            lambda route: route.continue_() if route.request.url.startswith(("file:", "data:")) else route.abort(),
+@pytest.mark.slow
+def test_glossary_lists_every_term_and_the_lesson_that_teaches_it_links_there(book: Path) -> None:
+    glossary = (book / "glossary.html").read_text(encoding="utf-8")
+    pages = {lesson.number: (book / page_name(lesson)).read_text(encoding="utf-8") for lesson in WRITTEN}
+    for term in load_glossary():
+        entry = re.search(rf'<dt id="(term-[^"]+)">{re.escape(html.escape(term.term))}<', glossary)
+        assert entry, f"the glossary lists {term.term!r}"
+        page = pages[term.lesson]
+        assert f'href="glossary.html#{entry.group(1)}"' in page, f"lesson {term.lesson} links {term.term!r} there"
+        assert re.search(rf'id="taught-{re.escape(nodes.make_id(term.term))}-\d+"', page), (
+            f"lesson {term.lesson} is where the index and search send {term.term!r}"
         )
-        page.goto((site / "index.html").as_uri())
-        links = page.eval_on_selector_all("a[href]", "els => els.map(e => e.href)")
-        assert len(links) == len(WRITTEN)
-        for lesson, url in zip(WRITTEN, links, strict=True):
-            page.goto(url)
-            assert lesson.title in page.title()
-            images = page.eval_on_selector_all("img", "els => els.map(e => e.complete && e.naturalWidth > 0)")
-            assert all(images), f"{url}: {images.count(False)} figures did not decode"
-            assert page.locator(".kv-note").is_visible() and "make lab" in page.locator(".kv-note").inner_text()
-            assert "Traceback" not in page.locator("body").inner_text()
-            for href in page.eval_on_selector_all(".kv-nav a", "els => els.map(e => e.href)"):
-                assert Path(href.removeprefix("file://")).is_file(), f"{url}: broken link {href}"
-        browser.close()
-    assert not errors, f"script errors: {errors}"
+    assert f'href="{page_name(WRITTEN[12])}' in glossary, "each entry names the lesson that teaches it"
 
 
-def test_formulas_are_drawn_and_money_and_code_left_alone() -> None:
-    drawn = typeset_math(
-        r"Time: $$a \times n + \underbrace{b}_{\text{per FLOP}}$$, step $t$; "
-        r"it costs $5 and $10; `x = $y$` is code."
-    )
-    assert drawn.count("class='kv-math'") == 2 and "$5 and $10" in drawn and "`x = $y$`" in drawn
-    assert "\\underbrace" in drawn, "the formula's own TeX is kept as the image's alt text"
+@pytest.mark.slow
+def test_search_sends_a_term_to_the_lesson_that_teaches_it(book: Path) -> None:
+    script = (book / "searchindex.js").read_text(encoding="utf-8")
+    index = json.loads(script[script.index("(") + 1 : script.rindex(")")])
+    docnames, entries = index["docnames"], index["indexentries"]
+    for term in load_glossary():
+        found = entries.get(term.term) or entries.get(term.term.lower())
+        assert found, f"{term.term!r} is an index entry"
+        lesson = next(lesson for lesson in WRITTEN if lesson.number == term.lesson)
+        assert {docnames[hit[0]] for hit in found} == {Path(lesson.notebook).stem}, term.term
+    assert "copy on write" in entries and docnames[entries["copy on write"][0][0]] == "12_sharing"
 
 
-def test_figures_scrolling_boxes_and_navigation_are_accessible() -> None:
-    from kvcourse.site.pages import _nav
+# ---------------------------------------------------------------- no book needed
+
+
+def test_glossary_links_the_first_use_in_prose_only() -> None:
+    from kvcourse.site.glossary import Term, link_terms_in
+
+    settings = get_default_settings(Parser)
+    doc = new_document("<lesson>", settings)
+    Parser().parse("Heading KV cache\n================\n\nThe ``KV cache`` code. A KV cache and a kv cache.\n", doc)
+    terms = (Term("KV cache", ("key-value cache",), "05", "What it is."),)
+    assert link_terms_in(doc, terms, lesson="05") == 1
+    xrefs = [n for n in doc.findall() if n.tagname == "pending_xref"]
+    assert [x.astext() for x in xrefs] == ["KV cache"] and xrefs[0]["reftarget"] == "kv cache"
+    assert doc.next_node(nodes.title).astext() == "Heading KV cache", "a heading is never linked"
+    assert doc.next_node(nodes.literal).astext() == "KV cache", "nor is code"
+    assert [n["entries"][0][1] for n in doc.findall() if n.tagname == "index"] == ["KV cache"]
+    other = new_document("<other>", settings)
+    Parser().parse("A key-value cache here.\n", other)
+    assert link_terms_in(other, terms, lesson="12") == 1
+    assert not [n for n in other.findall() if n.tagname == "index"], "only the teaching lesson is indexed"
+
+
+def test_a_lesson_page_has_the_live_note_and_no_solution_source() -> None:
+    lesson = next(lesson for lesson in load_syllabus() if lesson.number == "12")
+    nb = lesson_notebook(lesson, nbformat.read(lesson.notebook_path, as_version=4))
+    assert nb.cells[1].cell_type == "markdown" and "Run this live" in nb.cells[1].source
+    assert lesson.notebook in nb.cells[1].source
+    solutions = [c for c in nb.cells if c.metadata.get("jupyter", {}).get("source_hidden")]
+    assert solutions and all("solution(" not in c.source for c in solutions)
+    assert all("remove-input" in c.metadata["tags"] for c in solutions)
+
+
+def test_figures_and_scrolling_boxes_are_accessible() -> None:
     from kvcourse.site.render import figure_alt, focusable_scrolling
 
     alt = figure_alt("## Growth\n\nSome words.\n\nThe figure shows the cache growing. Then more.", 2, "Growth")
@@ -292,5 +258,3 @@ def test_figures_scrolling_boxes_and_navigation_are_accessible() -> None:
     assert (
         wide == '<pre tabindex="0" style="overflow-x:auto">x</pre><div style="overflow: scroll" tabindex="-1">y</div>'
     )
-    assert 'aria-label="Lessons (top of the page)"' in _nav((None, None))
-    assert 'aria-label="Lessons (bottom of the page)"' in _nav((None, None), "bottom")
