@@ -77,14 +77,20 @@ def lesson_notebook(lesson: Lesson, executed: nbformat.NotebookNode) -> nbformat
 
 
 def index_markdown(syllabus: Sequence[Lesson], written: set[str]) -> str:
-    """The front page: the course in a few lines, then one table of contents per part (the sidebar)."""
+    """The front page: the course in a few lines, then each part's lessons with what each shows.
+
+    Each part is also a hidden table of contents: the sidebar lists the parts and their lessons.
+    """
     blocks = [INDEX_TEXT]
     for i, part in enumerate(load_parts()):
-        docs = [_doc(lsn) for lsn in syllabus if lsn.number in written and part_of(lsn.number) == part]
-        if docs:
-            toc = f"```{{toctree}}\n:caption: Part {i + 1}: {part.title}\n:maxdepth: 1\n\n" + "\n".join(docs)
-            blocks.append(toc + "\n```")
-    blocks.append(f"```{{toctree}}\n:caption: Reference\n:maxdepth: 1\n\n{GLOSSARY_DOC}\n```")
+        lessons = [lsn for lsn in syllabus if lsn.number in written and part_of(lsn.number) == part]
+        if not lessons:
+            continue
+        caption = f"Part {i + 1}: {part.title}"
+        toc = "\n".join(_doc(lsn) for lsn in lessons)
+        rows = "\n".join(f"- {{doc}}`{lsn.number} · {lsn.title} <{_doc(lsn)}>`: {lsn.summary}" for lsn in lessons)
+        blocks.append(f"## {caption}\n\n```{{toctree}}\n:caption: {caption}\n:hidden:\n\n{toc}\n```\n\n{rows}")
+    blocks.append(f"```{{toctree}}\n:caption: Reference\n:hidden:\n\n{GLOSSARY_DOC}\n```")
     return "\n\n".join(blocks) + "\n"
 
 
