@@ -10,6 +10,7 @@ from kvcourse.hub.cli import add_hub
 from kvcourse.quizzes.cli import register as add_progress
 from kvcourse.quizzes.grading.cli import register as add_grade
 from kvcourse.site.cli import add_site
+from kvcourse.site.present import add_present
 from kvcourse.site.slides import add_slides
 from kvcourse.timing_lab.cli import add_timing_lab
 
@@ -76,6 +77,7 @@ REGISTRARS: list[Callable[[argparse._SubParsersAction], None]] = [
     add_grade,
     add_site,
     add_slides,
+    add_present,
     add_hub,
 ]
 
