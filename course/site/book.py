@@ -1,8 +1,8 @@
 """The course as a book: the executed lessons, the syllabus and the glossary written as a Sphinx project and built.
 
-`write_sources` lays out what Sphinx reads: index.md (the course's parts as the sidebar), one static
+`write_sources` lays out what Sphinx reads: the front page (the course's parts as the sidebar), one static
 notebook per lesson (render.make_static: widgets drawn as HTML, no solutions, quick checks without
-answers, and a note on running it live), glossary.md, conf.py and the assets the pages serve
+answers, and a note on running it live), the glossary, conf.py and the assets the pages serve
 themselves. `run_sphinx` builds it in a child process, so Sphinx's global state never outlives a build.
 """
 
@@ -47,6 +47,9 @@ CSS = """
 .kv-question { border-top: 1px solid var(--pst-color-border); }
 ul.kv-options { list-style: none; padding-left: 1em; }
 """
+
+
+ROOT_DOC = "index"  # the front page (sphinx_conf.root_doc)
 
 
 def page_name(lesson: Lesson) -> str:
@@ -100,7 +103,7 @@ def write_sources(src: Path, syllabus: Sequence[Lesson], notebooks: dict[str, nb
     written = [lsn for lsn in syllabus if lsn.number in notebooks]
     for lesson in written:
         nbformat.write(lesson_notebook(lesson, notebooks[lesson.number]), src / f"{_doc(lesson)}.ipynb")
-    (src / "index.md").write_text(index_markdown(syllabus, set(notebooks)), encoding="utf-8")
+    (src / f"{ROOT_DOC}.md").write_text(index_markdown(syllabus, set(notebooks)), encoding="utf-8")
     lessons = {lsn.number: lsn for lsn in syllabus}
     glossary = glossary_markdown(load_glossary(), lessons, {n: _doc(lsn) for n, lsn in lessons.items()})
     (src / f"{GLOSSARY_DOC}.md").write_text(glossary, encoding="utf-8")
