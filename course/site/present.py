@@ -4,9 +4,9 @@ Voilà runs the lesson top to bottom on a fresh kernel (predictions ask nothing:
 shows it as reveal.js slides cut by the cells' slideshow metadata, the same slides `kvcourse slides` writes, with
 every widget live on that kernel. Voilà's own reveal template waits forever offline: it loads jQuery and
 reveal.js's style sheets from CDNs. This one (TEMPLATE) drops those and serves the style sheets from the
-course's npm copy of reveal.js (assets.copy_reveal); only Font Awesome's two style sheets (icons) still name a
-CDN, and offline the slides show without them. The template is written under .cache/present/ (on
-JUPYTER_PATH) before each start. Why Voilà and not jupyterlab-rise: quizzes/INSTRUCTORS.md.
+course's npm copy of reveal.js (assets.copy_reveal), and drops the two Font Awesome style sheets it links from
+a CDN (Voilà's own bundle carries Font Awesome 5): nothing is asked of the network. The template is written
+under .cache/present/ (on JUPYTER_PATH) before each start. Why Voilà and not jupyterlab-rise: quizzes/INSTRUCTORS.md.
 """
 
 from __future__ import annotations
@@ -26,6 +26,11 @@ WIDTH, HEIGHT = 1280, 800  # the deck's size, scaled to the screen (as `kvcourse
 # fetch from CDNs: jQuery, mermaid, the html-manager (Voilà's manager draws the widgets) and reveal.js's style
 # sheets (url_prefix, below: the template's static/reveal-npm; not static/reveal.js, which would hide Voilà's own
 # /voila/static/reveal.js). Larger type for a room.
+_FONT_AWESOME = "https://cdn.jsdelivr.net/npm/@fortawesome/fontawesome-free@^5/css/{}.min.css"
+# Voilà's reveal template links these two from a CDN; its bundle (static/*.voila.js) holds Font Awesome already.
+FONT_AWESOME = [
+    f'<link rel="stylesheet" href="{_FONT_AWESOME.format(name)}" type="text/css" />' for name in ("all", "v4-shims")
+]
 TEMPLATE = r"""{%- extends 'voila/templates/reveal/index.html.j2' -%}
 {%- block html_head_js_jquery -%}{%- endblock html_head_js_jquery -%}
 {%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
@@ -39,6 +44,10 @@ TEMPLATE = r"""{%- extends 'voila/templates/reveal/index.html.j2' -%}
 </script>
 {{ super() }}
 {%- endblock html_head_js_logs -%}
+{%- block notebook_css -%}
+{%- set css %}{{ super() }}{% endset -%}
+{{ css | replace(FONT_AWESOME_ALL, "") | replace(FONT_AWESOME_SHIMS, "") }}
+{%- endblock notebook_css -%}
 {%- block html_head_css -%}
 <style>
   .reveal .slides { text-align: left; }
@@ -54,7 +63,9 @@ def write_template(root: Path) -> Path:
     """The template (index.html.j2, conf.json, reveal.js under static/) in ``root``/voila/templates; its folder."""
     folder = root / "voila" / "templates" / TEMPLATE_NAME
     (folder / "static").mkdir(parents=True, exist_ok=True)
-    (folder / "index.html.j2").write_text(TEMPLATE, encoding="utf-8")
+    text = TEMPLATE.replace("FONT_AWESOME_ALL", repr(FONT_AWESOME[0]))
+    text = text.replace("FONT_AWESOME_SHIMS", repr(FONT_AWESOME[1]))
+    (folder / "index.html.j2").write_text(text, encoding="utf-8")
     (folder / "conf.json").write_text(json.dumps({"base_template": "reveal"}) + "\n", encoding="utf-8")
     copy_reveal(folder / "static" / "reveal-npm", needed_by="`kvcourse present`")
     return folder
