@@ -203,10 +203,15 @@ def build_site(
         (staging / MARKER).write_text(
             "written by `kvcourse site`; replaced on every build\n" + (f"Sphinx warned:\n{said}" if said else "")
         )
-        staging.chmod(0o755)
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(staging, out)
+        swap_in(staging, out)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return pages
+
+
+def swap_in(staging: Path, out: Path) -> None:
+    """``staging`` put where ``out`` was (the book, the slides): readable by all, in one rename on the same disk."""
+    staging.chmod(0o755)
+    if out.exists():
+        shutil.rmtree(out)
+    os.replace(staging, out)

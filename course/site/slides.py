@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import html
-import os
 import shutil
 import tempfile
 import time
@@ -22,7 +21,7 @@ from typing import TYPE_CHECKING
 import nbformat
 
 from kvcourse.site.assets import copy_mathjax, copy_reveal
-from kvcourse.site.build import DEFAULT_CACHE, Page, execute_lessons
+from kvcourse.site.build import DEFAULT_CACHE, Page, execute_lessons, swap_in
 from kvcourse.site.render import make_static
 from kvcourse.syllabus import Lesson, load_syllabus
 
@@ -180,10 +179,7 @@ def build_slides(
             (staging / deck_name(page.lesson)).write_text(text, encoding="utf-8")
         written = {p.lesson.number for p in pages}
         (staging / "index.html").write_text(index_html(syllabus, written), encoding="utf-8")
-        staging.chmod(0o755)
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(staging, out)
+        swap_in(staging, out)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return pages
