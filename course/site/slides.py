@@ -81,7 +81,7 @@ Reveal.initialize({
 {% endblock footer_js %}
 """
 # Cells shown by their output alone: figures and set-up (hide-input), solutions and the quick check's call
-# (make_static empties them and tags them remove-input).
+# (make_static replaces a solution's source and tags both remove-input).
 INPUT_HIDDEN = {"hide-input", "remove-input"}
 
 
