@@ -33,18 +33,20 @@ and run `make lab` in its folder. The {doc}`glossary <glossary>` lists the terms
 search box finds any word on any page.
 """
 
-# The widgets' and quick checks' look (render.py's classes), in the theme's colours where it has them.
+# The widgets' and quick checks' look. They sit in a cell's output, which the theme draws light in its dark mode
+# too, so their greys are fixed (4.5:1 or more on that background), not the theme's muted text colour.
 CSS = """
 .kv-note { border-left: 4px solid var(--pst-color-info); }
 .kv-box { display: flex; gap: 6px; } .kv-row { flex-flow: row wrap; align-items: center; }
 .kv-column { flex-direction: column; }
-.kv-control { margin-right: 1em; font-size: 0.85rem; } .kv-label { color: var(--pst-color-text-muted); }
+.kv-control { margin-right: 1em; font-size: 0.85rem; } .kv-label { color: #444; }
 .kv-control input:disabled, .kv-control select:disabled, .kv-control textarea:disabled, .kv-widget button:disabled
-  { color: var(--pst-color-text-base); border: 1px solid var(--pst-color-border); opacity: 1; }
+  { color: #222; background: #f3f3f3; border: 1px solid #888; opacity: 1; }
 .kv-figure { max-width: 100%; }
-.kv-closed, .kv-hint { color: var(--pst-color-text-muted); font-size: 0.85rem; padding: 0.3em 0; }
-.kv-quiz { border: 1px solid var(--pst-color-border); border-radius: 4px; padding: 0.5em 1em; }
-.kv-question { border-top: 1px solid var(--pst-color-border); }
+.kv-closed, .kv-hint { color: #555; font-size: 0.85rem; padding: 0.3em 0; }
+.kv-widget code, .kv-quiz code { color: #222; background: #e6e6e6; }
+.kv-quiz { border: 1px solid #99a; border-radius: 4px; padding: 0.5em 1em; } .kv-quiz h3 { color: #222; }
+.kv-question { border-top: 1px solid #ccc; }
 ul.kv-options { list-style: none; padding-left: 1em; }
 """
 

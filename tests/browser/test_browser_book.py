@@ -2,7 +2,8 @@
 
 A reader searches for a term and lands on the lesson that teaches it; the sidebar reaches every lesson;
 no page logs a console error or asks the network for anything; formulas are typeset by the book's own
-MathJax; figures decode; axe-core finds no serious or critical violation on any page. The book is the
+MathJax; figures decode; axe-core finds no serious or critical violation on any page (and on a lesson with a
+simulator and a quick check in the theme's dark mode). The book is the
 suite's (the `book` fixture, tests/book_site.py), built once per run.
 
 Time: axe's colour-contrast rule spends most of its time on highlighted code, whose colours come from
@@ -113,5 +114,14 @@ def test_every_page_of_the_book_passes_axe(book: Path) -> None:
                 if impact in BLOCKING:
                     where = violation["nodes"][0]["target"] if violation["nodes"] else "?"
                     blocking.append(f"{name}: {violation['id']} ({impact}, first at {where}): {violation['help']}")
-    print(f"axe-core on {len(names)} pages, violating nodes by impact and rule: {counts}")
+        # The theme follows a reader's dark mode: a lesson with a simulator, a quick check and tables, once in it.
+        page.emulate_media(color_scheme="dark")
+        offline.open(book, page_name(next(lesson for lesson in WRITTEN if lesson.number == "12")))
+        assert page.evaluate("document.documentElement.dataset.theme") == "dark"
+        page.wait_for_function("document.getAnimations().every(a => a.playState !== 'running')")  # colours settled
+        for violation in Axe().run(page, context={"exclude": [[".cell_input"]]}).response["violations"]:
+            if violation["impact"] in BLOCKING:
+                where = violation["nodes"][0]["target"] if violation["nodes"] else "?"
+                blocking.append(f"12, dark mode: {violation['id']} (first at {where}): {violation['help']}")
+    print(f"axe-core on {len(names)} pages and one in dark mode, violating nodes by impact and rule: {counts}")
     assert not blocking, "serious or critical accessibility violations:\n" + "\n".join(blocking)
