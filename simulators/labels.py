@@ -115,3 +115,14 @@ def points_per_unit(ax: Any) -> tuple[float, float]:
 def label_fits(text: str, width_pt: float, height_pt: float, fontsize: float = LABEL_PT) -> bool:
     """Whether ``text`` in a monospace font of ``fontsize`` fits a box of width x height points."""
     return len(text) * 0.62 * fontsize <= width_pt and 1.2 * fontsize <= height_pt
+
+
+def format_seconds(seconds: float) -> str:
+    """Seconds in the unit that reads best: 850 µs, 12.3 ms, 4.56 s, 3.2 min."""
+    if seconds >= 120:
+        return f"{seconds / 60:,.1f} min"
+    if seconds >= 1:
+        return f"{seconds:,.2f} s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:,.1f} ms"
+    return f"{seconds * 1e6:,.0f} µs"

@@ -12,19 +12,11 @@ from typing import Any
 
 from kvcourse.simulators.base import SimulatorView
 from kvcourse.simulators.controls import float_control, int_control
-from kvcourse.simulators.labels import format_bytes, log_axes
+from kvcourse.simulators.labels import format_bytes, format_seconds, log_axes
 from kvcourse.simulators.tier_model import MeasuredTier, Tier, TierConfig, fitted, measured_from_table
 
 __all__ = ["MeasuredTier", "Tier", "TierConfig", "TierView", "fitted", "measured_from_table"]
 SMALLEST = 16  # where the token axis starts
-
-
-def _seconds(value: float) -> str:
-    if value >= 1:
-        return f"{value:,.2f} s"
-    if value >= 1e-3:
-        return f"{value * 1e3:,.2f} ms"
-    return f"{value * 1e6:,.1f} µs"
 
 
 class TierView(SimulatorView):
@@ -95,7 +87,8 @@ class TierView(SimulatorView):
         return (
             f"<b>{c.tokens:,} tokens</b> of {c.bytes_per_token:,} bytes each "
             f"({format_bytes(c.tokens * c.bytes_per_token)}): "
-            f"restore <b>{_seconds(restore)}</b> over {c.bandwidth_gbs:,.1f} GB/s with a fixed {c.fixed_us:,.0f} µs; "
-            f"recompute <b>{_seconds(recompute)}</b> at {c.prefill_tokens_per_s:,.0f} tokens/s. <b>{faster}</b> is "
+            f"restore <b>{format_seconds(restore)}</b> over {c.bandwidth_gbs:,.1f} GB/s "
+            f"with a fixed {c.fixed_us:,.0f} µs; recompute <b>{format_seconds(recompute)}</b> "
+            f"at {c.prefill_tokens_per_s:,.0f} tokens/s. <b>{faster}</b> is "
             f"{ratio:,.1f}x faster here; per token, a prefill takes {m.per_token_ratio():,.2f}x the link's time."
         )

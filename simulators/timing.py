@@ -22,6 +22,7 @@ from kvcourse.kernels import MODEL_CONFIGS, costs
 from kvcourse.simulators.base import SimulatorView
 from kvcourse.simulators.checks import InvalidInput, check_float, check_int
 from kvcourse.simulators.controls import float_control, int_control
+from kvcourse.simulators.labels import format_seconds
 
 MAX_PROMPT_TOKENS = 100_000
 MAX_NEW_TOKENS = 8_192  # the per-step sums below take about 0.2 s at this length
@@ -149,17 +150,6 @@ class TimingModel:
     def fixed_share_with_cache(self) -> float:
         """Share of the cached run's time spent on the fixed cost per pass."""
         return self.config.seconds_per_pass * self.num_passes / self.seconds_with_cache
-
-
-def format_seconds(seconds: float) -> str:
-    """Seconds in the unit that reads best: 850 µs, 12.3 ms, 4.56 s, 3.2 min."""
-    if seconds >= 120:
-        return f"{seconds / 60:,.1f} min"
-    if seconds >= 1:
-        return f"{seconds:,.2f} s"
-    if seconds >= 1e-3:
-        return f"{seconds * 1e3:,.1f} ms"
-    return f"{seconds * 1e6:,.0f} µs"
 
 
 class TimingView(SimulatorView):

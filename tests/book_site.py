@@ -29,7 +29,7 @@ from kvcourse.syllabus import Lesson, load_syllabus
 WRITTEN = [lesson for lesson in load_syllabus() if lesson.notebook_path.exists()]
 
 
-def _executed_once(lesson_runs, lesson: Lesson, sources: str) -> nbformat.NotebookNode:
+def executed_once(lesson_runs, lesson: Lesson, sources: str) -> nbformat.NotebookNode:
     """The lesson executed in this run (waiting for another worker's run of it), else an unchanged earlier run."""
     done = lesson_runs.done(lesson.notebook_path, SITE_DTYPE)
     if done is not None:
@@ -65,7 +65,7 @@ def built_book(root: Path, lesson_runs) -> Path:
             try:
                 sources = sources_digest()
                 for lesson in WRITTEN:
-                    nb = _executed_once(lesson_runs, lesson, sources)
+                    nb = executed_once(lesson_runs, lesson, sources)
                     save_executed(nb, lesson.notebook_path, executed_key(lesson.notebook_path, sources=sources), staged)
                 pages = build_site(out, staged, jobs=1, log=lesson_runs.note)  # it notes a lesson it executes itself
             except Exception as err:

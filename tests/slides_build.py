@@ -11,7 +11,9 @@ from __future__ import annotations
 import fcntl
 from pathlib import Path
 
-from kvcourse.site.build import SITE_DTYPE, executed_key, load_executed, save_executed, sources_digest
+from book_site import executed_once
+
+from kvcourse.site.build import executed_key, save_executed, sources_digest
 from kvcourse.site.slides import MARKER, build_slides
 from kvcourse.syllabus import load_syllabus
 
@@ -27,9 +29,7 @@ def built_slides(run_tmp: Path, lesson_runs) -> Path:
         if not (out / MARKER).exists():
             staged, sources = run_tmp / "kvcourse-slides-cache", sources_digest()
             for lesson in (lsn for lsn in load_syllabus() if lsn.number in DECKS):
-                path = lesson.notebook_path
-                done = lesson_runs.done(path, SITE_DTYPE)
-                nb = done.nb if done else load_executed(path, sources=sources) or lesson_runs.run(path, SITE_DTYPE).nb
-                save_executed(nb, path, executed_key(path, sources=sources), staged)
+                nb = executed_once(lesson_runs, lesson, sources)
+                save_executed(nb, lesson.notebook_path, executed_key(lesson.notebook_path, sources=sources), staged)
             build_slides(out, staged, jobs=1, log=lesson_runs.note, numbers=list(DECKS))
     return out

@@ -9,12 +9,12 @@ from sim_checks import assert_bad_input_is_shown, shows_png
 
 from kvcourse.kernels import MODEL_CONFIGS, costs
 from kvcourse.simulators.base import InvalidInput
+from kvcourse.simulators.labels import format_seconds
 from kvcourse.simulators.timing import (
     MAX_NEW_TOKENS,
     TimingConfig,
     TimingModel,
     TimingView,
-    format_seconds,
 )
 from kvcourse.timing_lab import HF_CACHE, HF_NO_CACHE
 from kvcourse.timing_lab.predict import PassCostModel, generation_work, predict_sweep
